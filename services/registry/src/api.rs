@@ -1,0 +1,152 @@
+//! The registry's HTTP API, and the OpenAPI document describing it (served at `/openapi.json`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router, middleware};
+use mesh_agent_kit::ServiceMetrics;
+use mesh_agent_kit::http::{JsonBody, health_route};
+use mesh_client::HttpClient;
+use mesh_protocol::error::ErrorBody;
+use mesh_protocol::registry::{
+    AgentList, AgentPick, AgentRecord, AgentSummary, CapabilityAgents, Registration, RegistryStats, StatusMessage,
+    Success,
+};
+use utoipa::OpenApi;
+
+use crate::directory::Directory;
+use crate::error::RegistryError;
+use crate::health::{check_and_record, now_rfc3339};
+use crate::intake::{validate, verify_card};
+use crate::store::AgentStore;
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct RegistryState {
+    pub directory: Arc<Directory>,
+    pub store: AgentStore,
+    pub http: HttpClient,
+    /// `None` skips verification of agent cards.
+    pub card_fetch_timeout: Option<Duration>,
+    pub health_check_timeout: Duration,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "A2A mesh registry", description = "Agent registration, discovery by capability, round-robin picks among healthy agents, health polling."),
+    paths(register, deregister, list_agents, get_agent, discover, pick, stats),
+    components(schemas(Registration, StatusMessage, AgentList, AgentRecord, AgentSummary, CapabilityAgents, AgentPick, RegistryStats, ErrorBody, Success))
+)]
+struct ApiDoc;
+
+/// The registry's routes (without the shared layers).
+pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router {
+    let openapi = ApiDoc::openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let api = Router::new()
+        .route("/register", post(register))
+        .route("/agents", get(list_agents))
+        .route("/agents/{name}", get(get_agent))
+        .route("/agents/{name}", delete(deregister))
+        .route("/capabilities/{capability}", get(discover))
+        .route("/capabilities/{capability}/next", get(pick))
+        .route("/stats", get(stats))
+        .route_layer(middleware::from_fn_with_state(metrics.clone(), mesh_agent_kit::http::track_requests))
+        .with_state(state);
+    let docs = Router::new()
+        .route("/openapi.json", get(move || async move { ([(header::CONTENT_TYPE, "application/json")], openapi).into_response() }));
+    api.merge(docs).merge(health_route(metrics))
+}
+
+/// Register an agent, or update its registration.
+#[utoipa::path(post, path = "/register", request_body = Registration, responses(
+    (status = 200, description = "Registered (or updated)", body = StatusMessage),
+    (status = 400, description = "Invalid registration", body = ErrorBody),
+    (status = 422, description = "The agent's card cannot be fetched, is not a card, or names another agent", body = ErrorBody),
+    (status = 503, description = "Storage unavailable", body = ErrorBody),
+))]
+async fn register(
+    State(state): State<Arc<RegistryState>>,
+    JsonBody(registration): JsonBody<Registration>,
+) -> Result<Json<StatusMessage>, RegistryError> {
+    let mut agent = validate(&registration, &now_rfc3339())?;
+    if let Some(timeout) = state.card_fetch_timeout {
+        verify_card(&state.http, &agent, timeout).await?;
+    }
+    if let Ok(existing) = state.directory.get(&agent.name) {
+        agent.registered_at = existing.registered_at;
+    }
+    // Durable first: an acknowledged registration survives a crash right after.
+    state.store.upsert(&agent).await?;
+    let name = agent.name.clone();
+    let is_new = state.directory.upsert(agent);
+    tracing::info!(agent = %name, new = is_new, "registered");
+    // Learn its health now rather than at the next poll, so it joins the rotation at once.
+    if let Some(target) = state.directory.poll_target(&name) {
+        let state = state.clone();
+        tokio::spawn(async move {
+            check_and_record(&state.directory, &state.http, target, state.health_check_timeout).await;
+        });
+    }
+    Ok(Json(StatusMessage::new("registered")))
+}
+
+/// Remove an agent.
+#[utoipa::path(delete, path = "/agents/{name}", params(("name" = String, Path, description = "Agent name")), responses(
+    (status = 200, description = "Deregistered", body = StatusMessage),
+    (status = 404, description = "No such agent", body = ErrorBody),
+))]
+async fn deregister(State(state): State<Arc<RegistryState>>, Path(name): Path<String>) -> Result<Json<StatusMessage>, RegistryError> {
+    let stored = state.store.delete(&name).await?;
+    let known = state.directory.remove(&name);
+    if !stored && !known {
+        return Err(RegistryError::AgentNotFound(name));
+    }
+    tracing::info!(agent = %name, "deregistered");
+    Ok(Json(StatusMessage::new("deregistered")))
+}
+
+/// Every registered agent with its health.
+#[utoipa::path(get, path = "/agents", responses((status = 200, body = AgentList)))]
+async fn list_agents(State(state): State<Arc<RegistryState>>) -> Json<AgentList> {
+    let agents = state.directory.list();
+    Json(AgentList { status: Success::Success, total: agents.len(), agents })
+}
+
+/// One agent.
+#[utoipa::path(get, path = "/agents/{name}", params(("name" = String, Path, description = "Agent name")), responses(
+    (status = 200, body = AgentRecord),
+    (status = 404, description = "No such agent", body = ErrorBody),
+))]
+async fn get_agent(State(state): State<Arc<RegistryState>>, Path(name): Path<String>) -> Result<Json<AgentRecord>, RegistryError> {
+    Ok(Json(state.directory.get(&name)?))
+}
+
+/// Every agent offering a capability.
+#[utoipa::path(get, path = "/capabilities/{capability}", params(("capability" = String, Path)), responses(
+    (status = 200, body = CapabilityAgents),
+    (status = 404, description = "No agent offers it", body = ErrorBody),
+))]
+async fn discover(State(state): State<Arc<RegistryState>>, Path(capability): Path<String>) -> Result<Json<CapabilityAgents>, RegistryError> {
+    let agents = state.directory.discover(&capability)?;
+    Ok(Json(CapabilityAgents { status: Success::Success, capability, agents }))
+}
+
+/// One agent for a capability: round-robin among the healthy ones; when none is healthy, any
+/// registered one with `fallback: true` and a warning.
+#[utoipa::path(get, path = "/capabilities/{capability}/next", params(("capability" = String, Path)), responses(
+    (status = 200, body = AgentPick),
+    (status = 404, description = "No agent offers it", body = ErrorBody),
+))]
+async fn pick(State(state): State<Arc<RegistryState>>, Path(capability): Path<String>) -> Result<Json<AgentPick>, RegistryError> {
+    Ok(Json(state.directory.pick(&capability)?))
+}
+
+/// Counts of agents by health.
+#[utoipa::path(get, path = "/stats", responses((status = 200, body = RegistryStats)))]
+async fn stats(State(state): State<Arc<RegistryState>>) -> Json<RegistryStats> {
+    Json(state.directory.stats())
+}

@@ -1,0 +1,76 @@
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mesh_agent_kit::ServiceMetrics;
+use mesh_agent_kit::http::{HttpLimits, serve, with_common_layers};
+use mesh_client::HttpClient;
+use tokio::net::TcpListener;
+
+use crate::api::{RegistryState, router};
+use crate::config::RegistryConfig;
+use crate::directory::Directory;
+use crate::error::RegistryError;
+use crate::health::{PollSettings, poll_forever};
+use crate::store::AgentStore;
+
+/// A registry with its database open, its agents loaded and its listener bound.
+#[derive(Debug)]
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    state: Arc<RegistryState>,
+    poll: PollSettings,
+}
+
+impl Application {
+    pub async fn build(config: &RegistryConfig) -> Result<Self, RegistryError> {
+        Self::build_with_client(config, HttpClient::with_reqwest().map_err(|e| RegistryError::Startup(e.to_string()))?).await
+    }
+
+    /// As [`Self::build`], with the outbound client given (tests swap the transport).
+    pub async fn build_with_client(config: &RegistryConfig, http: HttpClient) -> Result<Self, RegistryError> {
+        let store = AgentStore::open(&config.database_url).await?;
+        let agents = store.load_all().await?;
+        tracing::info!(agents = agents.len(), "loaded registrations");
+        let directory = Arc::new(Directory::new(agents));
+        let addr = format!("{}:{}", config.host, config.port);
+        let listener = TcpListener::bind(&addr).await.map_err(|source| RegistryError::Bind { addr, source })?;
+        let state = Arc::new(RegistryState {
+            directory,
+            store,
+            http,
+            card_fetch_timeout: config.verify_registrations.then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
+            health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
+        });
+        let limits = HttpLimits {
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            body_limit_bytes: config.body_limit_bytes,
+        };
+        let router = with_common_layers(router(state.clone(), ServiceMetrics::new("registry")), limits);
+        let poll = PollSettings {
+            interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
+            timeout: Duration::from_millis(config.health_check_timeout_ms),
+            concurrency_max: config.health_check_concurrency_max,
+        };
+        Ok(Self { listener, router, state, poll })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+    }
+
+    /// Serves and polls health until `shutdown` resolves.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RegistryError> {
+        let poller = tokio::spawn(poll_forever(
+            self.state.directory.clone(),
+            self.state.store.clone(),
+            self.state.http.clone(),
+            self.poll,
+        ));
+        let served = serve(self.listener, self.router, shutdown).await;
+        poller.abort();
+        self.state.store.close().await;
+        served.map_err(|e| RegistryError::Startup(format!("server failed: {e}")))
+    }
+}

@@ -1,0 +1,96 @@
+//! The registry's configuration: defaults, then `--config FILE` (TOML), then `MESH_REGISTRY_*`
+//! environment variables, then flags.
+
+use std::path::PathBuf;
+
+use mesh_config::{ConfigError, ConfigLoader, ServerArgs};
+use serde::Deserialize;
+
+pub const REGISTRY_PORT_DEFAULT: u16 = 8000;
+pub const DATABASE_URL_DEFAULT: &str = "sqlite://data/registry.db";
+pub const HEALTH_CHECK_INTERVAL_MS_DEFAULT: u64 = 60_000;
+pub const HEALTH_CHECK_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Health checks in flight at once; bounds the poller's sockets however many agents register.
+pub const HEALTH_CHECK_CONCURRENCY_MAX_DEFAULT: usize = 32;
+pub const CARD_FETCH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Prefix of the environment variables the registry reads.
+pub const ENV_PREFIX: &str = "MESH_REGISTRY";
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    pub host: String,
+    pub port: u16,
+    /// `sqlite://PATH` (created when missing) or `postgres://...`.
+    pub database_url: String,
+    pub health_check_interval_ms: u64,
+    pub health_check_timeout_ms: u64,
+    pub health_check_concurrency_max: usize,
+    /// Fetch each registering agent's card and refuse a registration it does not confirm.
+    pub verify_registrations: bool,
+    pub card_fetch_timeout_ms: u64,
+    pub request_timeout_ms: u64,
+    pub body_limit_bytes: usize,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: REGISTRY_PORT_DEFAULT,
+            database_url: DATABASE_URL_DEFAULT.into(),
+            health_check_interval_ms: HEALTH_CHECK_INTERVAL_MS_DEFAULT,
+            health_check_timeout_ms: HEALTH_CHECK_TIMEOUT_MS_DEFAULT,
+            health_check_concurrency_max: HEALTH_CHECK_CONCURRENCY_MAX_DEFAULT,
+            verify_registrations: true,
+            card_fetch_timeout_ms: CARD_FETCH_TIMEOUT_MS_DEFAULT,
+            request_timeout_ms: mesh_agent_kit::http::REQUEST_TIMEOUT_MS_DEFAULT,
+            body_limit_bytes: mesh_agent_kit::http::BODY_LIMIT_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// The agent registry of the A2A mesh: registration, discovery by capability, round-robin
+/// picks among healthy agents, health polling.
+#[derive(Debug, Clone, Default, clap::Parser)]
+#[command(
+    name = "registry",
+    version,
+    after_help = "Every setting can also come from the TOML file given by --config (keys as below, in \
+snake_case: host, port, database_url, health_check_interval_ms, health_check_timeout_ms, \
+health_check_concurrency_max, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
+body_limit_bytes) or from environment variables MESH_REGISTRY_<KEY> (e.g. MESH_REGISTRY_PORT=8000). \
+Flags win over the environment, which wins over the file."
+)]
+pub struct RegistryCli {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Database URL: sqlite://PATH (default sqlite://data/registry.db) or postgres://USER@HOST/DB.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// Milliseconds between two health polls of every agent (default 60000).
+    #[arg(long, value_name = "MS")]
+    pub health_check_interval_ms: Option<u64>,
+    /// Milliseconds an agent's /health may take before it counts as unreachable (default 5000).
+    #[arg(long, value_name = "MS")]
+    pub health_check_timeout_ms: Option<u64>,
+    /// Accept registrations without fetching the agent's card.
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+impl RegistryCli {
+    pub fn config_file(&self) -> Option<&PathBuf> {
+        self.server.config.as_ref()
+    }
+
+    pub fn load(&self) -> Result<RegistryConfig, ConfigError> {
+        ConfigLoader::new(ENV_PREFIX, self.server.config.as_deref())
+            .server_args(&self.server)
+            .set("database_url", self.database_url.clone())
+            .set("health_check_interval_ms", self.health_check_interval_ms)
+            .set("health_check_timeout_ms", self.health_check_timeout_ms)
+            .set("verify_registrations", self.no_verify.then_some(false))
+            .load()
+    }
+}

@@ -1,0 +1,343 @@
+//! The registry's in-memory view: every lookup is answered from here, never from the database.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use mesh_protocol::registry::{AgentPick, AgentRecord, AgentSummary, HealthStatus, RegistryStats, Success};
+
+use crate::error::RegistryError;
+use crate::store::StoredAgent;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    agent: StoredAgent,
+    health: HealthStatus,
+    last_health_check: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    agents: BTreeMap<String, Entry>,
+    /// Capability -> names of the agents offering it, sorted, so rotation order is stable.
+    capabilities: HashMap<String, Vec<String>>,
+}
+
+/// Registered agents, their health, and one round-robin cursor per capability.
+#[derive(Debug, Default)]
+pub struct Directory {
+    inner: RwLock<Inner>,
+    /// Cursors outlive index rebuilds so registrations elsewhere do not restart a rotation.
+    cursors: RwLock<HashMap<String, Arc<AtomicUsize>>>,
+}
+
+/// An agent to poll: its name, health URL, and the URL it was registered with (to detect a
+/// re-registration that raced the poll).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollTarget {
+    pub name: String,
+    pub url: String,
+    pub health_url: String,
+}
+
+impl Directory {
+    pub fn new(agents: Vec<StoredAgent>) -> Self {
+        let directory = Self::default();
+        directory.replace_all(agents);
+        directory
+    }
+
+    /// Adds or updates an agent; returns true when it was new. A changed URL resets its health.
+    pub fn upsert(&self, agent: StoredAgent) -> bool {
+        let mut inner = self.write();
+        let previous = inner.agents.get(&agent.name);
+        let (health, last_health_check) = match previous {
+            Some(entry) if entry.agent.url == agent.url => (entry.health, entry.last_health_check.clone()),
+            _ => (HealthStatus::Unknown, None),
+        };
+        let is_new = previous.is_none();
+        inner.agents.insert(agent.name.clone(), Entry { agent, health, last_health_check });
+        rebuild_index(&mut inner);
+        is_new
+    }
+
+    pub fn remove(&self, name: &str) -> bool {
+        let mut inner = self.write();
+        let removed = inner.agents.remove(name).is_some();
+        if removed {
+            rebuild_index(&mut inner);
+        }
+        removed
+    }
+
+    /// Replaces the set of agents with `agents` (as stored), keeping the health already known of
+    /// those whose URL did not change. Keeps replicas sharing one database in step.
+    pub fn replace_all(&self, agents: Vec<StoredAgent>) {
+        let mut inner = self.write();
+        let mut next = BTreeMap::new();
+        for agent in agents {
+            let (health, last_health_check) = match inner.agents.get(&agent.name) {
+                Some(entry) if entry.agent.url == agent.url => (entry.health, entry.last_health_check.clone()),
+                _ => (HealthStatus::Unknown, None),
+            };
+            next.insert(agent.name.clone(), Entry { agent, health, last_health_check });
+        }
+        inner.agents = next;
+        rebuild_index(&mut inner);
+    }
+
+    /// Records a poll result, unless the agent was removed or re-registered elsewhere meanwhile.
+    pub fn set_health(&self, target: &PollTarget, health: HealthStatus, checked_at: String) {
+        let mut inner = self.write();
+        if let Some(entry) = inner.agents.get_mut(&target.name).filter(|e| e.agent.url == target.url) {
+            if entry.health != health {
+                tracing::info!(agent = %target.name, from = ?entry.health, to = ?health, "health changed");
+            }
+            entry.health = health;
+            entry.last_health_check = Some(checked_at);
+        }
+    }
+
+    pub fn poll_targets(&self) -> Vec<PollTarget> {
+        self.read().agents.values().map(poll_target).collect()
+    }
+
+    pub fn poll_target(&self, name: &str) -> Option<PollTarget> {
+        self.read().agents.get(name).map(poll_target)
+    }
+
+    pub fn list(&self) -> Vec<AgentRecord> {
+        self.read().agents.values().map(record).collect()
+    }
+
+    pub fn get(&self, name: &str) -> Result<AgentRecord, RegistryError> {
+        self.read().agents.get(name).map(record).ok_or_else(|| RegistryError::AgentNotFound(name.to_owned()))
+    }
+
+    /// Every agent offering `capability`, in name order.
+    pub fn discover(&self, capability: &str) -> Result<Vec<AgentSummary>, RegistryError> {
+        let inner = self.read();
+        let names = inner
+            .capabilities
+            .get(capability)
+            .ok_or_else(|| RegistryError::CapabilityNotFound(capability.to_owned()))?;
+        Ok(names.iter().filter_map(|n| inner.agents.get(n)).map(summary).collect())
+    }
+
+    /// Round-robin among the healthy agents offering `capability`; only when none is healthy,
+    /// round-robin among all of them, and the answer says it is a fallback.
+    pub fn pick(&self, capability: &str) -> Result<AgentPick, RegistryError> {
+        let inner = self.read();
+        let names = inner
+            .capabilities
+            .get(capability)
+            .ok_or_else(|| RegistryError::CapabilityNotFound(capability.to_owned()))?;
+        let candidates: Vec<&Entry> = names.iter().filter_map(|n| inner.agents.get(n)).collect();
+        let healthy: Vec<&Entry> = candidates.iter().copied().filter(|e| e.health == HealthStatus::Healthy).collect();
+        let turn = self.cursor(capability).fetch_add(1, Ordering::Relaxed);
+        let fallback = healthy.is_empty();
+        let pool = if fallback { &candidates } else { &healthy };
+        // The index holds only capabilities with agents, so `pool` is never empty; stay total anyway.
+        let entry = *turn
+            .checked_rem(pool.len())
+            .and_then(|i| pool.get(i))
+            .ok_or_else(|| RegistryError::CapabilityNotFound(capability.to_owned()))?;
+        let warning = fallback.then(|| {
+            format!(
+                "no healthy agent offers {capability:?}; picked {:?} (health {}) from all {} registered",
+                entry.agent.name,
+                health_word(entry.health),
+                candidates.len()
+            )
+        });
+        Ok(AgentPick { status: Success::Success, capability: capability.to_owned(), agent: summary(entry), fallback, warning })
+    }
+
+    pub fn stats(&self) -> RegistryStats {
+        let inner = self.read();
+        let mut stats = RegistryStats { total_agents: inner.agents.len(), ..RegistryStats::default() };
+        for entry in inner.agents.values() {
+            match entry.health {
+                HealthStatus::Healthy => stats.healthy_agents += 1,
+                HealthStatus::Unhealthy => stats.unhealthy_agents += 1,
+                HealthStatus::Unreachable => stats.unreachable_agents += 1,
+                HealthStatus::Unknown => stats.unknown_agents += 1,
+            }
+        }
+        stats
+    }
+
+    fn cursor(&self, capability: &str) -> Arc<AtomicUsize> {
+        if let Some(cursor) = self.cursors.read().unwrap_or_else(|e| e.into_inner()).get(capability) {
+            return cursor.clone();
+        }
+        self.cursors.write().unwrap_or_else(|e| e.into_inner()).entry(capability.to_owned()).or_default().clone()
+    }
+
+    // A panic while holding the lock cannot leave the maps half-updated (every update is a
+    // single insert/remove followed by a rebuild), so a poisoned lock is still safe to use.
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn rebuild_index(inner: &mut Inner) {
+    let mut capabilities: HashMap<String, Vec<String>> = HashMap::new();
+    // BTreeMap iteration is in name order, so each list comes out sorted.
+    for entry in inner.agents.values() {
+        for capability in &entry.agent.capabilities {
+            capabilities.entry(capability.clone()).or_default().push(entry.agent.name.clone());
+        }
+    }
+    inner.capabilities = capabilities;
+}
+
+fn poll_target(entry: &Entry) -> PollTarget {
+    PollTarget { name: entry.agent.name.clone(), url: entry.agent.url.clone(), health_url: entry.agent.health_endpoint.clone() }
+}
+
+fn summary(entry: &Entry) -> AgentSummary {
+    AgentSummary { name: entry.agent.name.clone(), url: entry.agent.url.clone(), health_status: entry.health }
+}
+
+fn record(entry: &Entry) -> AgentRecord {
+    let agent = &entry.agent;
+    AgentRecord {
+        name: agent.name.clone(),
+        url: agent.url.clone(),
+        capabilities: agent.capabilities.clone(),
+        health_endpoint: agent.health_endpoint.clone(),
+        process_endpoint: agent.process_endpoint.clone(),
+        agent_card_url: agent.agent_card_url.clone(),
+        health_status: entry.health,
+        last_health_check: entry.last_health_check.clone(),
+        registered_at: agent.registered_at.clone(),
+        updated_at: agent.updated_at.clone(),
+    }
+}
+
+fn health_word(health: HealthStatus) -> &'static str {
+    match health {
+        HealthStatus::Unknown => "unknown",
+        HealthStatus::Healthy => "healthy",
+        HealthStatus::Unhealthy => "unhealthy",
+        HealthStatus::Unreachable => "unreachable",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(name: &str, capabilities: &[&str]) -> StoredAgent {
+        let url = format!("http://127.0.0.1/{name}");
+        StoredAgent {
+            name: name.into(),
+            url: url.clone(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            health_endpoint: format!("{url}/health"),
+            process_endpoint: format!("{url}/tasks/send"),
+            agent_card_url: format!("{url}/.well-known/agent-card.json"),
+            registered_at: "2026-01-01T00:00:00Z".into(),
+            updated_at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    fn set(directory: &Directory, name: &str, health: HealthStatus) {
+        let target = directory.poll_target(name).unwrap();
+        directory.set_health(&target, health, "2026-01-01T00:00:01Z".into());
+    }
+
+    fn picks(directory: &Directory, capability: &str, n: usize) -> Vec<String> {
+        (0..n).map(|_| directory.pick(capability).unwrap().agent.name).collect()
+    }
+
+    #[test]
+    fn rotates_through_every_healthy_agent_in_turn() {
+        let directory = Directory::new(vec![agent("c", &["search"]), agent("a", &["search"]), agent("b", &["search"])]);
+        for name in ["a", "b", "c"] {
+            set(&directory, name, HealthStatus::Healthy);
+        }
+        assert_eq!(picks(&directory, "search", 6), ["a", "b", "c", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn skips_unhealthy_agents_and_takes_them_back_when_they_recover() {
+        let directory = Directory::new(vec![agent("a", &["search"]), agent("b", &["search"]), agent("c", &["search"])]);
+        set(&directory, "a", HealthStatus::Healthy);
+        set(&directory, "b", HealthStatus::Unreachable);
+        set(&directory, "c", HealthStatus::Healthy);
+        let first = picks(&directory, "search", 4);
+        assert!(first.iter().all(|n| n != "b"), "{first:?}");
+        assert!(first.iter().any(|n| n == "a") && first.iter().any(|n| n == "c"));
+        assert!(!directory.pick("search").unwrap().fallback);
+        set(&directory, "b", HealthStatus::Healthy);
+        let mut later = picks(&directory, "search", 3);
+        later.sort();
+        assert_eq!(later, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn falls_back_to_any_agent_only_when_none_is_healthy_and_says_so() {
+        let directory = Directory::new(vec![agent("a", &["search"]), agent("b", &["search"])]);
+        set(&directory, "a", HealthStatus::Unhealthy);
+        let pick = directory.pick("search").unwrap();
+        assert!(pick.fallback);
+        assert!(pick.warning.as_deref().unwrap().contains("no healthy agent"), "{pick:?}");
+        assert_eq!(picks(&directory, "search", 2).len(), 2);
+        let mut seen = picks(&directory, "search", 2);
+        seen.sort();
+        assert_eq!(seen, ["a", "b"], "the fallback rotates too");
+    }
+
+    #[test]
+    fn unknown_capability_and_agent_are_errors() {
+        let directory = Directory::new(vec![agent("a", &["search"])]);
+        assert!(matches!(directory.discover("nope"), Err(RegistryError::CapabilityNotFound(_))));
+        assert!(matches!(directory.pick("nope"), Err(RegistryError::CapabilityNotFound(_))));
+        assert!(matches!(directory.get("nope"), Err(RegistryError::AgentNotFound(_))));
+        assert!(directory.remove("a"));
+        assert!(matches!(directory.discover("search"), Err(RegistryError::CapabilityNotFound(_))));
+    }
+
+    #[test]
+    fn re_registration_keeps_health_unless_the_url_changes() {
+        let directory = Directory::new(vec![agent("a", &["search"])]);
+        set(&directory, "a", HealthStatus::Healthy);
+        assert!(!directory.upsert(agent("a", &["search", "rank"])));
+        assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Healthy);
+        assert_eq!(directory.discover("rank").unwrap().len(), 1);
+        let mut moved = agent("a", &["search"]);
+        moved.url = "http://127.0.0.1/elsewhere".into();
+        directory.upsert(moved);
+        assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Unknown);
+        assert!(matches!(directory.discover("rank"), Err(RegistryError::CapabilityNotFound(_))));
+    }
+
+    #[test]
+    fn a_stale_poll_result_is_ignored() {
+        let directory = Directory::new(vec![agent("a", &["search"])]);
+        let stale = directory.poll_target("a").unwrap();
+        let mut moved = agent("a", &["search"]);
+        moved.url = "http://127.0.0.1/elsewhere".into();
+        directory.upsert(moved);
+        directory.set_health(&stale, HealthStatus::Healthy, "t".into());
+        assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Unknown);
+    }
+
+    #[test]
+    fn stats_count_each_state() {
+        let directory = Directory::new(vec![agent("a", &["x"]), agent("b", &["x"]), agent("c", &["x"]), agent("d", &["x"])]);
+        set(&directory, "a", HealthStatus::Healthy);
+        set(&directory, "b", HealthStatus::Unhealthy);
+        set(&directory, "c", HealthStatus::Unreachable);
+        assert_eq!(
+            directory.stats(),
+            RegistryStats { total_agents: 4, healthy_agents: 1, unhealthy_agents: 1, unreachable_agents: 1, unknown_agents: 1 }
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! Turning a `POST /register` body into a stored agent: validation, endpoint resolution and the
+//! optional card check.
+
+use std::time::Duration;
+
+use mesh_client::HttpClient;
+use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::registry::{AGENT_CARD_PATH, Registration};
+use url::Url;
+
+use crate::error::RegistryError;
+use crate::store::StoredAgent;
+
+/// Longest accepted agent name, in characters.
+pub const AGENT_NAME_CHARS_MAX: usize = 128;
+/// Longest accepted capability name, in characters.
+pub const CAPABILITY_CHARS_MAX: usize = 64;
+/// Most capabilities one agent may declare.
+pub const CAPABILITIES_MAX: usize = 64;
+
+/// Checks a registration and resolves its endpoints against its URL; `now` stamps it.
+pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, RegistryError> {
+    let invalid = |m: String| RegistryError::InvalidRegistration(m);
+    let name = registration.name.trim();
+    if name.is_empty() || name.chars().count() > AGENT_NAME_CHARS_MAX || name.chars().any(char::is_control) {
+        return Err(invalid(format!("name must be 1 to {AGENT_NAME_CHARS_MAX} printable characters")));
+    }
+    if registration.capabilities.len() > CAPABILITIES_MAX {
+        return Err(invalid(format!("at most {CAPABILITIES_MAX} capabilities may be declared")));
+    }
+    if let Some(bad) = registration.capabilities.iter().find(|c| !is_capability_name(c)) {
+        return Err(invalid(format!(
+            "capability {bad:?} must be 1 to {CAPABILITY_CHARS_MAX} characters of letters, digits, '_', '-', '.' or ':'"
+        )));
+    }
+    let mut base = http_url(&registration.url).map_err(|e| invalid(format!("url {:?}: {e}", registration.url)))?;
+    if !base.path().ends_with('/') {
+        // Endpoint paths are relative to the agent's URL, path prefix included.
+        let path = format!("{}/", base.path());
+        base.set_path(&path);
+    }
+    let resolve = |field: &str, value: &str| {
+        base.join(value.trim_start_matches('/'))
+            .map_err(|e| e.to_string())
+            .and_then(|u| http_url(u.as_str()))
+            .map(String::from)
+            .map_err(|e| invalid(format!("{field} {value:?}: {e}")))
+    };
+    let card_url = registration.agent_card_url.clone().unwrap_or_else(|| AGENT_CARD_PATH.to_owned());
+    let mut capabilities = registration.capabilities.clone();
+    capabilities.sort();
+    capabilities.dedup();
+    Ok(StoredAgent {
+        name: name.to_owned(),
+        url: registration.url.trim_end_matches('/').to_owned(),
+        capabilities,
+        health_endpoint: resolve("health_endpoint", &registration.health_endpoint)?,
+        process_endpoint: resolve("process_endpoint", &registration.process_endpoint)?,
+        agent_card_url: resolve("agent_card_url", &card_url)?,
+        registered_at: now.to_owned(),
+        updated_at: now.to_owned(),
+    })
+}
+
+/// Fetches the agent's card and checks it names the registering agent, so nobody registers an
+/// agent that is not there or registers under another agent's name.
+pub async fn verify_card(http: &HttpClient, agent: &StoredAgent, timeout: Duration) -> Result<(), RegistryError> {
+    let url = &agent.agent_card_url;
+    let card: serde_json::Value = http.get_json(url, timeout).await.map_err(|e| match e {
+        mesh_client::ClientError::Decode { reason, .. } => RegistryError::CardInvalid { url: url.clone(), reason },
+        other => RegistryError::CardUnreachable { url: url.clone(), reason: other.to_string() },
+    })?;
+    let card: AgentCard = serde_json::from_value(card)
+        .map_err(|e| RegistryError::CardInvalid { url: url.clone(), reason: e.to_string() })?;
+    if card.name != agent.name {
+        return Err(RegistryError::CardMismatch { url: url.clone(), expected: agent.name.clone(), found: card.name });
+    }
+    Ok(())
+}
+
+fn is_capability_name(capability: &str) -> bool {
+    (1..=CAPABILITY_CHARS_MAX).contains(&capability.chars().count())
+        && capability.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+}
+
+fn http_url(value: &str) -> Result<Url, String> {
+    let url = Url::parse(value).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("must be an absolute http(s) URL".into());
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration(url: &str) -> Registration {
+        Registration {
+            name: "search_agent".into(),
+            url: url.into(),
+            capabilities: vec!["search".into(), "search".into(), "rank".into()],
+            health_endpoint: "/health".into(),
+            process_endpoint: "tasks/send".into(),
+            agent_card_url: None,
+        }
+    }
+
+    #[test]
+    fn resolves_relative_endpoints_and_dedups_capabilities() {
+        let agent = validate(&registration("http://127.0.0.1:8002/"), "now").unwrap();
+        assert_eq!(agent.url, "http://127.0.0.1:8002");
+        assert_eq!(agent.capabilities, ["rank", "search"]);
+        assert_eq!(agent.health_endpoint, "http://127.0.0.1:8002/health");
+        assert_eq!(agent.process_endpoint, "http://127.0.0.1:8002/tasks/send");
+        assert_eq!(agent.agent_card_url, "http://127.0.0.1:8002/.well-known/agent-card.json");
+    }
+
+    #[test]
+    fn keeps_a_path_prefix_for_relative_endpoints_and_accepts_absolute_ones() {
+        let mut reg = registration("http://mesh.local/agents/search");
+        reg.health_endpoint = "http://probe.local:9000/healthz".into();
+        let agent = validate(&reg, "now").unwrap();
+        assert_eq!(agent.process_endpoint, "http://mesh.local/agents/search/tasks/send");
+        assert_eq!(agent.health_endpoint, "http://probe.local:9000/healthz");
+    }
+
+    #[test]
+    fn rejects_bad_names_urls_and_capabilities() {
+        for (mutate, expected) in [
+            (Box::new(|r: &mut Registration| r.name = " ".into()) as Box<dyn Fn(&mut Registration)>, "name"),
+            (Box::new(|r: &mut Registration| r.name = "x".repeat(129)), "name"),
+            (Box::new(|r: &mut Registration| r.url = "localhost:8002".into()), "url"),
+            (Box::new(|r: &mut Registration| r.url = "ftp://h/".into()), "url"),
+            (Box::new(|r: &mut Registration| r.capabilities = vec!["has space".into()]), "capability"),
+            (Box::new(|r: &mut Registration| r.capabilities = vec![String::new()]), "capability"),
+            (Box::new(|r: &mut Registration| r.health_endpoint = "ftp://h/x".into()), "health_endpoint"),
+        ] {
+            let mut reg = registration("http://127.0.0.1:8002");
+            mutate(&mut reg);
+            let err = validate(&reg, "now").unwrap_err();
+            assert!(matches!(err, RegistryError::InvalidRegistration(_)), "{err}");
+            assert!(err.to_string().contains(expected), "{err} should mention {expected}");
+        }
+    }
+
+    #[test]
+    fn names_may_hold_spaces_and_unicode() {
+        let mut reg = registration("http://127.0.0.1:8002");
+        reg.name = "Échoes Agent ✓".into();
+        assert_eq!(validate(&reg, "now").unwrap().name, "Échoes Agent ✓");
+    }
+}

@@ -1,0 +1,162 @@
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use mesh_client::{ClientError, HttpClient, RegistryClient};
+use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROCESS_PATH, Registration};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+
+use crate::agent::{AgentHandler, agent_router};
+use crate::card::CardDocument;
+use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, serve, with_common_layers};
+use crate::metrics::ServiceMetrics;
+use crate::registration::{deregister, register_until_accepted};
+
+/// How an agent serves and where it registers; every agent binary embeds these keys in its config.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    pub host: String,
+    pub port: u16,
+    /// URL other agents reach this one at; derived from host and the bound port when absent.
+    pub public_url: Option<String>,
+    /// Registry to register with; no registration when absent.
+    pub registry_url: Option<String>,
+    /// Name to register and serve in the card, for replicas of one agent; the card's name when absent.
+    pub name: Option<String>,
+    pub request_timeout_ms: u64,
+    pub body_limit_bytes: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: 0,
+            public_url: None,
+            registry_url: None,
+            name: None,
+            request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
+            body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KitError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("invalid agent card: {0}")]
+    Card(#[from] serde_json::Error),
+    #[error("invalid registry URL: {0}")]
+    Registry(#[from] ClientError),
+    #[error("server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A bound, ready-to-run agent.
+#[derive(Debug)]
+pub struct AgentApp {
+    listener: TcpListener,
+    router: axum::Router,
+    url: String,
+    registration: Option<(RegistryClient, Registration)>,
+}
+
+impl AgentApp {
+    /// Binds the listener and builds the routes; nothing is served until [`Self::run_until_stopped`].
+    pub async fn build<H: AgentHandler>(
+        config: &AgentConfig,
+        mut card: AgentCard,
+        handler: H,
+        http: HttpClient,
+    ) -> Result<Self, KitError> {
+        let addr = format!("{}:{}", config.host, config.port);
+        let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
+        let local = listener.local_addr().map_err(KitError::Serve)?;
+        let url = config.public_url.clone().unwrap_or_else(|| reachable_url(local)).trim_end_matches('/').to_owned();
+        if let Some(name) = &config.name {
+            card.name = name.clone();
+        }
+        card.url = Some(format!("{url}/"));
+        let registration = match &config.registry_url {
+            Some(registry_url) => Some((RegistryClient::new(registry_url, http)?, registration_for(&card, &url))),
+            None => None,
+        };
+        let metrics = ServiceMetrics::new(card.name.clone());
+        let limits = HttpLimits {
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            body_limit_bytes: config.body_limit_bytes,
+        };
+        let router = with_common_layers(agent_router(CardDocument::new(card)?, handler, metrics), limits);
+        Ok(Self { listener, router, url, registration })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+    }
+
+    /// Base URL the agent is reachable at.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Serves until `shutdown` resolves. Registration runs beside serving, so an agent answers
+    /// even while the registry is down; on shutdown the agent deregisters itself.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), KitError> {
+        let registering = self.registration.clone().map(|(registry, registration)| {
+            tokio::spawn(async move {
+                if let Err(error) = register_until_accepted(&registry, &registration).await {
+                    tracing::error!(agent = %registration.name, %error, "the registry refused this agent");
+                }
+            })
+        });
+        let served = serve(self.listener, self.router, shutdown).await;
+        if let Some(task) = registering {
+            task.abort();
+        }
+        if let Some((registry, registration)) = &self.registration {
+            deregister(registry, &registration.name).await;
+        }
+        served.map_err(KitError::Serve)
+    }
+}
+
+/// The registration an agent sends: its card's name, and its skill ids as capabilities.
+fn registration_for(card: &AgentCard, url: &str) -> Registration {
+    Registration {
+        name: card.name.clone(),
+        url: url.to_owned(),
+        capabilities: card.skills.iter().map(|s| s.id.clone()).collect(),
+        health_endpoint: DEFAULT_HEALTH_PATH.to_owned(),
+        process_endpoint: DEFAULT_PROCESS_PATH.to_owned(),
+        agent_card_url: Some(format!("{url}{AGENT_CARD_PATH}")),
+    }
+}
+
+/// A wildcard bind address is not a destination; advertise loopback instead.
+fn reachable_url(local: SocketAddr) -> String {
+    let ip = local.ip();
+    let host = if ip.is_unspecified() {
+        if ip.is_ipv4() { "127.0.0.1".to_owned() } else { "[::1]".to_owned() }
+    } else if ip.is_ipv6() {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    format!("http://{host}:{}", local.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_addresses_are_advertised_as_loopback() {
+        assert_eq!(reachable_url("0.0.0.0:8002".parse().unwrap()), "http://127.0.0.1:8002");
+        assert_eq!(reachable_url("[::]:8002".parse().unwrap()), "http://[::1]:8002");
+        assert_eq!(reachable_url("10.1.2.3:80".parse().unwrap()), "http://10.1.2.3:80");
+    }
+}

@@ -1,0 +1,50 @@
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use mesh_protocol::a2a::v1::AgentCard;
+
+/// How long clients may cache the card; it only changes when the agent restarts with a new one.
+const CARD_MAX_AGE_S: u64 = 300;
+
+/// An agent card rendered once at start, with the validator clients use to revalidate it.
+#[derive(Debug, Clone)]
+pub struct CardDocument {
+    card: AgentCard,
+    json: Bytes,
+    etag: HeaderValue,
+}
+
+impl CardDocument {
+    pub fn new(card: AgentCard) -> Result<Self, serde_json::Error> {
+        let json = Bytes::from(serde_json::to_vec(&card)?);
+        let mut hasher = DefaultHasher::new();
+        json.hash(&mut hasher);
+        let etag = HeaderValue::try_from(format!("\"{:016x}\"", hasher.finish()))
+            .expect("a quoted hex string is a valid header value");
+        Ok(Self { card, json, etag })
+    }
+
+    pub fn card(&self) -> &AgentCard {
+        &self.card
+    }
+
+    /// The card, or 304 when the client already holds this version (`If-None-Match`).
+    pub fn respond(&self, request_headers: &HeaderMap) -> Response {
+        let cache_control = HeaderValue::from_str(&format!("public, max-age={CARD_MAX_AGE_S}"))
+            .expect("a numeric max-age is a valid header value");
+        let fresh = request_headers
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|tag| tag.trim() == "*" || tag.trim() == self.etag);
+        let headers = [(header::ETAG, self.etag.clone()), (header::CACHE_CONTROL, cache_control)];
+        if fresh {
+            return (StatusCode::NOT_MODIFIED, headers).into_response();
+        }
+        let content_type = [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))];
+        (headers, content_type, self.json.clone()).into_response()
+    }
+}

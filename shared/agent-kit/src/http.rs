@@ -1,0 +1,172 @@
+//! What every mesh HTTP server shares: JSON errors for every failure (malformed or oversize
+//! bodies, wrong content type, unknown routes, panics, timeouts), request ids, limits, and
+//! serving with graceful shutdown on a listener the caller bound (so tests bind port 0).
+
+use std::any::Any;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::error::ErrorResponse;
+use crate::metrics::ServiceMetrics;
+pub use crate::metrics::track as track_requests;
+
+/// Default time a request may take before the server answers 504 itself.
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default largest accepted request body.
+pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1024 * 1024;
+
+/// Header carrying the request id, set when the caller did not send one, echoed on the answer.
+pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Limits applied to every request of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    pub request_timeout: Duration,
+    pub body_limit_bytes: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
+            body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// `axum::Json`, but every rejection answers with the mesh error body and the fitting status:
+/// 400 malformed JSON, 415 missing JSON content type, 413 oversize body, 422 wrong shape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ErrorResponse;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(Self(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ErrorResponse {
+    let code = match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => "REQUEST_BODY_TOO_LARGE",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "REQUEST_UNSUPPORTED_MEDIA_TYPE",
+        StatusCode::UNPROCESSABLE_ENTITY => "REQUEST_INVALID_BODY",
+        _ => "REQUEST_MALFORMED_JSON",
+    };
+    ErrorResponse::new(rejection.status(), code, rejection.body_text())
+}
+
+/// Adds the shared behaviour to a server's routes: JSON 404/405 fallbacks, the body limit, a
+/// request timeout answering 504 with a body, panics turned into 500 with a body, request ids
+/// and request tracing.
+pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
+    router
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+                .layer(TraceLayer::new_for_http())
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
+                .layer(CatchPanicLayer::custom(panic_response))
+                .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
+                .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
+        )
+}
+
+/// `GET /health` answering the counters of `metrics`.
+pub fn health_route(metrics: Arc<ServiceMetrics>) -> Router {
+    Router::new().route("/health", get(|State(m): State<Arc<ServiceMetrics>>| async move { Json(m.report()) })).with_state(metrics)
+}
+
+async fn route_not_found(request: Request) -> ErrorResponse {
+    ErrorResponse::new(StatusCode::NOT_FOUND, "ROUTE_NOT_FOUND", format!("no route for {} {}", request.method(), request.uri().path()))
+}
+
+async fn method_not_allowed(request: Request) -> ErrorResponse {
+    ErrorResponse::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        format!("{} is not allowed on {}", request.method(), request.uri().path()),
+    )
+}
+
+async fn enforce_timeout(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ErrorResponse::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "REQUEST_TIMEOUT",
+            format!("the request did not complete within {} ms", timeout.as_millis()),
+        )
+        .into_response(),
+    }
+}
+
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let detail = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "request handler panicked");
+    ErrorResponse::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", "the server failed while handling the request")
+        .into_response()
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
+/// Resolves on Ctrl-C or SIGTERM, the signals an operator or an orchestrator sends.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown signal received; finishing in-flight requests");
+}

@@ -1,0 +1,22 @@
+//! Builds the HTTP surface of any mesh agent from its card and its handler.
+//!
+//! [`AgentApp::build`] binds the listener (port 0 works, for tests), serves `POST /tasks/send`,
+//! `GET /.well-known/agent-card.json`, `GET /agent.json` and `GET /health`, registers the agent
+//! with the registry in the background and deregisters it on shutdown. [`http`] holds the pieces
+//! every mesh server shares (JSON errors for every failure, request ids, limits, graceful
+//! shutdown), which the registry uses too.
+
+mod agent;
+mod app;
+mod card;
+mod error;
+pub mod http;
+mod metrics;
+mod registration;
+
+pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router};
+pub use app::{AgentApp, AgentConfig, KitError};
+pub use card::CardDocument;
+pub use error::{AgentError, ErrorResponse};
+pub use metrics::{HealthReport, ServiceMetrics};
+pub use registration::{deregister, register_until_accepted};

@@ -1,0 +1,84 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+
+/// Counters an operator reads from `/health`.
+#[derive(Debug)]
+pub struct ServiceMetrics {
+    name: String,
+    started: Instant,
+    in_flight: AtomicU64,
+    served: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Body of `GET /health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthReport {
+    pub status: String,
+    pub service: String,
+    pub metrics: HealthMetrics,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthMetrics {
+    pub uptime_s: u64,
+    /// Requests being processed right now.
+    pub in_flight: u64,
+    /// Requests answered since start.
+    pub served: u64,
+    /// Of those, the ones answered with a 4xx or 5xx status.
+    pub errors: u64,
+}
+
+impl ServiceMetrics {
+    pub fn new(name: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            started: Instant::now(),
+            in_flight: AtomicU64::new(0),
+            served: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        })
+    }
+
+    pub fn report(&self) -> HealthReport {
+        HealthReport {
+            status: "healthy".into(),
+            service: self.name.clone(),
+            metrics: HealthMetrics {
+                uptime_s: self.started.elapsed().as_secs(),
+                in_flight: self.in_flight.load(Ordering::Relaxed),
+                served: self.served.load(Ordering::Relaxed),
+                errors: self.errors.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+/// Decrements `in_flight` even when the request future is dropped (client gone, timeout).
+struct InFlight<'a>(&'a ServiceMetrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Middleware counting the requests of the routes it wraps.
+pub async fn track(State(metrics): State<Arc<ServiceMetrics>>, request: Request, next: Next) -> Response {
+    metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    let guard = InFlight(&metrics);
+    let response = next.run(request).await;
+    drop(guard);
+    metrics.served.fetch_add(1, Ordering::Relaxed);
+    if response.status().is_client_error() || response.status().is_server_error() {
+        metrics.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    response
+}

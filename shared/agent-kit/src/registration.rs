@@ -1,0 +1,47 @@
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use mesh_client::{ClientError, RegistryClient};
+use mesh_protocol::registry::Registration;
+
+/// First wait after a failed registration attempt.
+const REGISTER_RETRY_DELAY_MIN_MS: u64 = 200;
+/// Longest wait between attempts while the registry is down.
+const REGISTER_RETRY_DELAY_MAX_MS: u64 = 10_000;
+
+/// Registers with the registry, retrying with exponential backoff and jitter while it is
+/// unreachable or failing (5xx), for as long as it takes. A refusal (4xx: the registration itself
+/// is wrong) is final and returned, since retrying cannot change it.
+pub async fn register_until_accepted(registry: &RegistryClient, registration: &Registration) -> Result<(), ClientError> {
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(REGISTER_RETRY_DELAY_MIN_MS))
+        .with_max_delay(Duration::from_millis(REGISTER_RETRY_DELAY_MAX_MS))
+        .with_jitter()
+        .without_max_times();
+    (|| registry.register(registration))
+        .retry(backoff)
+        .when(is_transient)
+        .notify(|error, wait| {
+            tracing::warn!(agent = %registration.name, registry = registry.base_url(), %error, retry_in_ms = wait.as_millis(), "registration failed; retrying");
+        })
+        .await?;
+    tracing::info!(agent = %registration.name, registry = registry.base_url(), "registered");
+    Ok(())
+}
+
+/// Removes the agent from the registry, once, within the client's timeout; an agent already
+/// gone counts as success.
+pub async fn deregister(registry: &RegistryClient, name: &str) {
+    match registry.deregister(name).await {
+        Ok(_) | Err(ClientError::Status { status: 404, .. }) => tracing::info!(agent = name, "deregistered"),
+        Err(error) => tracing::warn!(agent = name, %error, "deregistration failed"),
+    }
+}
+
+fn is_transient(error: &ClientError) -> bool {
+    match error {
+        ClientError::Transport { .. } | ClientError::Decode { .. } => true,
+        ClientError::Status { status, .. } => *status >= 500 || *status == 429,
+        ClientError::InvalidUrl { .. } => false,
+    }
+}

@@ -1,0 +1,93 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, header};
+use mesh_protocol::error::ErrorBody;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::transport::{ReqwestTransport, Transport, TransportError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("{url}: {source}")]
+    Transport { url: String, source: TransportError },
+    #[error("{url} answered {status}{}", .body.as_ref().map(|b| format!(": {} {}", b.error_code, b.error_message)).unwrap_or_default())]
+    Status { url: String, status: u16, body: Option<ErrorBody> },
+    #[error("{url}: unexpected response body: {reason}")]
+    Decode { url: String, reason: String },
+}
+
+impl ClientError {
+    /// True when the request ran out of time (as opposed to failing).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Transport { source: TransportError::Timeout { .. }, .. })
+    }
+}
+
+/// The process-wide HTTP client: cheap to clone, one connection pool behind it.
+#[derive(Debug, Clone)]
+pub struct HttpClient {
+    transport: Arc<dyn Transport>,
+}
+
+impl HttpClient {
+    pub fn new(transport: Arc<dyn Transport>) -> Self {
+        Self { transport }
+    }
+
+    /// A client on the production `reqwest` transport.
+    pub fn with_reqwest() -> Result<Self, TransportError> {
+        Ok(Self::new(Arc::new(ReqwestTransport::new()?)))
+    }
+
+    /// Sends a request and returns the response whatever its status.
+    pub async fn send(&self, request: Request<Bytes>, timeout: Duration) -> Result<Response<Bytes>, ClientError> {
+        let url = request.uri().to_string();
+        self.transport.send(request, timeout).await.map_err(|source| ClientError::Transport { url, source })
+    }
+
+    /// `GET url`, expecting a 2xx JSON body.
+    pub async fn get_json<T: DeserializeOwned>(&self, url: &str, timeout: Duration) -> Result<T, ClientError> {
+        self.call_json::<(), T>(Method::GET, url, None, timeout).await
+    }
+
+    /// Sends `body` (if any) as JSON and decodes a 2xx JSON answer; a non-2xx answer becomes
+    /// [`ClientError::Status`] carrying the mesh error body when the server sent one.
+    pub async fn call_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> Result<T, ClientError> {
+        let mut builder = Request::builder().method(method).uri(url).header(header::ACCEPT, "application/json");
+        let payload = match body {
+            Some(body) => {
+                builder = builder.header(header::CONTENT_TYPE, "application/json");
+                Bytes::from(serde_json::to_vec(body).map_err(|e| ClientError::Decode {
+                    url: url.to_owned(),
+                    reason: format!("cannot encode the request: {e}"),
+                })?)
+            }
+            None => Bytes::new(),
+        };
+        let request = builder
+            .body(payload)
+            .map_err(|e| ClientError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })?;
+        let response = self.send(request, timeout).await?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(ClientError::Status {
+                url: url.to_owned(),
+                status: status.as_u16(),
+                body: serde_json::from_slice(response.body()).ok(),
+            });
+        }
+        serde_json::from_slice(response.body())
+            .map_err(|e| ClientError::Decode { url: url.to_owned(), reason: e.to_string() })
+    }
+}

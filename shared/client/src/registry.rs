@@ -1,0 +1,95 @@
+use std::time::Duration;
+
+use http::Method;
+use mesh_protocol::registry::{
+    AgentList, AgentPick, AgentRecord, CapabilityAgents, Registration, RegistryStats, StatusMessage,
+};
+use serde::de::DeserializeOwned;
+use url::Url;
+
+use crate::http_client::{ClientError, HttpClient};
+
+/// Time allowed for one call to the registry; lookups are in-memory there, so this is generous.
+pub const REGISTRY_CALL_TIMEOUT_MS: u64 = 5_000;
+
+/// Typed calls to the registry's HTTP API.
+#[derive(Debug, Clone)]
+pub struct RegistryClient {
+    base: Url,
+    http: HttpClient,
+    timeout: Duration,
+}
+
+impl RegistryClient {
+    pub fn new(base_url: &str, http: HttpClient) -> Result<Self, ClientError> {
+        let base = Url::parse(base_url)
+            .map_err(|e| ClientError::InvalidUrl { url: base_url.to_owned(), reason: e.to_string() })?;
+        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
+            return Err(ClientError::InvalidUrl { url: base_url.to_owned(), reason: "not an http(s) base URL".into() });
+        }
+        Ok(Self { base, http, timeout: Duration::from_millis(REGISTRY_CALL_TIMEOUT_MS) })
+    }
+
+    pub fn base_url(&self) -> &str {
+        self.base.as_str()
+    }
+
+    pub async fn register(&self, registration: &Registration) -> Result<StatusMessage, ClientError> {
+        let url = self.url(&["register"]);
+        self.http.call_json(Method::POST, &url, Some(registration), self.timeout).await
+    }
+
+    pub async fn deregister(&self, name: &str) -> Result<StatusMessage, ClientError> {
+        let url = self.url(&["agents", name]);
+        self.http.call_json::<(), _>(Method::DELETE, &url, None, self.timeout).await
+    }
+
+    pub async fn agents(&self) -> Result<AgentList, ClientError> {
+        self.get(&["agents"]).await
+    }
+
+    pub async fn agent(&self, name: &str) -> Result<AgentRecord, ClientError> {
+        self.get(&["agents", name]).await
+    }
+
+    /// Every agent registered with `capability`, with its health.
+    pub async fn discover(&self, capability: &str) -> Result<CapabilityAgents, ClientError> {
+        self.get(&["capabilities", capability]).await
+    }
+
+    /// One agent for `capability`, round-robin among the healthy ones.
+    pub async fn pick(&self, capability: &str) -> Result<AgentPick, ClientError> {
+        self.get(&["capabilities", capability, "next"]).await
+    }
+
+    pub async fn stats(&self) -> Result<RegistryStats, ClientError> {
+        self.get(&["stats"]).await
+    }
+
+    async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, ClientError> {
+        self.http.get_json(&self.url(segments), self.timeout).await
+    }
+
+    /// Appends percent-encoded path segments, so names with `/` or spaces cannot change the route.
+    fn url(&self, segments: &[&str]) -> String {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_encoded_and_base_paths_kept() {
+        let http = HttpClient::with_reqwest().unwrap();
+        let client = RegistryClient::new("http://127.0.0.1:8000/mesh/", http.clone()).unwrap();
+        assert_eq!(client.url(&["agents", "a b/c"]), "http://127.0.0.1:8000/mesh/agents/a%20b%2Fc");
+        assert!(RegistryClient::new("not a url", http.clone()).is_err());
+        assert!(RegistryClient::new("ftp://x", http).is_err());
+    }
+}

@@ -1,0 +1,13 @@
+//! Wire types of the mesh, free of I/O so every crate (and every test) can share them.
+//!
+//! - [`seed`]: the task format of `POST /tasks/send` (seed 002) and its response envelope (seed 003).
+//! - [`a2a`]: the A2A 1.0 data model and its 0.3 spelling.
+//! - [`jsonrpc`]: the JSON-RPC 2.0 envelope and the A2A error codes.
+//! - [`registry`]: the registry's own small JSON API (A2A defines no registry standard).
+//! - [`error`]: the JSON body every mesh HTTP error answers with.
+
+pub mod a2a;
+pub mod error;
+pub mod jsonrpc;
+pub mod registry;
+pub mod seed;

@@ -1,0 +1,203 @@
+//! The task format of seed 002 (`POST /tasks/send`) and the response envelope of seed 003.
+//!
+//! Request: `{"id":"task_uuid","messages":[{"role":"user","parts":[{"type":"text","text":".."},{"type":"data","data":{..}}]}]}`.
+//! Response: the same id, an outcome (`SUCCESS` or `PARTIAL` with warnings), the agent's reply
+//! message and metadata. Failures answer with [`crate::error::ErrorBody`] instead.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Agent,
+    /// Accepted as a synonym of `agent`, the spelling chat-completion style callers use.
+    Assistant,
+    System,
+}
+
+/// One piece of a message: free text or a JSON value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Part {
+    Text { text: String },
+    Data { data: Value },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub parts: Vec<Part>,
+}
+
+/// Body of `POST /tasks/send`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRequest {
+    /// Caller-chosen task id; the agent assigns a UUID when it is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub messages: Vec<Message>,
+}
+
+/// Why a [`TaskRequest`] cannot be processed, found before any work starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskShapeError {
+    NoMessages,
+    NoUserMessage,
+    EmptyUserMessage,
+}
+
+impl std::fmt::Display for TaskShapeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::NoMessages => "the task has no messages",
+            Self::NoUserMessage => "the task has no message with role \"user\"",
+            Self::EmptyUserMessage => "the last user message has no parts",
+        })
+    }
+}
+
+impl std::error::Error for TaskShapeError {}
+
+impl TaskRequest {
+    /// A single-message task holding `text`, plus a data part when `data` is given.
+    pub fn from_text(id: Option<String>, text: impl Into<String>, data: Option<Value>) -> Self {
+        let mut parts = vec![Part::Text { text: text.into() }];
+        parts.extend(data.map(|data| Part::Data { data }));
+        Self { id, messages: vec![Message { role: Role::User, parts }] }
+    }
+
+    /// The message the agent must answer: the last one written by the user.
+    pub fn last_user_message(&self) -> Result<&Message, TaskShapeError> {
+        if self.messages.is_empty() {
+            return Err(TaskShapeError::NoMessages);
+        }
+        let message = self
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .ok_or(TaskShapeError::NoUserMessage)?;
+        if message.parts.is_empty() {
+            return Err(TaskShapeError::EmptyUserMessage);
+        }
+        Ok(message)
+    }
+}
+
+impl Message {
+    /// The text parts joined by newlines (the query, for agents that take one).
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                Part::Data { .. } => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+
+    /// The data parts that are JSON objects, merged left to right (later keys win).
+    pub fn data(&self) -> Map<String, Value> {
+        let mut merged = Map::new();
+        for part in &self.parts {
+            if let Part::Data { data: Value::Object(fields) } = part {
+                merged.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        merged
+    }
+}
+
+/// Outcome of a request that produced an answer (seed 003); failures use [`crate::error::ErrorBody`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ResponseStatus {
+    Success,
+    /// Answered with limitations, listed in `warnings`.
+    Partial,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseMetadata {
+    /// Name of the agent that answered.
+    pub agent: String,
+    pub processing_time_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// Answer of `POST /tasks/send`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskResponse {
+    pub id: String,
+    pub status: ResponseStatus,
+    /// The agent's reply, one message with role `agent`.
+    pub messages: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    pub metadata: ResponseMetadata,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_the_seed_example_and_extracts_text_and_data() {
+        let task: TaskRequest = serde_json::from_value(json!({
+            "id": "task_uuid",
+            "messages": [{"role": "user", "parts": [
+                {"type": "text", "text": "User query or instruction"},
+                {"type": "data", "data": {"key": "value", "additional_context": {}}}
+            ]}]
+        }))
+        .unwrap();
+        assert_eq!(task.id.as_deref(), Some("task_uuid"));
+        let message = task.last_user_message().unwrap();
+        assert_eq!(message.text(), "User query or instruction");
+        assert_eq!(message.data().get("key"), Some(&json!("value")));
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let task = TaskRequest::from_text(Some("t1".into()), "robots", Some(json!({"top_k": 5})));
+        let back: TaskRequest = serde_json::from_str(&serde_json::to_string(&task).unwrap()).unwrap();
+        assert_eq!(back, task);
+    }
+
+    #[test]
+    fn later_data_keys_win_and_non_objects_are_ignored() {
+        let message = Message {
+            role: Role::User,
+            parts: vec![
+                Part::Data { data: json!({"a": 1, "b": 1}) },
+                Part::Data { data: json!([1, 2]) },
+                Part::Data { data: json!({"b": 2}) },
+            ],
+        };
+        assert_eq!(Value::Object(message.data()), json!({"a": 1, "b": 2}));
+        assert_eq!(message.text(), "");
+    }
+
+    #[test]
+    fn rejects_tasks_without_a_usable_user_message() {
+        let empty = TaskRequest { id: None, messages: vec![] };
+        assert_eq!(empty.last_user_message(), Err(TaskShapeError::NoMessages));
+        let agent_only = TaskRequest { id: None, messages: vec![Message { role: Role::Agent, parts: vec![] }] };
+        assert_eq!(agent_only.last_user_message(), Err(TaskShapeError::NoUserMessage));
+        let no_parts = TaskRequest { id: None, messages: vec![Message { role: Role::User, parts: vec![] }] };
+        assert_eq!(no_parts.last_user_message(), Err(TaskShapeError::EmptyUserMessage));
+    }
+
+    #[test]
+    fn unknown_part_type_is_a_deserialization_error() {
+        let err = serde_json::from_value::<Part>(json!({"type": "video", "url": "x"})).unwrap_err();
+        assert!(err.to_string().contains("unknown variant"), "{err}");
+    }
+}

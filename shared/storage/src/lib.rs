@@ -1,0 +1,144 @@
+//! Durable storage for the mesh: one `sqlx` pool chosen by URL, so the same code and the same
+//! migrations run on an embedded SQLite file (the default) and on PostgreSQL (for replicas).
+//!
+//! SQL written against [`Database`] must stay portable between the two: `$1` placeholders (SQLite
+//! accepts them too), `TEXT`/`BIGINT` columns, UUIDs and timestamps stored as `TEXT`.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::SqliteConnectOptions;
+pub use sqlx::{AnyPool, Row};
+
+/// Connections kept per process; the mesh's writes are rare and short.
+const POOL_CONNECTIONS_MAX: u32 = 8;
+/// Time a caller waits for a free connection before the store reports itself unavailable.
+const POOL_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("unsupported database URL {0:?}: expected sqlite://PATH or postgres://...")]
+    UnsupportedUrl(String),
+    #[error("cannot create the directory of the SQLite file {path}: {source}")]
+    CreateDir { path: String, source: std::io::Error },
+    #[error("cannot open the database: {0}")]
+    Connect(#[source] sqlx::Error),
+    #[error("cannot apply migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database error: {0}")]
+    Query(#[from] sqlx::Error),
+}
+
+/// Which engine a [`Database`] runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres)
+        } else {
+            Err(StorageError::UnsupportedUrl(url.to_owned()))
+        }
+    }
+}
+
+/// An open, migrated database.
+#[derive(Debug, Clone)]
+pub struct Database {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Database {
+    /// Opens `url` (creating a missing SQLite file and its directory) and applies `migrations`.
+    pub async fn connect(url: &str, migrations: &Migrator) -> Result<Self, StorageError> {
+        install_default_drivers();
+        let backend = Backend::from_url(url)?;
+        let url = match backend {
+            Backend::Sqlite => prepare_sqlite(url)?,
+            Backend::Postgres => url.to_owned(),
+        };
+        let pool = AnyPoolOptions::new()
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // Readers never block the writer, and a committed write survives a killed process.
+                        sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA busy_timeout = 5000").execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .max_connections(POOL_CONNECTIONS_MAX)
+            .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
+            .connect(&url)
+            .await
+            .map_err(StorageError::Connect)?;
+        migrations.run(&pool).await?;
+        tracing::info!(backend = ?backend, "database ready");
+        Ok(Self { pool, backend })
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Makes sure the file's directory exists and the URL creates a missing file.
+fn prepare_sqlite(url: &str) -> Result<String, StorageError> {
+    let options = SqliteConnectOptions::from_str(url).map_err(|_| StorageError::UnsupportedUrl(url.to_owned()))?;
+    let path = options.get_filename();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| StorageError::CreateDir { path: display(path), source })?;
+    }
+    let mut url = url.to_owned();
+    if !url.contains("mode=") {
+        url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
+    }
+    Ok(url)
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_is_chosen_by_url_scheme() {
+        assert_eq!(Backend::from_url("sqlite://data/x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(Backend::from_url("postgres://u@h/db").unwrap(), Backend::Postgres);
+        assert!(matches!(Backend::from_url("mysql://h/db"), Err(StorageError::UnsupportedUrl(_))));
+    }
+
+    #[test]
+    fn sqlite_url_creates_the_file_without_overriding_an_explicit_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("nested/reg.db");
+        let url = prepare_sqlite(&format!("sqlite://{}", db.display())).unwrap();
+        assert!(url.ends_with("?mode=rwc"), "{url}");
+        assert!(db.parent().unwrap().is_dir());
+        let explicit = prepare_sqlite(&format!("sqlite://{}?mode=ro", db.display())).unwrap();
+        assert!(explicit.contains("mode=ro") && !explicit.contains("mode=rwc"), "{explicit}");
+    }
+}
