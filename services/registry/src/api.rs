@@ -37,9 +37,23 @@ pub struct RegistryState {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "A2A mesh registry", description = "Agent registration, discovery by capability, round-robin picks among healthy agents, health polling."),
+    info(
+        title = "A2A mesh registry",
+        description = "Agent registration, discovery by capability, round-robin picks among healthy agents, health polling."
+    ),
     paths(register, deregister, list_agents, get_agent, discover, pick, stats),
-    components(schemas(Registration, StatusMessage, AgentList, AgentRecord, AgentSummary, CapabilityAgents, AgentPick, RegistryStats, ErrorBody, Success))
+    components(schemas(
+        Registration,
+        StatusMessage,
+        AgentList,
+        AgentRecord,
+        AgentSummary,
+        CapabilityAgents,
+        AgentPick,
+        RegistryStats,
+        ErrorBody,
+        Success
+    ))
 )]
 struct ApiDoc;
 
@@ -56,8 +70,10 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
         .route("/stats", get(stats))
         .route_layer(middleware::from_fn_with_state(metrics.clone(), mesh_agent_kit::http::track_requests))
         .with_state(state);
-    let docs = Router::new()
-        .route("/openapi.json", get(move || async move { ([(header::CONTENT_TYPE, "application/json")], openapi).into_response() }));
+    let docs = Router::new().route(
+        "/openapi.json",
+        get(move || async move { ([(header::CONTENT_TYPE, "application/json")], openapi).into_response() }),
+    );
     api.merge(docs).merge(health_route(metrics))
 }
 
@@ -99,7 +115,10 @@ async fn register(
     (status = 200, description = "Deregistered", body = StatusMessage),
     (status = 404, description = "No such agent", body = ErrorBody),
 ))]
-async fn deregister(State(state): State<Arc<RegistryState>>, Path(name): Path<String>) -> Result<Json<StatusMessage>, RegistryError> {
+async fn deregister(
+    State(state): State<Arc<RegistryState>>,
+    Path(name): Path<String>,
+) -> Result<Json<StatusMessage>, RegistryError> {
     let stored = state.store.delete(&name).await?;
     let known = state.directory.remove(&name);
     if !stored && !known {
@@ -121,7 +140,10 @@ async fn list_agents(State(state): State<Arc<RegistryState>>) -> Json<AgentList>
     (status = 200, body = AgentRecord),
     (status = 404, description = "No such agent", body = ErrorBody),
 ))]
-async fn get_agent(State(state): State<Arc<RegistryState>>, Path(name): Path<String>) -> Result<Json<AgentRecord>, RegistryError> {
+async fn get_agent(
+    State(state): State<Arc<RegistryState>>,
+    Path(name): Path<String>,
+) -> Result<Json<AgentRecord>, RegistryError> {
     Ok(Json(state.directory.get(&name)?))
 }
 
@@ -130,7 +152,10 @@ async fn get_agent(State(state): State<Arc<RegistryState>>, Path(name): Path<Str
     (status = 200, body = CapabilityAgents),
     (status = 404, description = "No agent offers it", body = ErrorBody),
 ))]
-async fn discover(State(state): State<Arc<RegistryState>>, Path(capability): Path<String>) -> Result<Json<CapabilityAgents>, RegistryError> {
+async fn discover(
+    State(state): State<Arc<RegistryState>>,
+    Path(capability): Path<String>,
+) -> Result<Json<CapabilityAgents>, RegistryError> {
     let agents = state.directory.discover(&capability)?;
     Ok(Json(CapabilityAgents { status: Success::Success, capability, agents }))
 }
@@ -141,7 +166,10 @@ async fn discover(State(state): State<Arc<RegistryState>>, Path(capability): Pat
     (status = 200, body = AgentPick),
     (status = 404, description = "No agent offers it", body = ErrorBody),
 ))]
-async fn pick(State(state): State<Arc<RegistryState>>, Path(capability): Path<String>) -> Result<Json<AgentPick>, RegistryError> {
+async fn pick(
+    State(state): State<Arc<RegistryState>>,
+    Path(capability): Path<String>,
+) -> Result<Json<AgentPick>, RegistryError> {
     Ok(Json(state.directory.pick(&capability)?))
 }
 

@@ -25,7 +25,8 @@ pub struct Application {
 
 impl Application {
     pub async fn build(config: &RegistryConfig) -> Result<Self, RegistryError> {
-        Self::build_with_client(config, HttpClient::with_reqwest().map_err(|e| RegistryError::Startup(e.to_string()))?).await
+        Self::build_with_client(config, HttpClient::with_reqwest().map_err(|e| RegistryError::Startup(e.to_string()))?)
+            .await
     }
 
     /// As [`Self::build`], with the outbound client given (tests swap the transport).
@@ -40,7 +41,9 @@ impl Application {
             directory,
             store,
             http,
-            card_fetch_timeout: config.verify_registrations.then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
+            card_fetch_timeout: config
+                .verify_registrations
+                .then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
             health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
         });
         let limits = HttpLimits {
@@ -61,7 +64,10 @@ impl Application {
     }
 
     /// Serves and polls health until `shutdown` resolves.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RegistryError> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), RegistryError> {
         let poller = tokio::spawn(poll_forever(
             self.state.directory.clone(),
             self.state.store.clone(),

@@ -150,7 +150,13 @@ impl Directory {
                 candidates.len()
             )
         });
-        Ok(AgentPick { status: Success::Success, capability: capability.to_owned(), agent: summary(entry), fallback, warning })
+        Ok(AgentPick {
+            status: Success::Success,
+            capability: capability.to_owned(),
+            agent: summary(entry),
+            fallback,
+            warning,
+        })
     }
 
     pub fn stats(&self) -> RegistryStats {
@@ -197,7 +203,11 @@ fn rebuild_index(inner: &mut Inner) {
 }
 
 fn poll_target(entry: &Entry) -> PollTarget {
-    PollTarget { name: entry.agent.name.clone(), url: entry.agent.url.clone(), health_url: entry.agent.health_endpoint.clone() }
+    PollTarget {
+        name: entry.agent.name.clone(),
+        url: entry.agent.url.clone(),
+        health_url: entry.agent.health_endpoint.clone(),
+    }
 }
 
 fn summary(entry: &Entry) -> AgentSummary {
@@ -331,13 +341,20 @@ mod tests {
 
     #[test]
     fn stats_count_each_state() {
-        let directory = Directory::new(vec![agent("a", &["x"]), agent("b", &["x"]), agent("c", &["x"]), agent("d", &["x"])]);
+        let directory =
+            Directory::new(vec![agent("a", &["x"]), agent("b", &["x"]), agent("c", &["x"]), agent("d", &["x"])]);
         set(&directory, "a", HealthStatus::Healthy);
         set(&directory, "b", HealthStatus::Unhealthy);
         set(&directory, "c", HealthStatus::Unreachable);
         assert_eq!(
             directory.stats(),
-            RegistryStats { total_agents: 4, healthy_agents: 1, unhealthy_agents: 1, unreachable_agents: 1, unknown_agents: 1 }
+            RegistryStats {
+                total_agents: 4,
+                healthy_agents: 1,
+                unhealthy_agents: 1,
+                unreachable_agents: 1,
+                unknown_agents: 1
+            }
         );
     }
 }

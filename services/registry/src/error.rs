@@ -36,7 +36,9 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::CardInvalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_INVALID"),
             RegistryError::CardMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_MISMATCH"),
             RegistryError::Storage(_) => (StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE"),
-            RegistryError::Bind { .. } | RegistryError::Startup(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
+            RegistryError::Bind { .. } | RegistryError::Startup(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
+            }
         };
         if status.is_server_error() {
             tracing::error!(%error, "registry request failed");

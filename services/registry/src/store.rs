@@ -30,7 +30,8 @@ impl AgentStore {
 
     /// Inserts or updates; a re-registration keeps the original `registered_at`.
     pub async fn upsert(&self, agent: &StoredAgent) -> Result<(), StorageError> {
-        let capabilities = serde_json::to_string(&agent.capabilities).map_err(|e| StorageError::Query(sqlx::Error::Encode(Box::new(e))))?;
+        let capabilities = serde_json::to_string(&agent.capabilities)
+            .map_err(|e| StorageError::Query(sqlx::Error::Encode(Box::new(e))))?;
         sqlx::query(
             "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \

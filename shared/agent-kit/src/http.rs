@@ -79,27 +79,30 @@ fn json_rejection(rejection: JsonRejection) -> ErrorResponse {
 /// request timeout answering 504 with a body, panics turned into 500 with a body, request ids
 /// and request tracing.
 pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
-    router
-        .fallback(route_not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(
-            ServiceBuilder::new()
-                .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
-                .layer(TraceLayer::new_for_http())
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
-                .layer(CatchPanicLayer::custom(panic_response))
-                .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
-                .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
-        )
+    router.fallback(route_not_found).method_not_allowed_fallback(method_not_allowed).layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+            .layer(TraceLayer::new_for_http())
+            .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
+            .layer(CatchPanicLayer::custom(panic_response))
+            .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
+            .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
+    )
 }
 
 /// `GET /health` answering the counters of `metrics`.
 pub fn health_route(metrics: Arc<ServiceMetrics>) -> Router {
-    Router::new().route("/health", get(|State(m): State<Arc<ServiceMetrics>>| async move { Json(m.report()) })).with_state(metrics)
+    Router::new()
+        .route("/health", get(|State(m): State<Arc<ServiceMetrics>>| async move { Json(m.report()) }))
+        .with_state(metrics)
 }
 
 async fn route_not_found(request: Request) -> ErrorResponse {
-    ErrorResponse::new(StatusCode::NOT_FOUND, "ROUTE_NOT_FOUND", format!("no route for {} {}", request.method(), request.uri().path()))
+    ErrorResponse::new(
+        StatusCode::NOT_FOUND,
+        "ROUTE_NOT_FOUND",
+        format!("no route for {} {}", request.method(), request.uri().path()),
+    )
 }
 
 async fn method_not_allowed(request: Request) -> ErrorResponse {
@@ -129,8 +132,12 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
         .or_else(|| panic.downcast_ref::<&str>().copied())
         .unwrap_or("unknown panic");
     tracing::error!(panic = detail, "request handler panicked");
-    ErrorResponse::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", "the server failed while handling the request")
-        .into_response()
+    ErrorResponse::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "INTERNAL_ERROR",
+        "the server failed while handling the request",
+    )
+    .into_response()
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.

@@ -12,7 +12,10 @@ const REGISTER_RETRY_DELAY_MAX_MS: u64 = 10_000;
 /// Registers with the registry, retrying with exponential backoff and jitter while it is
 /// unreachable or failing (5xx), for as long as it takes. A refusal (4xx: the registration itself
 /// is wrong) is final and returned, since retrying cannot change it.
-pub async fn register_until_accepted(registry: &RegistryClient, registration: &Registration) -> Result<(), ClientError> {
+pub async fn register_until_accepted(
+    registry: &RegistryClient,
+    registration: &Registration,
+) -> Result<(), ClientError> {
     let backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(REGISTER_RETRY_DELAY_MIN_MS))
         .with_max_delay(Duration::from_millis(REGISTER_RETRY_DELAY_MAX_MS))

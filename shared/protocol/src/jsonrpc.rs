@@ -44,9 +44,7 @@ impl From<i64> for Id {
 /// Deserializes a present field as `Some`, even when it is `null`, so that an absent member
 /// (`None`) and an explicit `null` (`Some(null)`) stay distinct: a request without `id` is a
 /// notification, and the 0.3 SDK writes `"data": null` in its errors.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    deserializer: D,
-) -> Result<Option<T>, D::Error> {
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
     T::deserialize(deserializer).map(Some)
 }
 
@@ -55,11 +53,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 pub struct Request {
     pub jsonrpc: Version,
     /// `None` for a notification (no `id` member); `Some(Id::Null)` for an explicit `null`.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub id: Option<Id>,
     pub method: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,12 +63,7 @@ pub struct Request {
 impl Request {
     /// A call (not a notification) of `method`.
     pub fn new(id: impl Into<Id>, method: impl Into<String>, params: Option<Value>) -> Self {
-        Self {
-            jsonrpc: Version::V2,
-            id: Some(id.into()),
-            method: method.into(),
-            params,
-        }
+        Self { jsonrpc: Version::V2, id: Some(id.into()), method: method.into(), params }
     }
 }
 
@@ -99,20 +88,12 @@ pub struct Response<T = Value> {
 impl<T> Response<T> {
     /// A successful answer to request `id`.
     pub fn result(id: Id, result: T) -> Self {
-        Self {
-            jsonrpc: Version::V2,
-            id,
-            outcome: Outcome::Result(result),
-        }
+        Self { jsonrpc: Version::V2, id, outcome: Outcome::Result(result) }
     }
 
     /// A failed answer to request `id` (`Id::Null` when the id could not be read).
     pub fn error(id: Id, error: ErrorObject) -> Self {
-        Self {
-            jsonrpc: Version::V2,
-            id,
-            outcome: Outcome::Error(error),
-        }
+        Self { jsonrpc: Version::V2, id, outcome: Outcome::Error(error) }
     }
 
     /// The result, or the error the server answered with.
@@ -131,11 +112,7 @@ pub struct ErrorObject {
     pub message: String,
     /// 1.0: an array of `google.rpc` detail objects (see [`ErrorObject::with_error_info`]);
     /// 0.3: anything, `null` included.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
 }
 
@@ -143,27 +120,17 @@ impl ErrorObject {
     /// An error without `data`, as the SDK answers protocol-level failures (parse error, unknown
     /// method) in both versions.
     pub fn new(code: A2aErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code: code.code(),
-            message: message.into(),
-            data: None,
-        }
+        Self { code: code.code(), message: message.into(), data: None }
     }
 
     /// A 1.0 A2A error: `data` is `[ErrorInfo]` naming the reason, as the spec (§9.5) requires.
     pub fn with_error_info(code: A2aErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            data: Some(Value::Array(code.error_details())),
-            ..Self::new(code, message)
-        }
+        Self { data: Some(Value::Array(code.error_details())), ..Self::new(code, message) }
     }
 
     /// A 0.3 A2A error as the SDK's 0.3 handler writes it, with an explicit `"data": null`.
     pub fn with_null_data(code: A2aErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            data: Some(Value::Null),
-            ..Self::new(code, message)
-        }
+        Self { data: Some(Value::Null), ..Self::new(code, message) }
     }
 }
 
@@ -301,9 +268,7 @@ impl A2aErrorCode {
 /// The SDK's message for [`A2aErrorCode::VersionNotSupported`], e.g. `A2A version '0.3' is not
 /// supported by this handler. Expected version '1.0'.`, so clients see the same text from us.
 pub fn version_not_supported_message(requested: &str, expected: &str) -> String {
-    format!(
-        "A2A version '{requested}' is not supported by this handler. Expected version '{expected}'."
-    )
+    format!("A2A version '{requested}' is not supported by this handler. Expected version '{expected}'.")
 }
 
 /// Error body of the HTTP+JSON binding (AIP-193): `{"error": {"code": 404, "status": .., ..}}`.
@@ -366,9 +331,7 @@ pub mod method {
         pub const TASKS_PUSH_NOTIFICATION_CONFIG_SET: &str = "tasks/pushNotificationConfig/set";
         pub const TASKS_PUSH_NOTIFICATION_CONFIG_GET: &str = "tasks/pushNotificationConfig/get";
         pub const TASKS_PUSH_NOTIFICATION_CONFIG_LIST: &str = "tasks/pushNotificationConfig/list";
-        pub const TASKS_PUSH_NOTIFICATION_CONFIG_DELETE: &str =
-            "tasks/pushNotificationConfig/delete";
-        pub const AGENT_GET_AUTHENTICATED_EXTENDED_CARD: &str =
-            "agent/getAuthenticatedExtendedCard";
+        pub const TASKS_PUSH_NOTIFICATION_CONFIG_DELETE: &str = "tasks/pushNotificationConfig/delete";
+        pub const AGENT_GET_AUTHENTICATED_EXTENDED_CARD: &str = "agent/getAuthenticatedExtendedCard";
     }
 }

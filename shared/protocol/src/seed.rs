@@ -74,12 +74,7 @@ impl TaskRequest {
         if self.messages.is_empty() {
             return Err(TaskShapeError::NoMessages);
         }
-        let message = self
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::User)
-            .ok_or(TaskShapeError::NoUserMessage)?;
+        let message = self.messages.iter().rev().find(|m| m.role == Role::User).ok_or(TaskShapeError::NoUserMessage)?;
         if message.parts.is_empty() {
             return Err(TaskShapeError::EmptyUserMessage);
         }

@@ -10,28 +10,23 @@ use std::path::Path;
 
 use mesh_protocol::a2a::{binding, v1, v03};
 use mesh_protocol::jsonrpc::{
-    A2aErrorCode, ErrorObject, Id, Outcome, Request, Response, RestErrorBody, method,
-    version_not_supported_message,
+    A2aErrorCode, ErrorObject, Id, Outcome, Request, Response, RestErrorBody, method, version_not_supported_message,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 fn fixture(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
 /// Parses `json` (from its text, as a server would) as `T`, asserts that serializing it gives
 /// back exactly `json`, and returns the typed value for further checks.
 fn round_trip<T: DeserializeOwned + Serialize>(json: &Value) -> T {
-    let typed: T = serde_json::from_str(&json.to_string()).unwrap_or_else(|error| {
-        panic!("does not parse as {}: {error}\n{json:#}", type_name::<T>())
-    });
+    let typed: T = serde_json::from_str(&json.to_string())
+        .unwrap_or_else(|error| panic!("does not parse as {}: {error}\n{json:#}", type_name::<T>()));
     let back = serde_json::to_value(&typed).expect("serializes");
     assert_eq!(back, *json, "{} does not round-trip", type_name::<T>());
     typed
@@ -100,10 +95,7 @@ mod v1_fixtures {
     fn a_card_without_supported_interfaces_is_still_readable() {
         // 0.3-only agents serve no supportedInterfaces; the client falls back to `url`.
         let mut legacy = fixture("card.json");
-        legacy
-            .as_object_mut()
-            .unwrap()
-            .remove("supportedInterfaces");
+        legacy.as_object_mut().unwrap().remove("supportedInterfaces");
         let card: v1::AgentCard = serde_json::from_value(legacy).unwrap();
         assert!(card.supported_interfaces.is_empty());
         assert_eq!(card.url.as_deref(), Some("http://127.0.0.1:18765/"));
@@ -113,42 +105,26 @@ mod v1_fixtures {
     fn jsonrpc_send_message_request() {
         let request: Request = round_trip_fixture("v1_jsonrpc_send_request.json");
         assert_eq!(request.method, method::v1::SEND_MESSAGE);
-        assert_eq!(
-            request.id,
-            Some(Id::from("e20683be-17e4-48ac-bc62-d27a9499cf4f"))
-        );
+        assert_eq!(request.id, Some(Id::from("e20683be-17e4-48ac-bc62-d27a9499cf4f")));
         let params: v1::SendMessageRequest = round_trip(&request.params.unwrap());
         assert_eq!(params.message.role, v1::Role::User);
         assert_eq!(params.message.parts[0].as_text(), Some("hello a2a"));
-        assert_eq!(
-            params.configuration,
-            Some(v1::SendMessageConfiguration::default())
-        );
+        assert_eq!(params.configuration, Some(v1::SendMessageConfiguration::default()));
     }
 
     #[test]
     fn jsonrpc_send_message_response() {
-        let response: Response<v1::SendMessageResponse> =
-            round_trip_fixture("v1_jsonrpc_send_response.json");
+        let response: Response<v1::SendMessageResponse> = round_trip_fixture("v1_jsonrpc_send_response.json");
         let v1::SendMessageResponse::Task(task) = result(response) else {
             panic!("expected a task");
         };
         assert_eq!(task.status.state, v1::TaskState::Completed);
         assert!(task.status.state.is_terminal());
-        assert_eq!(
-            task.status.timestamp.as_deref(),
-            Some("2026-11-22T04:08:38.933199Z")
-        );
+        assert_eq!(task.status.timestamp.as_deref(), Some("2026-11-22T04:08:38.933199Z"));
         assert_eq!(task.artifacts[0].name.as_deref(), Some("echo"));
-        assert_eq!(
-            task.artifacts[0].parts[0].as_text(),
-            Some("echo: hello a2a")
-        );
+        assert_eq!(task.artifacts[0].parts[0].as_text(), Some("echo: hello a2a"));
         assert_eq!(task.history[0].task_id.as_deref(), Some(task.id.as_str()));
-        assert_eq!(
-            task.history[0].context_id.as_deref(),
-            Some(task.context_id.as_str())
-        );
+        assert_eq!(task.history[0].context_id.as_deref(), Some(task.context_id.as_str()));
     }
 
     #[test]
@@ -156,8 +132,7 @@ mod v1_fixtures {
         let request: Request = round_trip_fixture("v1_js_send_request.json");
         assert_eq!(request.id, Some(Id::from(1)));
         round_trip::<v1::SendMessageRequest>(&request.params.unwrap());
-        let response: Response<v1::SendMessageResponse> =
-            round_trip_fixture("v1_js_send_response.json");
+        let response: Response<v1::SendMessageResponse> = round_trip_fixture("v1_js_send_response.json");
         assert_eq!(response.id, Id::from(1));
         assert!(matches!(result(response), v1::SendMessageResponse::Task(_)));
     }
@@ -177,10 +152,7 @@ mod v1_fixtures {
         assert_eq!(task.status.timestamp, None);
         assert_eq!(working.status.state, v1::TaskState::Working);
         assert_eq!(working.task_id, task.id);
-        assert_eq!(
-            artifact.artifact.parts[0].as_text(),
-            Some("echo: hello a2a")
-        );
+        assert_eq!(artifact.artifact.parts[0].as_text(), Some("echo: hello a2a"));
         assert!(!artifact.append && !artifact.last_chunk);
         assert_eq!(completed.status.state, v1::TaskState::Completed);
     }
@@ -190,13 +162,8 @@ mod v1_fixtures {
         let request: Request = round_trip_fixture("v1_jsonrpc_stream_request.json");
         assert_eq!(request.method, method::v1::SEND_STREAMING_MESSAGE);
         round_trip::<v1::SendMessageRequest>(&request.params.unwrap());
-        let events: Vec<Response<v1::StreamResponse>> =
-            round_trip_each("v1_jsonrpc_stream_events.json");
-        assert!(
-            events
-                .iter()
-                .all(|event| event.id == request.id.clone().unwrap())
-        );
+        let events: Vec<Response<v1::StreamResponse>> = round_trip_each("v1_jsonrpc_stream_events.json");
+        assert!(events.iter().all(|event| event.id == request.id.clone().unwrap()));
         assert_echo_stream(&events.into_iter().map(result).collect::<Vec<_>>());
     }
 
@@ -219,8 +186,7 @@ mod v1_fixtures {
 
     #[test]
     fn list_tasks_keeps_the_sdks_empty_defaults() {
-        let response: Response<v1::ListTasksResponse> =
-            round_trip_fixture("v1_list_tasks_response.json");
+        let response: Response<v1::ListTasksResponse> = round_trip_fixture("v1_list_tasks_response.json");
         assert_eq!(response.id, Id::from(11));
         let page = result(response);
         assert_eq!((page.page_size, page.total_size), (1, 6));
@@ -242,19 +208,12 @@ mod v03_fixtures {
         assert_eq!(request.method, method::v03::MESSAGE_SEND);
         let params: v03::MessageSendParams = round_trip(&request.params.unwrap());
         assert_eq!(params.message.role, v03::Role::User);
-        assert_eq!(
-            params.message.parts,
-            [v03::Part::Text {
-                text: "hi".to_owned(),
-                metadata: None
-            }]
-        );
+        assert_eq!(params.message.parts, [v03::Part::Text { text: "hi".to_owned(), metadata: None }]);
     }
 
     #[test]
     fn message_send_response() {
-        let response: Response<v03::SendMessageResult> =
-            round_trip_fixture("v03_message_send_response.json");
+        let response: Response<v03::SendMessageResult> = round_trip_fixture("v03_message_send_response.json");
         let v03::SendMessageResult::Task(task) = result(response) else {
             panic!("expected a task");
         };
@@ -277,32 +236,17 @@ mod v03_fixtures {
             panic!("unexpected event sequence: {events:#?}");
         };
         assert_eq!(task.status.state, v03::TaskState::Submitted);
-        assert_eq!(
-            (working.status.state, working.r#final),
-            (v03::TaskState::Working, false)
-        );
-        assert_eq!(
-            (artifact.append, artifact.last_chunk),
-            (Some(false), Some(false))
-        );
-        assert_eq!(
-            (completed.status.state, completed.r#final),
-            (v03::TaskState::Completed, true)
-        );
+        assert_eq!((working.status.state, working.r#final), (v03::TaskState::Working, false));
+        assert_eq!((artifact.append, artifact.last_chunk), (Some(false), Some(false)));
+        assert_eq!((completed.status.state, completed.r#final), (v03::TaskState::Completed, true));
     }
 
     #[test]
     fn a_message_result_is_not_mistaken_for_a_task() {
         let json = json!({"kind": "message", "messageId": "a1", "role": "agent",
             "parts": [{"kind": "data", "data": {"n": 1}}]});
-        assert!(matches!(
-            round_trip::<v03::SendMessageResult>(&json),
-            v03::SendMessageResult::Message(_)
-        ));
-        assert!(matches!(
-            round_trip::<v03::StreamEvent>(&json),
-            v03::StreamEvent::Message(_)
-        ));
+        assert!(matches!(round_trip::<v03::SendMessageResult>(&json), v03::SendMessageResult::Message(_)));
+        assert!(matches!(round_trip::<v03::StreamEvent>(&json), v03::StreamEvent::Message(_)));
     }
 }
 
@@ -313,11 +257,7 @@ mod errors {
     fn assert_error(name: &str, built: Response) {
         let captured: Response = round_trip_fixture(name);
         assert_eq!(captured, built, "{name}");
-        assert_eq!(
-            serde_json::to_value(&built).unwrap(),
-            fixture(name),
-            "{name}"
-        );
+        assert_eq!(serde_json::to_value(&built).unwrap(), fixture(name), "{name}");
     }
 
     fn v1_error(id: i64, code: A2aErrorCode, message: &str) -> Response {
@@ -327,42 +267,23 @@ mod errors {
     #[test]
     fn version_not_supported() {
         let missing_header = version_not_supported_message("0.3", "1.0");
-        assert_eq!(
-            missing_header,
-            "A2A version '0.3' is not supported by this handler. Expected version '1.0'."
-        );
+        assert_eq!(missing_header, "A2A version '0.3' is not supported by this handler. Expected version '1.0'.");
         assert_error(
             "error_v1_version_header_missing.json",
             v1_error(2, A2aErrorCode::VersionNotSupported, &missing_header),
         );
         assert_error(
             "error_v1_version_2_0.json",
-            v1_error(
-                7,
-                A2aErrorCode::VersionNotSupported,
-                &version_not_supported_message("2.0", "1.0"),
-            ),
+            v1_error(7, A2aErrorCode::VersionNotSupported, &version_not_supported_message("2.0", "1.0")),
         );
     }
 
     #[test]
     fn v1_a2a_errors_carry_error_info() {
         for (name, id, code) in [
-            (
-                "error_v1_task_not_found.json",
-                4,
-                A2aErrorCode::TaskNotFound,
-            ),
-            (
-                "error_v1_task_not_cancelable.json",
-                9,
-                A2aErrorCode::TaskNotCancelable,
-            ),
-            (
-                "error_v1_push_not_supported.json",
-                10,
-                A2aErrorCode::PushNotificationNotSupported,
-            ),
+            ("error_v1_task_not_found.json", 4, A2aErrorCode::TaskNotFound),
+            ("error_v1_task_not_cancelable.json", 9, A2aErrorCode::TaskNotCancelable),
+            ("error_v1_push_not_supported.json", 10, A2aErrorCode::PushNotificationNotSupported),
         ] {
             assert_error(name, v1_error(id, code, code.default_message()));
         }
@@ -373,20 +294,14 @@ mod errors {
         let task_not_found = A2aErrorCode::TaskNotFound;
         assert_error(
             "error_v03_task_not_found.json",
-            Response::error(
-                Id::from(5),
-                ErrorObject::with_null_data(task_not_found, task_not_found.default_message()),
-            ),
+            Response::error(Id::from(5), ErrorObject::with_null_data(task_not_found, task_not_found.default_message())),
         );
         // The SDK's 0.3 handler reports a wrong version header as an internal error.
         assert_error(
             "error_v03_version_not_supported.json",
             Response::error(
                 Id::from(3),
-                ErrorObject::with_null_data(
-                    A2aErrorCode::InternalError,
-                    version_not_supported_message("1.0", "0.3"),
-                ),
+                ErrorObject::with_null_data(A2aErrorCode::InternalError, version_not_supported_message("1.0", "0.3")),
             ),
         );
     }
@@ -396,10 +311,7 @@ mod errors {
         let method_not_found = A2aErrorCode::MethodNotFound;
         assert_error(
             "error_method_not_found.json",
-            Response::error(
-                Id::from(6),
-                ErrorObject::new(method_not_found, method_not_found.default_message()),
-            ),
+            Response::error(Id::from(6), ErrorObject::new(method_not_found, method_not_found.default_message())),
         );
         assert_error(
             "error_parse.json",
@@ -417,19 +329,13 @@ mod errors {
     fn rest_error_bodies() {
         let task_not_found = A2aErrorCode::TaskNotFound;
         let body: RestErrorBody = round_trip_fixture("rest_error_task_not_found.json");
-        assert_eq!(
-            body,
-            RestErrorBody::new(task_not_found, task_not_found.default_message())
-        );
+        assert_eq!(body, RestErrorBody::new(task_not_found, task_not_found.default_message()));
         assert_eq!(body.error.code, 404);
 
         let body: RestErrorBody = round_trip_fixture("rest_error_version_not_supported.json");
         assert_eq!(
             body,
-            RestErrorBody::new(
-                A2aErrorCode::VersionNotSupported,
-                version_not_supported_message("0.3", "1.0")
-            )
+            RestErrorBody::new(A2aErrorCode::VersionNotSupported, version_not_supported_message("0.3", "1.0"))
         );
     }
 
@@ -440,10 +346,7 @@ mod errors {
         let reason = body.error.details[0]["reason"].as_str().unwrap();
         let code = A2aErrorCode::from_reason(reason).unwrap();
         assert_eq!(code, A2aErrorCode::InvalidParams);
-        assert_eq!(
-            (body.error.code, body.error.status.as_str()),
-            (code.http_status(), code.grpc_status())
-        );
+        assert_eq!((body.error.code, body.error.status.as_str()), (code.http_status(), code.grpc_status()));
     }
 }
 
@@ -452,10 +355,8 @@ mod error_catalogue {
 
     #[test]
     fn codes_and_http_statuses_follow_the_spec_table() {
-        let table: Vec<_> = A2aErrorCode::ALL
-            .into_iter()
-            .map(|code| (code.code(), code.http_status(), code.grpc_status()))
-            .collect();
+        let table: Vec<_> =
+            A2aErrorCode::ALL.into_iter().map(|code| (code.code(), code.http_status(), code.grpc_status())).collect();
         assert_eq!(
             table,
             [
@@ -506,25 +407,18 @@ mod envelope {
 
     #[test]
     fn absent_and_null_ids_stay_distinct() {
-        let notification: Request =
-            serde_json::from_value(json!({"jsonrpc": "2.0", "method": "GetTask"})).unwrap();
+        let notification: Request = serde_json::from_value(json!({"jsonrpc": "2.0", "method": "GetTask"})).unwrap();
         assert_eq!(notification.id, None);
         let null_id: Request =
-            serde_json::from_value(json!({"jsonrpc": "2.0", "id": null, "method": "GetTask"}))
-                .unwrap();
+            serde_json::from_value(json!({"jsonrpc": "2.0", "id": null, "method": "GetTask"})).unwrap();
         assert_eq!(null_id.id, Some(Id::Null));
-        assert_eq!(
-            serde_json::to_value(&notification).unwrap(),
-            json!({"jsonrpc": "2.0", "method": "GetTask"})
-        );
+        assert_eq!(serde_json::to_value(&notification).unwrap(), json!({"jsonrpc": "2.0", "method": "GetTask"}));
     }
 
     #[test]
     fn only_version_2_0_is_accepted() {
-        let error = serde_json::from_value::<Request>(
-            json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"}),
-        )
-        .unwrap_err();
+        let error =
+            serde_json::from_value::<Request>(json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"})).unwrap_err();
         assert!(error.to_string().contains("2.0"), "{error}");
     }
 
@@ -559,21 +453,9 @@ mod model {
     #[test]
     fn task_states_on_the_wire_and_their_classes() {
         use v1::TaskState::*;
-        let states = [
-            Unspecified,
-            Submitted,
-            Working,
-            Completed,
-            Failed,
-            Canceled,
-            InputRequired,
-            Rejected,
-            AuthRequired,
-        ];
-        let wire: Vec<_> = states
-            .iter()
-            .map(|state| serde_json::to_value(state).unwrap())
-            .collect();
+        let states =
+            [Unspecified, Submitted, Working, Completed, Failed, Canceled, InputRequired, Rejected, AuthRequired];
+        let wire: Vec<_> = states.iter().map(|state| serde_json::to_value(state).unwrap()).collect();
         assert_eq!(
             wire,
             [
@@ -603,23 +485,14 @@ mod model {
     #[test]
     fn part_helpers_and_shapes() {
         let data = json!({"rows": [1, 2]});
-        assert_eq!(
-            serde_json::to_value(v1::Part::text("hi")).unwrap(),
-            json!({"text": "hi"})
-        );
-        assert_eq!(
-            serde_json::to_value(v1::Part::data(data.clone())).unwrap(),
-            json!({"data": data})
-        );
+        assert_eq!(serde_json::to_value(v1::Part::text("hi")).unwrap(), json!({"text": "hi"}));
+        assert_eq!(serde_json::to_value(v1::Part::data(data.clone())).unwrap(), json!({"data": data}));
         assert_eq!(v1::Part::data(data.clone()).as_data(), Some(&data));
         assert_eq!(v1::Part::data(data).as_text(), None);
 
         let file: v1::Part = round_trip(&json!({"url": "https://x/a.pdf", "filename": "a.pdf",
             "mediaType": "application/pdf", "metadata": {"k": 1}}));
-        assert_eq!(
-            file.content,
-            v1::PartContent::Url("https://x/a.pdf".to_owned())
-        );
+        assert_eq!(file.content, v1::PartContent::Url("https://x/a.pdf".to_owned()));
         let raw: v1::Part = round_trip(&json!({"raw": "aGk=", "mediaType": "text/plain"}));
         assert_eq!(raw.content, v1::PartContent::Raw("aGk=".to_owned()));
         assert!(serde_json::from_value::<v1::Part>(json!({"filename": "a.pdf"})).is_err());
@@ -655,8 +528,7 @@ mod conversions {
     use super::*;
 
     fn v03_task() -> v03::Task {
-        let response: Response<v03::SendMessageResult> =
-            round_trip_fixture("v03_message_send_response.json");
+        let response: Response<v03::SendMessageResult> = round_trip_fixture("v03_message_send_response.json");
         match result(response) {
             v03::SendMessageResult::Task(task) => task,
             other => panic!("expected a task: {other:?}"),
@@ -718,10 +590,7 @@ mod conversions {
             assert_eq!(v1::TaskState::from(old), new);
             assert_eq!(v03::TaskState::from(new), old);
         }
-        let kebab: Vec<_> = pairs
-            .iter()
-            .map(|(old, _)| serde_json::to_value(old).unwrap())
-            .collect();
+        let kebab: Vec<_> = pairs.iter().map(|(old, _)| serde_json::to_value(old).unwrap()).collect();
         assert_eq!(
             kebab,
             [
@@ -736,10 +605,7 @@ mod conversions {
                 "unknown",
             ]
         );
-        for (old, new) in [
-            (v03::Role::User, v1::Role::User),
-            (v03::Role::Agent, v1::Role::Agent),
-        ] {
+        for (old, new) in [(v03::Role::User, v1::Role::User), (v03::Role::Agent, v1::Role::Agent)] {
             assert_eq!(v1::Role::from(old), new);
             assert_eq!(v03::Role::from(new), old);
         }
@@ -763,10 +629,7 @@ mod conversions {
         assert_eq!(v1::Part::from(v03::Part::from(raw.clone())), raw);
 
         let url = v1_part(json!({"url": "https://x/y.png", "metadata": {"k": "v"}}));
-        assert_eq!(
-            to_v03(&url),
-            json!({"kind": "file", "file": {"uri": "https://x/y.png"}, "metadata": {"k": "v"}})
-        );
+        assert_eq!(to_v03(&url), json!({"kind": "file", "file": {"uri": "https://x/y.png"}, "metadata": {"k": "v"}}));
         assert_eq!(v1::Part::from(v03::Part::from(url.clone())), url);
     }
 
@@ -784,10 +647,7 @@ mod conversions {
         assert_eq!(v1::Part::from(v03::Part::from(bare.clone())), bare);
 
         let object = v1::Part::data(json!({"value": 1}));
-        assert_eq!(
-            to_v03(&object),
-            json!({"kind": "data", "data": {"value": 1}})
-        );
+        assert_eq!(to_v03(&object), json!({"kind": "data", "data": {"value": 1}}));
         assert_eq!(v1::Part::from(v03::Part::from(object.clone())), object);
     }
 
@@ -796,10 +656,7 @@ mod conversions {
         let text = v1_part(json!({"text": "# hi", "mediaType": "text/markdown", "filename": ""}));
         assert_eq!(to_v03(&text), json!({"kind": "text", "text": "# hi"}));
         let unnamed = v1_part(json!({"url": "https://x", "filename": "", "mediaType": ""}));
-        assert_eq!(
-            to_v03(&unnamed),
-            json!({"kind": "file", "file": {"uri": "https://x"}})
-        );
+        assert_eq!(to_v03(&unnamed), json!({"kind": "file", "file": {"uri": "https://x"}}));
     }
 
     #[test]
@@ -807,11 +664,7 @@ mod conversions {
         let event = |state| v1::TaskStatusUpdateEvent {
             task_id: "t".to_owned(),
             context_id: "c".to_owned(),
-            status: v1::TaskStatus {
-                state,
-                message: None,
-                timestamp: None,
-            },
+            status: v1::TaskStatus { state, message: None, timestamp: None },
             metadata: None,
         };
         let is_final = |state| v03::TaskStatusUpdateEvent::from(event(state)).r#final;
@@ -853,18 +706,12 @@ mod conversions {
 
     #[test]
     fn task_id_params_become_v1_requests() {
-        let params: v03::TaskQueryParams =
-            serde_json::from_value(json!({"id": "t1", "historyLength": 0})).unwrap();
+        let params: v03::TaskQueryParams = serde_json::from_value(json!({"id": "t1", "historyLength": 0})).unwrap();
         assert_eq!(
             v1::GetTaskRequest::from(params),
-            v1::GetTaskRequest {
-                tenant: None,
-                id: "t1".to_owned(),
-                history_length: Some(0)
-            }
+            v1::GetTaskRequest { tenant: None, id: "t1".to_owned(), history_length: Some(0) }
         );
-        let params: v03::TaskIdParams =
-            serde_json::from_value(json!({"id": "t1", "metadata": {"a": 1}})).unwrap();
+        let params: v03::TaskIdParams = serde_json::from_value(json!({"id": "t1", "metadata": {"a": 1}})).unwrap();
         assert_eq!(v1::SubscribeToTaskRequest::from(params.clone()).id, "t1");
         assert_eq!(
             serde_json::to_value(v1::CancelTaskRequest::from(params)).unwrap(),

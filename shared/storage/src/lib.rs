@@ -106,8 +106,7 @@ fn prepare_sqlite(url: &str) -> Result<String, StorageError> {
     let options = SqliteConnectOptions::from_str(url).map_err(|_| StorageError::UnsupportedUrl(url.to_owned()))?;
     let path = options.get_filename();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|source| StorageError::CreateDir { path: display(path), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| StorageError::CreateDir { path: display(path), source })?;
     }
     let mut url = url.to_owned();
     if !url.contains("mode=") {

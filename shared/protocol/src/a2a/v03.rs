@@ -384,20 +384,12 @@ impl From<Part> for v1::Part {
                 (content, metadata, file.name, file.mime_type)
             }
         };
-        Self {
-            content,
-            metadata,
-            filename,
-            media_type,
-        }
+        Self { content, metadata, filename, media_type }
     }
 }
 
 /// Undoes the `{"value": ..}` wrapping of [`wrap_compat_data`] when the metadata flag says so.
-fn unwrap_compat_data(
-    mut data: JsonObject,
-    metadata: Option<JsonObject>,
-) -> (Value, Option<JsonObject>) {
+fn unwrap_compat_data(mut data: JsonObject, metadata: Option<JsonObject>) -> (Value, Option<JsonObject>) {
     let Some(mut metadata) = metadata else {
         return (Value::Object(data), None);
     };
@@ -406,10 +398,7 @@ fn unwrap_compat_data(
     }
     metadata.remove(DATA_PART_COMPAT_KEY);
     let value = data.remove("value").unwrap_or(Value::Null);
-    (
-        value,
-        Some(metadata).filter(|metadata| !metadata.is_empty()),
-    )
+    (value, Some(metadata).filter(|metadata| !metadata.is_empty()))
 }
 
 /// 0.3 data must be an object: anything else is wrapped and flagged so it can be unwrapped.
@@ -419,10 +408,7 @@ fn wrap_compat_data(data: Value, metadata: Option<JsonObject>) -> (JsonObject, O
         other => {
             let mut metadata = metadata.unwrap_or_default();
             metadata.insert(DATA_PART_COMPAT_KEY.to_owned(), Value::Bool(true));
-            (
-                JsonObject::from_iter([("value".to_owned(), other)]),
-                Some(metadata),
-            )
+            (JsonObject::from_iter([("value".to_owned(), other)]), Some(metadata))
         }
     }
 }
@@ -440,11 +426,7 @@ impl From<v1::Part> for Part {
             v1::PartContent::Url(uri) => FileSource::Uri(uri),
         };
         Self::File {
-            file: FileContent {
-                source,
-                name: non_empty(part.filename),
-                mime_type: non_empty(part.media_type),
-            },
+            file: FileContent { source, name: non_empty(part.filename), mime_type: non_empty(part.media_type) },
             metadata,
         }
     }
@@ -513,21 +495,13 @@ impl From<v1::Artifact> for Artifact {
 
 impl From<TaskStatus> for v1::TaskStatus {
     fn from(status: TaskStatus) -> Self {
-        Self {
-            state: status.state.into(),
-            message: status.message.map(Into::into),
-            timestamp: status.timestamp,
-        }
+        Self { state: status.state.into(), message: status.message.map(Into::into), timestamp: status.timestamp }
     }
 }
 
 impl From<v1::TaskStatus> for TaskStatus {
     fn from(status: v1::TaskStatus) -> Self {
-        Self {
-            state: status.state.into(),
-            message: status.message.map(Into::into),
-            timestamp: status.timestamp,
-        }
+        Self { state: status.state.into(), message: status.message.map(Into::into), timestamp: status.timestamp }
     }
 }
 
@@ -662,10 +636,7 @@ impl From<PushNotificationConfig> for v1::TaskPushNotificationConfig {
             token: config.token,
             authentication: config.authentication.and_then(|auth| {
                 let scheme = auth.schemes.into_iter().next()?;
-                Some(v1::AuthenticationInfo {
-                    scheme,
-                    credentials: auth.credentials,
-                })
+                Some(v1::AuthenticationInfo { scheme, credentials: auth.credentials })
             }),
         }
     }
@@ -677,12 +648,10 @@ impl From<v1::TaskPushNotificationConfig> for PushNotificationConfig {
             id: config.id,
             url: config.url,
             token: config.token,
-            authentication: config
-                .authentication
-                .map(|auth| PushNotificationAuthenticationInfo {
-                    schemes: vec![auth.scheme],
-                    credentials: auth.credentials,
-                }),
+            authentication: config.authentication.map(|auth| PushNotificationAuthenticationInfo {
+                schemes: vec![auth.scheme],
+                credentials: auth.credentials,
+            }),
         }
     }
 }
@@ -733,30 +702,19 @@ impl From<v1::SendMessageRequest> for MessageSendParams {
 impl From<TaskQueryParams> for v1::GetTaskRequest {
     /// Drops `metadata`, which 1.0 `GetTask` does not have.
     fn from(params: TaskQueryParams) -> Self {
-        Self {
-            tenant: None,
-            id: params.id,
-            history_length: params.history_length,
-        }
+        Self { tenant: None, id: params.id, history_length: params.history_length }
     }
 }
 
 impl From<TaskIdParams> for v1::CancelTaskRequest {
     fn from(params: TaskIdParams) -> Self {
-        Self {
-            tenant: None,
-            id: params.id,
-            metadata: params.metadata,
-        }
+        Self { tenant: None, id: params.id, metadata: params.metadata }
     }
 }
 
 impl From<TaskIdParams> for v1::SubscribeToTaskRequest {
     /// Drops `metadata`, which 1.0 `SubscribeToTask` does not have.
     fn from(params: TaskIdParams) -> Self {
-        Self {
-            tenant: None,
-            id: params.id,
-        }
+        Self { tenant: None, id: params.id }
     }
 }

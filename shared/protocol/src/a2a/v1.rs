@@ -1,11 +1,12 @@
 //! A2A 1.0 JSON, as `specification/a2a.proto` serializes under ProtoJSON and as the official SDK
 //! (a2a-sdk 1.3.0) puts it on the wire.
 //!
-//! Conventions, chosen so captured SDK traffic round-trips byte-for-byte as JSON values:
+//! Conventions, chosen so captured SDK traffic parses and serializes back to an equal JSON value:
 //! - `optional` / message-typed proto fields are `Option`s, omitted when `None`;
 //! - repeated fields the SDK omits when empty are `Vec`s skipped when empty, except where the SDK
 //!   has been seen sending an explicit `[]` (message and artifact `extensions`,
-//!   `referenceTaskIds`): those are `Option<Vec<_>>` so presence survives;
+//!   `referenceTaskIds`): those are `Option<Vec<_>>` so presence survives; required repeated
+//!   fields (`parts`, `tags`, `skills`, ...) are always written;
 //! - `google.protobuf.Struct` fields are JSON objects, timestamps RFC 3339 strings, `bytes`
 //!   base64 strings (no codec dependency; the server only relays them).
 
@@ -52,10 +53,7 @@ pub enum TaskState {
 impl TaskState {
     /// Whether the task can never change again: it cannot be canceled or subscribed to.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            Self::Completed | Self::Failed | Self::Canceled | Self::Rejected
-        )
+        matches!(self, Self::Completed | Self::Failed | Self::Canceled | Self::Rejected)
     }
 
     /// Whether the task is paused on the client (input or auth); a blocking `SendMessage`
@@ -122,12 +120,7 @@ impl Part {
     }
 
     fn from_content(content: PartContent) -> Self {
-        Self {
-            content,
-            metadata: None,
-            filename: None,
-            media_type: None,
-        }
+        Self { content, metadata: None, filename: None, media_type: None }
     }
 
     /// The text, when this is a text part.

@@ -1,0 +1,168 @@
+//! Real servers on port 0 for the registry's integration tests: the registry itself and fake
+//! agents whose health answer each test controls.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use mesh_client::{HttpClient, RegistryClient};
+use mesh_protocol::registry::Registration;
+use registry::{Application, RegistryConfig};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Health status code a fake agent answers; this value makes it never answer instead.
+const HANG: u16 = 0;
+/// Upper bound for any condition a test waits for.
+pub const WAIT_DEADLINE_MS: u64 = 10_000;
+/// Health poll interval used by the tests' registries.
+pub const TEST_HEALTH_INTERVAL_MS: u64 = 100;
+pub const TEST_HEALTH_TIMEOUT_MS: u64 = 300;
+
+/// A stand-in agent: serves a card naming `card_name` and a `/health` answering `health`.
+pub struct FakeAgent {
+    pub name: String,
+    pub url: String,
+    health: Arc<AtomicU16>,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<()>,
+}
+
+impl FakeAgent {
+    pub async fn start(name: &str) -> Self {
+        Self::start_with_card_name(name, name).await
+    }
+
+    pub async fn start_with_card_name(name: &str, card_name: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let health = Arc::new(AtomicU16::new(200));
+        let card = json!({
+            "name": card_name, "description": "test agent", "version": "1.0.0",
+            "supportedInterfaces": [], "capabilities": {},
+            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["application/json"],
+            "skills": [{"id": "search", "name": "Search", "description": "search", "tags": []}]
+        });
+        let health_state = health.clone();
+        let router =
+            Router::new().route("/.well-known/agent-card.json", get(move || async move { axum::Json(card) })).route(
+                "/health",
+                get(move || {
+                    let health = health_state.clone();
+                    async move {
+                        let code = health.load(Ordering::SeqCst);
+                        if code == HANG {
+                            std::future::pending::<()>().await;
+                        }
+                        StatusCode::from_u16(code).unwrap()
+                    }
+                }),
+            );
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Self { name: name.to_owned(), url, health, stop: Some(stop), server }
+    }
+
+    pub fn answer_health(&self, status: u16) {
+        self.health.store(status, Ordering::SeqCst);
+    }
+
+    pub fn stop_answering_health(&self) {
+        self.health.store(HANG, Ordering::SeqCst);
+    }
+
+    /// Closes the listener: connections are refused from now on.
+    pub async fn kill(mut self) {
+        self.answer_health(200); // let a hanging health call finish so shutdown completes
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.server.abort();
+        let _ = (&mut self.server).await;
+    }
+
+    pub fn registration(&self, capabilities: &[&str]) -> Registration {
+        Registration {
+            name: self.name.clone(),
+            url: self.url.clone(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            health_endpoint: "/health".into(),
+            process_endpoint: "/tasks/send".into(),
+            agent_card_url: None,
+        }
+    }
+}
+
+/// A registry on port 0 over a fresh SQLite file, polling health every 100 ms.
+pub struct TestRegistry {
+    pub url: String,
+    pub client: RegistryClient,
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<()>,
+    _data: tempfile::TempDir,
+}
+
+impl TestRegistry {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(adjust: impl FnOnce(&mut RegistryConfig)) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let mut config = RegistryConfig {
+            port: 0,
+            database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
+            health_check_interval_ms: TEST_HEALTH_INTERVAL_MS,
+            health_check_timeout_ms: TEST_HEALTH_TIMEOUT_MS,
+            ..RegistryConfig::default()
+        };
+        adjust(&mut config);
+        let app = Application::build(&config).await.unwrap();
+        let url = format!("http://127.0.0.1:{}", app.port());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            app.run_until_stopped(async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
+        Self { url, client, http: reqwest::Client::new(), stop: Some(stop), server, _data: data }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.server).await.unwrap();
+    }
+}
+
+/// Waits until `condition` holds, checking every 20 ms; fails the test after the deadline.
+pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,116 @@
+//! A registry killed with SIGKILL and started again lists every agent it had, on SQLite and on
+//! PostgreSQL. Runs the real `registry` binary as a child process.
+//!
+//! The PostgreSQL case needs `MESH_TEST_POSTGRES_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`);
+//! without it the test prints why it skips.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+
+use common::{FakeAgent, eventually};
+use mesh_client::{HttpClient, RegistryClient};
+use sqlx::Connection;
+
+/// A registry process on a free port.
+struct RegistryProcess {
+    child: Child,
+    client: RegistryClient,
+}
+
+impl RegistryProcess {
+    async fn spawn(database_url: &str) -> Self {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_registry"))
+            .args(["--port", &port.to_string(), "--database-url", database_url, "--health-check-interval-ms", "200"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the registry binary starts");
+        let client =
+            RegistryClient::new(&format!("http://127.0.0.1:{port}"), HttpClient::with_reqwest().unwrap()).unwrap();
+        let process = Self { child, client };
+        eventually("the registry answers", || async { process.client.stats().await.is_ok() }).await;
+        process
+    }
+
+    fn kill_9(mut self) {
+        // `Child::kill` sends SIGKILL on Unix: no shutdown hook, no flush.
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for RegistryProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn survives_sigkill(database_url: &str) {
+    let agents =
+        [FakeAgent::start("search-1").await, FakeAgent::start("search-2").await, FakeAgent::start("entity").await];
+    let first = RegistryProcess::spawn(database_url).await;
+    first.client.register(&agents[0].registration(&["search"])).await.unwrap();
+    first.client.register(&agents[1].registration(&["search"])).await.unwrap();
+    first.client.register(&agents[2].registration(&["entity_extraction"])).await.unwrap();
+    first.client.register(&agents[2].registration(&["entity_extraction", "ner"])).await.unwrap();
+    first.client.deregister("search-2").await.unwrap();
+    let before = first.client.agents().await.unwrap();
+    first.kill_9();
+
+    let second = RegistryProcess::spawn(database_url).await;
+    let after = second.client.agents().await.unwrap();
+    let names = |list: &mesh_protocol::registry::AgentList| {
+        list.agents
+            .iter()
+            .map(|a| (a.name.clone(), a.capabilities.clone(), a.registered_at.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&after), names(&before));
+    assert_eq!(
+        names(&after).into_iter().map(|(n, c, _)| (n, c)).collect::<Vec<_>>(),
+        [
+            ("entity".to_string(), vec!["entity_extraction".to_string(), "ner".to_string()]),
+            ("search-1".into(), vec!["search".into()])
+        ]
+    );
+    // The restarted registry polls at once and routes to the surviving agents again.
+    eventually("agents are healthy after the restart", || async {
+        second.client.stats().await.unwrap().healthy_agents == 2
+    })
+    .await;
+    assert_eq!(second.client.pick("search").await.unwrap().agent.name, "search-1");
+    second.kill_9();
+}
+
+#[tokio::test]
+async fn sqlite_registrations_survive_sigkill() {
+    let data = tempfile::tempdir().unwrap();
+    survives_sigkill(&format!("sqlite://{}", data.path().join("registry.db").display())).await;
+}
+
+#[tokio::test]
+async fn postgres_registrations_survive_sigkill() {
+    let Ok(admin_url) = std::env::var("MESH_TEST_POSTGRES_URL") else {
+        eprintln!("skipping postgres_registrations_survive_sigkill: set MESH_TEST_POSTGRES_URL to run it");
+        return;
+    };
+    // A database of its own, so runs never see each other's rows.
+    let database = format!("mesh_registry_test_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("MESH_TEST_POSTGRES_URL is reachable");
+    // The name is generated above from a UUID, never from input.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}"))).execute(&mut admin).await.unwrap();
+    let mut url = url::Url::parse(&admin_url).unwrap();
+    url.set_path(&database);
+    survives_sigkill(url.as_str()).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {database} WITH (FORCE)")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,84 @@
+//! Health polling: transitions between healthy, unhealthy and unreachable, and recovery.
+
+mod common;
+
+use common::{FakeAgent, TestRegistry, eventually};
+use mesh_protocol::registry::HealthStatus;
+
+async fn health_of(registry: &TestRegistry, name: &str) -> HealthStatus {
+    registry.client.agent(name).await.unwrap().health_status
+}
+
+async fn wait_for(registry: &TestRegistry, name: &str, expected: HealthStatus) {
+    eventually(&format!("{name} is {expected:?}"), || async { health_of(registry, name).await == expected }).await;
+}
+
+#[tokio::test]
+async fn an_agent_answering_500_becomes_unhealthy_and_recovers() {
+    let registry = TestRegistry::start().await;
+    let agent = FakeAgent::start("search_agent").await;
+    registry.client.register(&agent.registration(&["search"])).await.unwrap();
+    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+
+    agent.answer_health(500);
+    wait_for(&registry, "search_agent", HealthStatus::Unhealthy).await;
+    assert!(registry.client.pick("search").await.unwrap().fallback, "an unhealthy agent leaves the rotation");
+
+    agent.answer_health(200);
+    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+    assert!(!registry.client.pick("search").await.unwrap().fallback, "a recovered agent is back in rotation");
+    registry.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_that_stops_answering_becomes_unreachable_and_recovers() {
+    let registry = TestRegistry::start().await;
+    let agent = FakeAgent::start("search_agent").await;
+    registry.client.register(&agent.registration(&["search"])).await.unwrap();
+    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+
+    agent.stop_answering_health();
+    wait_for(&registry, "search_agent", HealthStatus::Unreachable).await;
+    let record = registry.client.agent("search_agent").await.unwrap();
+    assert!(record.last_health_check.is_some());
+
+    agent.answer_health(200);
+    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+    registry.stop().await;
+}
+
+#[tokio::test]
+async fn a_dead_agent_is_unreachable_and_leaves_the_rotation() {
+    let registry = TestRegistry::start().await;
+    let alive = FakeAgent::start("search-1").await;
+    let doomed = FakeAgent::start("search-2").await;
+    registry.client.register(&alive.registration(&["search"])).await.unwrap();
+    registry.client.register(&doomed.registration(&["search"])).await.unwrap();
+    wait_for(&registry, "search-2", HealthStatus::Healthy).await;
+    wait_for(&registry, "search-1", HealthStatus::Healthy).await;
+
+    doomed.kill().await;
+    wait_for(&registry, "search-2", HealthStatus::Unreachable).await;
+    for _ in 0..4 {
+        assert_eq!(registry.client.pick("search").await.unwrap().agent.name, "search-1");
+    }
+    let stats = registry.client.stats().await.unwrap();
+    assert_eq!((stats.total_agents, stats.healthy_agents, stats.unreachable_agents), (2, 1, 1));
+    registry.stop().await;
+}
+
+#[tokio::test]
+async fn polls_are_bounded_and_one_slow_agent_does_not_hold_back_the_others() {
+    // One poller slot only: a hanging agent must still give way to the others within its timeout.
+    let registry = TestRegistry::start_with(|c| c.health_check_concurrency_max = 1).await;
+    let hanging = FakeAgent::start("hanging").await;
+    let failing = FakeAgent::start("failing").await;
+    registry.client.register(&hanging.registration(&["search"])).await.unwrap();
+    registry.client.register(&failing.registration(&["search"])).await.unwrap();
+    wait_for(&registry, "hanging", HealthStatus::Healthy).await;
+    hanging.stop_answering_health();
+    failing.answer_health(503);
+    wait_for(&registry, "hanging", HealthStatus::Unreachable).await;
+    wait_for(&registry, "failing", HealthStatus::Unhealthy).await;
+    registry.stop().await;
+}
