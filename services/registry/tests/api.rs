@@ -161,9 +161,11 @@ async fn raw(
     }
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
+    let request_id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
     assert_eq!(response.headers()["content-type"], "application/json", "{method} {path}");
     let text = response.text().await.unwrap();
     let body: ErrorBody = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"));
+    assert_eq!(body.request_id.as_deref(), Some(request_id.as_str()), "{method} {path}: the body names the request");
     (status, body)
 }
 

@@ -39,7 +39,9 @@ impl CardDocument {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .any(|tag| tag.trim() == "*" || tag.trim() == self.etag);
+            // If-None-Match uses the weak comparison (RFC 9110 §13.1.2): a `W/` prefix still matches.
+            .map(|tag| tag.trim().trim_start_matches("W/"))
+            .any(|tag| tag == "*" || tag == self.etag);
         let headers = [(header::ETAG, self.etag.clone()), (header::CACHE_CONTROL, cache_control)];
         if fresh {
             return (StatusCode::NOT_MODIFIED, headers).into_response();

@@ -7,13 +7,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{HeaderName, StatusCode};
+use axum::http::{HeaderName, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use mesh_protocol::error::ErrorBody;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
@@ -84,6 +86,7 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
             .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
             .layer(TraceLayer::new_for_http())
             .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
+            .layer(middleware::from_fn(stamp_request_id))
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
             .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
@@ -111,6 +114,36 @@ async fn method_not_allowed(request: Request) -> ErrorResponse {
         "METHOD_NOT_ALLOWED",
         format!("{} is not allowed on {}", request.method(), request.uri().path()),
     )
+}
+
+/// Largest error body [`stamp_request_id`] rewrites; mesh error bodies are far smaller.
+const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// Puts the request id into every mesh error body that lacks one, whichever layer produced it
+/// (rejections, fallbacks, timeouts, panics), so a user can quote it from the body alone.
+async fn stamp_request_id(request: Request, next: Next) -> Response {
+    let request_id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let response = next.run(request).await;
+    let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes() == b"application/json");
+    let Some(request_id) =
+        request_id.filter(|_| is_json && (response.status().is_client_error() || response.status().is_server_error()))
+    else {
+        return response;
+    };
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, ERROR_BODY_BYTES_MAX).await else {
+        return ErrorResponse::new(parts.status, "INTERNAL_ERROR", "the error answer could not be read")
+            .into_response();
+    };
+    let body = match serde_json::from_slice::<ErrorBody>(&bytes) {
+        Ok(mut error) if error.request_id.is_none() => {
+            error.request_id = Some(request_id);
+            serde_json::to_vec(&error).map(Bytes::from).unwrap_or(bytes)
+        }
+        _ => bytes,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(body))
 }
 
 async fn enforce_timeout(State(timeout): State<Duration>, request: Request, next: Next) -> Response {

@@ -9,6 +9,7 @@
 mod agent;
 mod app;
 mod card;
+mod cli;
 mod error;
 pub mod http;
 mod metrics;
@@ -17,6 +18,7 @@ mod registration;
 pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router};
 pub use app::{AgentApp, AgentConfig, KitError};
 pub use card::CardDocument;
+pub use cli::AgentArgs;
 pub use error::{AgentError, ErrorResponse};
 pub use metrics::{HealthReport, ServiceMetrics};
 pub use registration::{deregister, register_until_accepted};

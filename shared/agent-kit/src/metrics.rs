@@ -30,9 +30,9 @@ pub struct HealthMetrics {
     pub uptime_s: u64,
     /// Requests being processed right now.
     pub in_flight: u64,
-    /// Requests answered since start.
+    /// Requests finished since start, including those cut off by a timeout or a panic.
     pub served: u64,
-    /// Of those, the ones answered with a 4xx or 5xx status.
+    /// Of those, the ones that did not succeed (a 4xx or 5xx answer, a timeout, a panic).
     pub errors: u64,
 }
 
@@ -61,24 +61,29 @@ impl ServiceMetrics {
     }
 }
 
-/// Decrements `in_flight` even when the request future is dropped (client gone, timeout).
-struct InFlight<'a>(&'a ServiceMetrics);
+/// Counts one request from start to end. The counting happens on drop, so a request cut off by
+/// the timeout layer or unwound by a panic (both outside this middleware) is still counted, as an
+/// error, since no response came back through here.
+struct Tracked<'a> {
+    metrics: &'a ServiceMetrics,
+    succeeded: bool,
+}
 
-impl Drop for InFlight<'_> {
+impl Drop for Tracked<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.served.fetch_add(1, Ordering::Relaxed);
+        if !self.succeeded {
+            self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
 /// Middleware counting the requests of the routes it wraps.
 pub async fn track(State(metrics): State<Arc<ServiceMetrics>>, request: Request, next: Next) -> Response {
     metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-    let guard = InFlight(&metrics);
+    let mut tracked = Tracked { metrics: &metrics, succeeded: false };
     let response = next.run(request).await;
-    drop(guard);
-    metrics.served.fetch_add(1, Ordering::Relaxed);
-    if response.status().is_client_error() || response.status().is_server_error() {
-        metrics.errors.fetch_add(1, Ordering::Relaxed);
-    }
+    tracked.succeeded = !(response.status().is_client_error() || response.status().is_server_error());
     response
 }
