@@ -1,8 +1,6 @@
 //! The registry's configuration: defaults, then `--config FILE` (TOML), then `MESH_REGISTRY_*`
 //! environment variables, then flags.
 
-use std::path::PathBuf;
-
 use mesh_config::{ConfigError, ConfigLoader, ServerArgs};
 use serde::Deserialize;
 
@@ -80,10 +78,6 @@ pub struct RegistryCli {
 }
 
 impl RegistryCli {
-    pub fn config_file(&self) -> Option<&PathBuf> {
-        self.server.config.as_ref()
-    }
-
     pub fn load(&self) -> Result<RegistryConfig, ConfigError> {
         ConfigLoader::new(ENV_PREFIX, self.server.config.as_deref())
             .server_args(&self.server)
@@ -92,5 +86,30 @@ impl RegistryCli {
             .set("health_check_timeout_ms", self.health_check_timeout_ms)
             .set("verify_registrations", self.no_verify.then_some(false))
             .load()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_deploy_example_file_loads_and_flags_override_it() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/registry.toml");
+        let cli = RegistryCli::parse_from(["registry", "--config", file, "--port", "9100", "--no-verify"]);
+        let config = cli.load().unwrap();
+        assert_eq!(config.host, "0.0.0.0");
+        assert!(config.database_url.starts_with("postgres://"));
+        assert_eq!((config.port, config.verify_registrations), (9100, false));
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.toml");
+        std::fs::write(&path, "prot = 1\n").unwrap();
+        let cli = RegistryCli::parse_from(["registry", "--config", path.to_str().unwrap()]);
+        assert!(cli.load().unwrap_err().to_string().contains("prot"));
     }
 }

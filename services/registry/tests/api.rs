@@ -178,7 +178,9 @@ async fn bad_input_gets_a_json_error_with_the_right_status() {
         body.as_object_mut().unwrap().extend(overrides.as_object().unwrap().clone());
         body.to_string()
     };
-    let cases: Vec<(&str, &str, Option<&str>, String, u16, &str)> = vec![
+    // (method, path, content type, body, expected status, expected error code)
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, String, u16, &'a str);
+    let cases: Vec<Case> = vec![
         ("POST", "/register", json, "{not json".into(), 400, "REQUEST_MALFORMED_JSON"),
         ("POST", "/register", Some("text/plain"), valid(json!({})), 415, "REQUEST_UNSUPPORTED_MEDIA_TYPE"),
         ("POST", "/register", None, valid(json!({})), 415, "REQUEST_UNSUPPORTED_MEDIA_TYPE"),
