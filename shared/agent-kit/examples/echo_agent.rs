@@ -4,10 +4,13 @@
 
 use clap::Parser;
 use mesh_agent_kit::http::shutdown_signal;
-use mesh_agent_kit::{AgentApp, AgentArgs, AgentError, AgentHandler, AgentReply, TaskInput};
+use mesh_agent_kit::{AgentApp, AgentArgs, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::AgentCard;
 use serde_json::json;
+
+/// Port the echo agent listens on unless configured otherwise.
+const ECHO_PORT_DEFAULT: u16 = 9001;
 
 /// An echo agent on the mesh agent kit.
 #[derive(Debug, Parser)]
@@ -44,7 +47,7 @@ fn card() -> Result<AgentCard, serde_json::Error> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
-    let config = Cli::parse().agent.load("MESH_ECHO")?;
+    let config: AgentConfig = Cli::parse().agent.load("MESH_ECHO", ECHO_PORT_DEFAULT)?;
     let app = AgentApp::build(&config, card()?, Echo, HttpClient::with_reqwest()?).await?;
     tracing::info!(url = app.url(), "echo agent listening");
     app.run_until_stopped(shutdown_signal()).await?;

@@ -14,9 +14,11 @@ use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAU
 use crate::metrics::ServiceMetrics;
 use crate::registration::{deregister, register_until_accepted};
 
-/// How an agent serves and where it registers; every agent binary embeds these keys in its config.
+/// How an agent serves and where it registers; every agent binary flattens these keys into its
+/// own configuration (which is why unknown keys cannot be refused here: serde's `flatten` and
+/// `deny_unknown_fields` do not mix).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct AgentConfig {
     pub host: String,
     pub port: u16,

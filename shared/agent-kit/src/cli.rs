@@ -1,5 +1,8 @@
 use mesh_config::{ConfigError, ConfigLoader, ServerArgs};
 
+use serde::de::DeserializeOwned;
+
+#[cfg(doc)]
 use crate::app::AgentConfig;
 
 /// Flags every agent binary takes; flatten it into the binary's `clap` parser. Each also comes
@@ -21,9 +24,11 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
-    /// Loads the agent's configuration; `env_prefix` like `MESH_SEARCH`.
-    pub fn load(&self, env_prefix: &str) -> Result<AgentConfig, ConfigError> {
+    /// Loads the agent's configuration `T` (which flattens an [`AgentConfig`]); `env_prefix`
+    /// like `MESH_SEARCH`; `default_port` applies when neither file, environment nor flag sets one.
+    pub fn load<T: DeserializeOwned>(&self, env_prefix: &str, default_port: u16) -> Result<T, ConfigError> {
         ConfigLoader::new(env_prefix, self.server.config.as_deref())
+            .default_value("port", i64::from(default_port))
             .server_args(&self.server)
             .set("registry_url", self.registry_url.clone())
             .set("name", self.name.clone())

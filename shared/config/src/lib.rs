@@ -45,13 +45,20 @@ pub struct ConfigLoader {
     file: Option<PathBuf>,
     /// `None` reads the process environment; tests inject a map instead.
     env: Option<HashMap<String, String>>,
+    defaults: Vec<(String, config::Value)>,
     overrides: Vec<(String, config::Value)>,
 }
 
 impl ConfigLoader {
     /// `env_prefix` without trailing underscore, e.g. `MESH_REGISTRY`.
     pub fn new(env_prefix: &str, file: Option<&Path>) -> Self {
-        Self { env_prefix: env_prefix.to_owned(), file: file.map(Path::to_path_buf), env: None, overrides: Vec::new() }
+        Self {
+            env_prefix: env_prefix.to_owned(),
+            file: file.map(Path::to_path_buf),
+            env: None,
+            defaults: Vec::new(),
+            overrides: Vec::new(),
+        }
     }
 
     /// Reads environment variables from `vars` instead of the process environment.
@@ -68,6 +75,13 @@ impl ConfigLoader {
         self
     }
 
+    /// A default for `key` that the struct's own defaults cannot express (e.g. a per-service port
+    /// of a shared, flattened section); the file, the environment and flags all override it.
+    pub fn default_value(mut self, key: &str, value: impl Into<config::Value>) -> Self {
+        self.defaults.push((key.to_owned(), value.into()));
+        self
+    }
+
     /// Applies `--host`, `--port` (the keys `host` and `port`).
     pub fn server_args(self, args: &ServerArgs) -> Self {
         self.set("host", args.host.clone()).set("port", args.port.map(i64::from))
@@ -75,6 +89,9 @@ impl ConfigLoader {
 
     pub fn load<T: DeserializeOwned>(self) -> Result<T, ConfigError> {
         let mut builder = Config::builder();
+        for (key, value) in self.defaults {
+            builder = builder.set_default(key, value)?;
+        }
         if let Some(path) = &self.file {
             // Read the file ourselves so a missing or unreadable file names its path in the error.
             let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
@@ -145,6 +162,19 @@ mod tests {
             loaded,
             Sample { host: "0.0.0.0".into(), port: 9200, health_check_interval_ms: 1000, verify: false }
         );
+    }
+
+    #[test]
+    fn explicit_defaults_yield_to_every_layer() {
+        let loaded: Sample =
+            ConfigLoader::new("MESH_TEST", None).with_env(HashMap::new()).default_value("port", 8002).load().unwrap();
+        assert_eq!(loaded.port, 8002);
+        let loaded: Sample = ConfigLoader::new("MESH_TEST", None)
+            .with_env(env(&[("MESH_TEST_PORT", "9")]))
+            .default_value("port", 8002)
+            .load()
+            .unwrap();
+        assert_eq!(loaded.port, 9);
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //!
 //! - [`seed`]: the task format of `POST /tasks/send` (seed 002) and its response envelope (seed 003).
 //! - [`a2a`]: the A2A 1.0 data model and its 0.3 spelling.
+//! - [`agents`]: the payloads the mesh's own agents exchange (search, planning, orchestration).
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope and the A2A error codes.
 //! - [`registry`]: the registry's own small JSON API (A2A defines no registry standard).
 //! - [`error`]: the JSON body every mesh HTTP error answers with.
 
 pub mod a2a;
+pub mod agents;
 pub mod error;
 pub mod jsonrpc;
 pub mod registry;

@@ -1,0 +1,126 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
+use mesh_protocol::agents::{ProfileRank, SearchHit, SearchRequest, SearchResults};
+use serde_json::Value;
+
+use crate::error::SearchError;
+use crate::fusion::{Ranking, reciprocal_rank_fusion};
+use crate::index::SearchIndex;
+
+/// Limits and constants of one search agent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchSettings {
+    pub rrf_k: f64,
+    pub top_k_default: usize,
+    pub top_k_max: usize,
+    pub candidates_per_profile: usize,
+}
+
+/// Runs the requested profiles in parallel over the index and fuses them.
+#[derive(Debug, Clone)]
+pub struct SearchAgent {
+    index: Arc<SearchIndex>,
+    settings: SearchSettings,
+}
+
+impl SearchAgent {
+    pub fn new(index: Arc<SearchIndex>, settings: SearchSettings) -> Self {
+        Self { index, settings }
+    }
+
+    pub async fn search(&self, query: &str, request: &SearchRequest) -> Result<SearchResults, SearchError> {
+        let query = query.trim();
+        if query.is_empty() {
+            return Err(SearchError::EmptyQuery);
+        }
+        let top_k = request.top_k.unwrap_or(self.settings.top_k_default);
+        if top_k == 0 || top_k > self.settings.top_k_max {
+            return Err(SearchError::InvalidParameters(format!(
+                "top_k must be between 1 and {}, not {top_k}",
+                self.settings.top_k_max
+            )));
+        }
+        let profiles = self.profiles_for(request)?;
+        let limit = self.settings.candidates_per_profile.max(top_k);
+        let tasks: Vec<_> = profiles
+            .iter()
+            .map(|profile| {
+                let (index, profile, query, modality) =
+                    (self.index.clone(), profile.clone(), query.to_owned(), request.modality);
+                // Ranking is CPU work on tantivy's blocking API: keep it off the async workers.
+                tokio::task::spawn_blocking(move || {
+                    let started = Instant::now();
+                    let hits = index.rank(&profile, &query, modality, limit);
+                    (profile, hits, started.elapsed().as_secs_f64() * 1000.0)
+                })
+            })
+            .collect();
+        let mut rankings = Vec::with_capacity(tasks.len());
+        let mut profile_time_ms = BTreeMap::new();
+        for task in tasks {
+            let (profile, hits, elapsed_ms) = task.await.map_err(|e| SearchError::Worker(e.to_string()))?;
+            profile_time_ms.insert(profile.clone(), elapsed_ms);
+            rankings.push(Ranking { profile, hits: hits? });
+        }
+        let started = Instant::now();
+        let fused = reciprocal_rank_fusion(&rankings, self.settings.rrf_k);
+        let results = fused
+            .into_iter()
+            .take(top_k)
+            .filter_map(|fused| {
+                let document = self.index.document(&fused.key)?;
+                Some(SearchHit {
+                    id: document.id.clone(),
+                    title: document.title.clone(),
+                    text: document.text.clone(),
+                    modality: document.modality.clone(),
+                    tags: document.tags.clone(),
+                    score: fused.score,
+                    profile_ranks: fused
+                        .ranks
+                        .into_iter()
+                        .map(|(profile, (rank, score))| (profile, ProfileRank { rank, score }))
+                        .collect(),
+                })
+            })
+            .collect();
+        Ok(SearchResults {
+            results,
+            profiles_used: profiles,
+            rrf_k: self.settings.rrf_k,
+            profile_time_ms,
+            fusion_time_ms: started.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// The requested profiles, deduplicated in order; the default one when none is named.
+    fn profiles_for(&self, request: &SearchRequest) -> Result<Vec<String>, SearchError> {
+        if request.profiles.is_empty() {
+            return Ok(vec![SearchIndex::default_profile().to_owned()]);
+        }
+        let mut profiles: Vec<String> = Vec::with_capacity(request.profiles.len());
+        for name in &request.profiles {
+            if !SearchIndex::has_profile(name) {
+                let available: Vec<String> = SearchIndex::profiles().into_iter().map(|p| p.name).collect();
+                return Err(SearchError::UnknownProfile { unknown: name.clone(), available: available.join(", ") });
+            }
+            if !profiles.contains(name) {
+                profiles.push(name.clone());
+            }
+        }
+        Ok(profiles)
+    }
+}
+
+impl AgentHandler for SearchAgent {
+    async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        let request: SearchRequest = serde_json::from_value(Value::Object(task.data))
+            .map_err(|e| SearchError::InvalidParameters(e.to_string()))?;
+        let results = self.search(&task.text, &request).await?;
+        let data = serde_json::to_value(results).map_err(|e| AgentError::Internal(e.to_string()))?;
+        Ok(AgentReply::data(data))
+    }
+}

@@ -1,0 +1,33 @@
+use mesh_agent_kit::AgentError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("corpus line {line}: {reason}")]
+    Corpus { line: usize, reason: String },
+    #[error("cannot read the corpus {path}: {source}")]
+    CorpusFile { path: String, source: std::io::Error },
+    #[error("index error: {0}")]
+    Index(#[from] tantivy::TantivyError),
+    #[error("the query has no text to search for")]
+    EmptyQuery,
+    #[error("unknown profile {unknown:?}; available: {available}")]
+    UnknownProfile { unknown: String, available: String },
+    #[error("invalid search parameters: {0}")]
+    InvalidParameters(String),
+    #[error("a ranking task failed: {0}")]
+    Worker(String),
+}
+
+impl From<SearchError> for AgentError {
+    fn from(error: SearchError) -> Self {
+        match error {
+            SearchError::EmptyQuery | SearchError::UnknownProfile { .. } | SearchError::InvalidParameters(_) => {
+                AgentError::InvalidInput(error.to_string())
+            }
+            SearchError::Corpus { .. }
+            | SearchError::CorpusFile { .. }
+            | SearchError::Index(_)
+            | SearchError::Worker(_) => AgentError::Internal(error.to_string()),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Payloads the mesh's own agents exchange in the data parts of seed tasks: what the orchestrator
+//! sends each planning agent and the search agent, and what they answer.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::a2a::v1::{AgentCard, AgentExtension};
+
+/// Kinds of entity the extractor recognises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EntityType {
+    Person,
+    Organization,
+    Location,
+    Date,
+    Number,
+    /// A content word or phrase naming a thing or activity ("robots", "soccer").
+    Concept,
+}
+
+/// An entity found in a query. Offsets count characters (not bytes), end exclusive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entity {
+    pub text: String,
+    #[serde(rename = "type")]
+    pub entity_type: EntityType,
+    pub start: usize,
+    pub end: usize,
+    pub confidence: f64,
+}
+
+/// Answer of the entity-extraction agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntityExtraction {
+    pub entities: Vec<Entity>,
+    pub entity_count: usize,
+    /// The most frequent entity types, most frequent first (ties in type order).
+    pub dominant_types: Vec<EntityType>,
+    /// `rules` or `llm`.
+    pub method: String,
+}
+
+/// A ranking profile as the search agent advertises it (in its agent card), so planners choose
+/// among what exists rather than from a hard-coded list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchProfile {
+    pub name: String,
+    pub description: String,
+    /// Query traits this profile ranks well, from [`QUERY_TRAITS`].
+    pub strengths: Vec<String>,
+}
+
+/// URI of the agent-card extension in which the search agent lists its profiles
+/// (`capabilities.extensions[].params.profiles`).
+pub const SEARCH_PROFILES_EXTENSION_URI: &str = "urn:a2a-mesh:search-profiles:v1";
+
+/// The card extension advertising `profiles`.
+pub fn search_profiles_extension(profiles: &[SearchProfile]) -> AgentExtension {
+    let mut params = serde_json::Map::new();
+    params.insert("profiles".into(), serde_json::to_value(profiles).unwrap_or_default());
+    AgentExtension {
+        uri: SEARCH_PROFILES_EXTENSION_URI.into(),
+        description: Some("Ranking profiles this search agent serves".into()),
+        required: false,
+        params: Some(params),
+    }
+}
+
+/// The profiles a search agent's card advertises, if it has the extension and it is well formed.
+pub fn search_profiles(card: &AgentCard) -> Option<Vec<SearchProfile>> {
+    let extension = card.capabilities.extensions.iter().find(|e| e.uri == SEARCH_PROFILES_EXTENSION_URI)?;
+    serde_json::from_value(extension.params.as_ref()?.get("profiles")?.clone()).ok()
+}
+
+/// Query traits profile strengths are expressed in.
+pub const QUERY_TRAITS: &[&str] = &[
+    "general",
+    "keyword",
+    "question",
+    "long_query",
+    "short_query",
+    "entity",
+    "visual",
+    "audio",
+    "temporal",
+    "exact_phrase",
+];
+
+/// Data part of a task to the profile-selection agent (the query is the text part).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileSelectionRequest {
+    pub available_profiles: Vec<SearchProfile>,
+}
+
+/// A candidate profile and how well it fits, 0 to 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileScore {
+    pub profile: String,
+    pub score: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Modality {
+    Video,
+    Image,
+    Audio,
+    Text,
+    /// No modality is implied by the query.
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Complexity {
+    Simple,
+    Medium,
+    Complex,
+}
+
+/// Answer of the profile-selection agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileSelection {
+    pub selected_profile: String,
+    pub confidence: f64,
+    /// The other profiles, best first.
+    pub alternatives: Vec<ProfileScore>,
+    /// e.g. `video_search`, `text_search`, `question_answering`.
+    pub intent: String,
+    pub modality: Modality,
+    pub complexity: Complexity,
+    /// Why this profile, in one or two sentences a person can check.
+    pub reasoning: String,
+    /// `rules` or `llm`.
+    pub method: String,
+}
+
+/// Data part of a task to the search agent (the query is the text part).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SearchRequest {
+    /// Profiles to run and fuse; the agent's default profile when empty.
+    #[serde(default)]
+    pub profiles: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// Keep only documents of this modality.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modality: Option<Modality>,
+}
+
+/// Where one profile ranked a document (rank 0-indexed) and with what score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileRank {
+    pub rank: usize,
+    pub score: f64,
+}
+
+/// One fused result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchHit {
+    pub id: String,
+    pub title: String,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modality: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Reciprocal Rank Fusion score over the profiles that ranked it.
+    pub score: f64,
+    pub profile_ranks: BTreeMap<String, ProfileRank>,
+}
+
+/// Answer of the search agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchResults {
+    pub results: Vec<SearchHit>,
+    pub profiles_used: Vec<String>,
+    /// The RRF constant used (seed 002: rank 0-indexed, k = 60).
+    pub rrf_k: f64,
+    /// Time each profile took to rank, in milliseconds.
+    pub profile_time_ms: BTreeMap<String, f64>,
+    /// Time the fusion took, in milliseconds.
+    pub fusion_time_ms: f64,
+}
+
+/// Data part of a task to the orchestrator (the query is the text part); all optional.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// Profiles to search with, skipping profile selection's choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiles: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+}
+
+/// How one call to another agent went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentCall {
+    pub capability: String,
+    /// The agent that answered or was tried; absent when none could be found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `success`, `partial`, `error`, `timeout` or `unavailable`.
+    pub status: String,
+    /// Milliseconds since the orchestrator received the query when the call started.
+    pub started_ms: f64,
+    pub time_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryMetadata {
+    pub planning_time_ms: f64,
+    pub search_time_ms: f64,
+    pub total_time_ms: f64,
+    pub selected_profile: String,
+    pub profiles_used: Vec<String>,
+    pub confidence: f64,
+    pub entities: Vec<Entity>,
+    pub agents: Vec<AgentCall>,
+}
+
+/// Answer of the orchestrator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryAnswer {
+    pub query: String,
+    pub results: Vec<SearchHit>,
+    pub metadata: QueryMetadata,
+}
