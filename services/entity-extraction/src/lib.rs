@@ -1,1 +1,115 @@
-//! placeholder
+//! The entity-extraction agent: the entities of a query with types and character offsets, by
+//! deterministic rules, or by an OpenAI-compatible LLM when one is configured (falling back to
+//! the rules on any LLM failure).
+
+use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, KitError, TaskInput};
+use mesh_client::HttpClient;
+use mesh_llm::{LlmClient, LlmConfig, LlmError, llm_or_rules};
+use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::agents::{Entity, EntityExtraction, EntityType};
+use mesh_query_analysis::{extract_entities, summarize_entities};
+use serde::Deserialize;
+
+pub const ENTITY_EXTRACTION_PORT_DEFAULT: u16 = 8010;
+/// Prefix of the environment variables this agent reads (`MESH_ENTITY_EXTRACTION_LLM__MODEL`...).
+pub const ENV_PREFIX: &str = "MESH_ENTITY_EXTRACTION";
+/// Confidence given to entities an LLM names: it does not grade its own answers.
+const LLM_ENTITY_CONFIDENCE: f64 = 0.8;
+const CARD_JSON: &str = include_str!("../../../agent-cards/entity-extraction.json");
+const SYSTEM_PROMPT: &str = "You extract the entities of a search query. Answer with one JSON object and nothing else: \
+{\"entities\":[{\"text\":\"<exact substring of the query>\",\"type\":\"PERSON|ORGANIZATION|LOCATION|DATE|NUMBER|CONCEPT\"}]}. \
+Every text must appear verbatim in the query. CONCEPT is a thing or activity the user looks for.";
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default)]
+pub struct EntityExtractionConfig {
+    #[serde(flatten)]
+    pub agent: AgentConfig,
+    /// The LLM backend; the rules answer when `base_url` and `model` are unset.
+    pub llm: LlmConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Kit(#[from] KitError),
+    #[error("the bundled agent card is invalid: {0}")]
+    Card(#[from] serde_json::Error),
+    #[error("LLM backend: {0}")]
+    Llm(#[from] LlmError),
+}
+
+#[derive(Debug)]
+pub struct EntityAgent {
+    llm: Option<LlmClient>,
+}
+
+impl EntityAgent {
+    pub fn new(llm: Option<LlmClient>) -> Self {
+        Self { llm }
+    }
+}
+
+impl AgentHandler for EntityAgent {
+    async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        let query = task.text.trim();
+        if query.is_empty() {
+            return Err(AgentError::InvalidInput("the task has no text to extract entities from".into()));
+        }
+        let attempt = self.llm.as_ref().map(|llm| extract_with_llm(llm, query));
+        let (extraction, _, warning) = llm_or_rules(attempt, || extract_entities(query)).await;
+        let data = serde_json::to_value(extraction).map_err(|e| AgentError::Internal(e.to_string()))?;
+        Ok(AgentReply { warnings: warning.into_iter().collect(), ..AgentReply::data(data) })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct LlmAnswer {
+    entities: Vec<LlmEntity>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LlmEntity {
+    text: String,
+    #[serde(rename = "type")]
+    entity_type: EntityType,
+}
+
+async fn extract_with_llm(llm: &LlmClient, query: &str) -> Result<EntityExtraction, LlmError> {
+    let answer: LlmAnswer = llm
+        .complete_json(SYSTEM_PROMPT, query, |answer: &LlmAnswer| {
+            match answer.entities.iter().find(|e| e.text.trim().is_empty() || !query.contains(e.text.as_str())) {
+                Some(bad) => Err(format!("entity {:?} is not a substring of the query", bad.text)),
+                None => Ok(()),
+            }
+        })
+        .await?;
+    let entities = answer
+        .entities
+        .into_iter()
+        .filter_map(|found| {
+            let byte_start = query.find(found.text.as_str())?;
+            let start = query[..byte_start].chars().count();
+            let end = start + found.text.chars().count();
+            Some(Entity {
+                text: found.text,
+                entity_type: found.entity_type,
+                start,
+                end,
+                confidence: LLM_ENTITY_CONFIDENCE,
+            })
+        })
+        .collect();
+    Ok(summarize_entities(entities, "llm"))
+}
+
+pub fn card() -> Result<AgentCard, serde_json::Error> {
+    serde_json::from_str(CARD_JSON)
+}
+
+/// Builds the agent, bound and ready to run.
+pub async fn build(config: &EntityExtractionConfig, http: HttpClient) -> Result<AgentApp, StartError> {
+    let llm = if config.llm.is_configured() { Some(LlmClient::new(config.llm.clone(), http.clone())?) } else { None };
+    tracing::info!(method = if llm.is_some() { "llm" } else { "rules" }, "entity extraction ready");
+    Ok(AgentApp::build(&config.agent, card()?, EntityAgent::new(llm), http).await?)
+}

@@ -1,1 +1,54 @@
-//! placeholder
+//! The orchestrator agent: takes a user query, discovers the planning and search agents by
+//! capability, runs the planners in parallel, searches with the chosen profiles, and answers
+//! with the fused results and what every agent did.
+
+pub mod config;
+mod discovery;
+mod flow;
+
+use std::time::Duration;
+
+use mesh_agent_kit::{AgentApp, KitError};
+use mesh_client::{ClientError, HttpClient, RegistryClient};
+use mesh_protocol::a2a::v1::AgentCard;
+
+pub use config::OrchestratorConfig;
+pub use discovery::{Discovery, DiscoveryError};
+pub use flow::{
+    CAPABILITY_ENTITY_EXTRACTION, CAPABILITY_PROFILE_SELECTION, CAPABILITY_SEARCH, FlowSettings, Orchestrator,
+};
+
+/// The orchestrator's card as shipped in `agent-cards/`.
+const CARD_JSON: &str = include_str!("../../../agent-cards/orchestrator.json");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the orchestrator needs a registry to discover agents: set --registry-url")]
+    NoRegistry,
+    #[error("invalid registry URL: {0}")]
+    Registry(#[from] ClientError),
+    #[error(transparent)]
+    Kit(#[from] KitError),
+    #[error("the bundled agent card is invalid: {0}")]
+    Card(#[from] serde_json::Error),
+}
+
+pub fn card() -> Result<AgentCard, serde_json::Error> {
+    serde_json::from_str(CARD_JSON)
+}
+
+/// Builds the agent, bound and ready to run.
+pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<AgentApp, StartError> {
+    let registry_url = config.agent.registry_url.as_deref().ok_or(StartError::NoRegistry)?;
+    let registry = RegistryClient::new(registry_url, http.clone())?;
+    let discovery = Discovery::new(registry, http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));
+    let settings = FlowSettings {
+        planning_timeout: Duration::from_millis(config.planning_timeout_ms),
+        search_timeout: Duration::from_millis(config.search_timeout_ms),
+        top_k_default: config.top_k_default,
+        ensemble_below_confidence: config.ensemble_below_confidence,
+        ensemble_profiles_max: config.ensemble_profiles_max,
+    };
+    let orchestrator = Orchestrator::new(discovery, http.clone(), settings);
+    Ok(AgentApp::build(&config.agent, card()?, orchestrator, http).await?)
+}

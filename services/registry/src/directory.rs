@@ -18,6 +18,9 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// Counts local registrations and removals, so a snapshot read from storage before one of
+    /// them is recognised as stale and not applied over it.
+    mutations: u64,
     agents: BTreeMap<String, Entry>,
     /// Capability -> names of the agents offering it, sorted, so rotation order is stable.
     capabilities: HashMap<String, Vec<String>>,
@@ -43,8 +46,13 @@ pub struct PollTarget {
 impl Directory {
     pub fn new(agents: Vec<StoredAgent>) -> Self {
         let directory = Self::default();
-        directory.replace_all(agents);
+        directory.replace_all(agents, 0);
         directory
+    }
+
+    /// A token to pass to [`Self::replace_all`] with a snapshot of storage read after this call.
+    pub fn mutations(&self) -> u64 {
+        self.read().mutations
     }
 
     /// Adds or updates an agent; returns true when it was new. A changed URL resets its health.
@@ -57,6 +65,7 @@ impl Directory {
         };
         let is_new = previous.is_none();
         inner.agents.insert(agent.name.clone(), Entry { agent, health, last_health_check });
+        inner.mutations += 1;
         rebuild_index(&mut inner);
         is_new
     }
@@ -65,15 +74,21 @@ impl Directory {
         let mut inner = self.write();
         let removed = inner.agents.remove(name).is_some();
         if removed {
+            inner.mutations += 1;
             rebuild_index(&mut inner);
         }
         removed
     }
 
     /// Replaces the set of agents with `agents` (as stored), keeping the health already known of
-    /// those whose URL did not change. Keeps replicas sharing one database in step.
-    pub fn replace_all(&self, agents: Vec<StoredAgent>) {
+    /// those whose URL did not change. Keeps replicas sharing one database in step. The snapshot
+    /// is dropped (and false returned) when this registry changed since `mutations` was read, as
+    /// it may predate that change; the next poll brings a fresh one.
+    pub fn replace_all(&self, agents: Vec<StoredAgent>, mutations: u64) -> bool {
         let mut inner = self.write();
+        if inner.mutations != mutations {
+            return false;
+        }
         let mut next = BTreeMap::new();
         for agent in agents {
             let (health, last_health_check) = match inner.agents.get(&agent.name) {
@@ -84,6 +99,7 @@ impl Directory {
         }
         inner.agents = next;
         rebuild_index(&mut inner);
+        true
     }
 
     /// Records a poll result, unless the agent was removed or re-registered elsewhere meanwhile.
@@ -337,6 +353,19 @@ mod tests {
         directory.upsert(moved);
         directory.set_health(&stale, HealthStatus::Healthy, "t".into());
         assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Unknown);
+    }
+
+    #[test]
+    fn a_storage_snapshot_older_than_a_local_change_is_not_applied() {
+        let directory = Directory::new(vec![]);
+        let before = directory.mutations();
+        // A registration lands after the snapshot was read (the snapshot does not contain it).
+        directory.upsert(agent("fresh", &["search"]));
+        assert!(!directory.replace_all(vec![], before));
+        assert!(directory.get("fresh").is_ok(), "the registration survives");
+        // A snapshot read after it is applied.
+        assert!(directory.replace_all(vec![agent("other", &["search"])], directory.mutations()));
+        assert!(directory.get("fresh").is_err() && directory.get("other").is_ok());
     }
 
     #[test]

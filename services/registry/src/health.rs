@@ -42,8 +42,13 @@ pub async fn check_and_record(directory: &Directory, http: &HttpClient, target: 
 /// One round: refresh the agent set from the store (registrations made through another replica
 /// sharing the database), then poll every agent, at most `concurrency_max` at a time.
 pub async fn poll_all(directory: &Directory, store: &AgentStore, http: &HttpClient, settings: PollSettings) {
+    let mutations = directory.mutations();
     match store.load_all().await {
-        Ok(agents) => directory.replace_all(agents),
+        Ok(agents) => {
+            if !directory.replace_all(agents, mutations) {
+                tracing::debug!("registrations changed during the refresh; keeping the newer in-memory view");
+            }
+        }
         Err(error) => tracing::warn!(%error, "cannot refresh registrations from storage; polling the known agents"),
     }
     futures::stream::iter(directory.poll_targets())

@@ -106,7 +106,7 @@ async fn send_task<H: AgentHandler>(
         warnings: reply.warnings,
         metadata: ResponseMetadata {
             agent: state.card.card().name.clone(),
-            processing_time_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            processing_time_ms: started.elapsed().as_secs_f64() * 1000.0,
             request_id,
         },
     }))

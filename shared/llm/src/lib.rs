@@ -8,7 +8,9 @@
 mod client;
 mod config;
 mod error;
+mod fallback;
 
 pub use client::{LlmClient, api_key_from_env};
 pub use config::{API_KEY_ENV_DEFAULT, LLM_TIMEOUT_MS_DEFAULT, LlmConfig};
 pub use error::LlmError;
+pub use fallback::llm_or_rules;

@@ -209,7 +209,11 @@ pub struct AgentCall {
     pub status: String,
     /// Milliseconds since the orchestrator received the query when the call started.
     pub started_ms: f64,
+    /// Wall time of the call as the orchestrator saw it.
     pub time_ms: f64,
+    /// The agent's own processing time, as it reported it; the rest of `time_ms` is transport.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_time_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -218,6 +222,8 @@ pub struct AgentCall {
 pub struct QueryMetadata {
     pub planning_time_ms: f64,
     pub search_time_ms: f64,
+    /// Time the search agent spent fusing its profiles' rankings.
+    pub fusion_time_ms: f64,
     pub total_time_ms: f64,
     pub selected_profile: String,
     pub profiles_used: Vec<String>,

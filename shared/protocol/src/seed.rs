@@ -121,7 +121,8 @@ pub enum ResponseStatus {
 pub struct ResponseMetadata {
     /// Name of the agent that answered.
     pub agent: String,
-    pub processing_time_ms: u64,
+    /// Time the agent spent on the task, in milliseconds with sub-millisecond precision.
+    pub processing_time_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
 }

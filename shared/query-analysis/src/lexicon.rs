@@ -12,11 +12,7 @@
 /// precomposed or decomposed form ("ã" or "a" + U+0303); folding both sides of a lookup lets one
 /// lexicon entry match all of them without a Unicode normalisation dependency.
 pub(crate) fn fold(word: &str) -> String {
-    word.chars()
-        .flat_map(char::to_lowercase)
-        .filter(|c| !is_combining_mark(*c))
-        .map(fold_latin_diacritic)
-        .collect()
+    word.chars().flat_map(char::to_lowercase).filter(|c| !is_combining_mark(*c)).map(fold_latin_diacritic).collect()
 }
 
 /// True for the combining-mark blocks that decorate Latin, Greek and Cyrillic letters.
@@ -54,15 +50,121 @@ fn fold_latin_diacritic(c: char) -> char {
 
 /// Grammatical words that never name anything by themselves.
 pub(crate) const STOP_WORDS: &[&str] = &[
-    "a", "about", "above", "after", "again", "all", "also", "am", "an", "and", "any", "anything", "are", "as", "at",
-    "be", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does",
-    "doing", "down", "during", "each", "else", "every", "everything", "few", "for", "from", "had", "has", "have",
-    "having", "he", "her", "here", "hers", "him", "his", "i", "if", "in", "into", "is", "it", "its", "just", "let",
-    "like", "many", "more", "most", "much", "my", "near", "no", "not", "nothing", "of", "off", "on", "only",
-    "or", "other", "our", "out", "over", "own", "same", "she", "should", "so", "some", "something", "such", "than",
-    "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too",
-    "under", "until", "up", "us", "very", "was", "we", "were", "while", "will", "with", "within", "without", "would",
-    "you", "your",
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "all",
+    "also",
+    "am",
+    "an",
+    "and",
+    "any",
+    "anything",
+    "are",
+    "as",
+    "at",
+    "be",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "down",
+    "during",
+    "each",
+    "else",
+    "every",
+    "everything",
+    "few",
+    "for",
+    "from",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "him",
+    "his",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "just",
+    "let",
+    "like",
+    "many",
+    "more",
+    "most",
+    "much",
+    "my",
+    "near",
+    "no",
+    "not",
+    "nothing",
+    "of",
+    "off",
+    "on",
+    "only",
+    "or",
+    "other",
+    "our",
+    "out",
+    "over",
+    "own",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "something",
+    "such",
+    "than",
+    "that",
+    "the",
+    "their",
+    "them",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "us",
+    "very",
+    "was",
+    "we",
+    "were",
+    "while",
+    "will",
+    "with",
+    "within",
+    "without",
+    "would",
+    "you",
+    "your",
 ];
 
 /// Words that open a question; a query starting with one is a question even without "?".
@@ -71,10 +173,44 @@ pub(crate) const QUESTION_WORDS: &[&str] = &["how", "what", "when", "where", "wh
 /// Words that phrase the request or name the medium rather than its subject ("show me videos of
 /// ..."): the medium is captured as the query's modality, so it must not also count as a concept.
 pub(crate) const REQUEST_WORDS: &[&str] = &[
-    "audio", "clip", "clips", "define", "describe", "display", "explain", "fetch", "find", "footage", "get", "give",
-    "hear", "image", "images", "list", "listen", "look", "looking", "me", "need", "photo", "photos", "picture",
-    "pictures", "please", "podcast", "podcasts", "recording", "recordings", "search", "see", "show", "tell", "video",
-    "videos", "want", "watch",
+    "audio",
+    "clip",
+    "clips",
+    "define",
+    "describe",
+    "display",
+    "explain",
+    "fetch",
+    "find",
+    "footage",
+    "get",
+    "give",
+    "hear",
+    "image",
+    "images",
+    "list",
+    "listen",
+    "look",
+    "looking",
+    "me",
+    "need",
+    "photo",
+    "photos",
+    "picture",
+    "pictures",
+    "please",
+    "podcast",
+    "podcasts",
+    "recording",
+    "recordings",
+    "search",
+    "see",
+    "show",
+    "tell",
+    "video",
+    "videos",
+    "want",
+    "watch",
 ];
 
 /// Full month names. Alone, only a capitalised one is a date ("march" and "may" are verbs).
@@ -375,15 +511,13 @@ pub(crate) const VISUAL_KEYWORDS: &[&str] = &[
     "watch",
 ];
 
-/// Visual keywords that ask for moving pictures specifically.
+/// Visual keywords that ask for moving pictures specifically. The visual keywords in neither this
+/// list nor [`IMAGE_KEYWORDS`] ("show me", "see", "scene") are generic.
 pub(crate) const VIDEO_KEYWORDS: &[&str] =
     &["clip", "clips", "film", "footage", "movie", "time-lapse", "timelapse", "video", "videos", "watch"];
 
 /// Visual keywords that ask for still pictures specifically.
 pub(crate) const IMAGE_KEYWORDS: &[&str] = &["image", "images", "photo", "photograph", "photos", "picture", "pictures"];
-
-/// The visual request that becomes a video request when the query names an activity.
-pub(crate) const SHOW_ME: &str = "show me";
 
 pub(crate) const AUDIO_KEYWORDS: &[&str] = &[
     "audio",
@@ -467,7 +601,7 @@ mod tests {
         RELATIVE_DAYS,
         RELATIVE_MODIFIERS,
         TIME_UNITS,
-        &[AGO, PERCENT_WORD, SHOW_ME],
+        &[AGO, PERCENT_WORD],
         VAGUE_COUNTS,
         NON_ORGANIZATION_ACRONYMS,
         NUMBER_WORDS,
@@ -497,7 +631,7 @@ mod tests {
 
     #[test]
     fn video_and_image_keywords_are_visual_keywords() {
-        for word in VIDEO_KEYWORDS.iter().chain(IMAGE_KEYWORDS).chain(&[SHOW_ME]) {
+        for word in VIDEO_KEYWORDS.iter().chain(IMAGE_KEYWORDS) {
             assert!(VISUAL_KEYWORDS.contains(word), "{word} missing from VISUAL_KEYWORDS");
         }
     }

@@ -1,0 +1,289 @@
+//! One query: plan in parallel (profile selection and entity extraction), then search with the
+//! chosen profiles, and report what every agent did. Planning is optional: a missing, slow or
+//! failing planner leaves defaults and a warning (a PARTIAL answer), never a failed query.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
+use mesh_client::{ClientError, HttpClient, reply_data, send_task};
+use mesh_protocol::agents::{
+    AgentCall, EntityExtraction, Modality, ProfileSelection, ProfileSelectionRequest, QueryAnswer, QueryMetadata,
+    QueryOptions, SearchProfile, SearchRequest, SearchResults, search_profiles,
+};
+use mesh_protocol::registry::AgentSummary;
+use mesh_protocol::seed::{ResponseStatus, TaskRequest};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::discovery::Discovery;
+
+pub const CAPABILITY_SEARCH: &str = "search";
+pub const CAPABILITY_PROFILE_SELECTION: &str = "profile_selection";
+pub const CAPABILITY_ENTITY_EXTRACTION: &str = "entity_extraction";
+/// Most results one query may ask for.
+const TOP_K_MAX: usize = 100;
+/// Longest accepted tenant id (seed 002 §8: an invalid tenant id is a 400).
+const TENANT_ID_CHARS_MAX: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowSettings {
+    pub planning_timeout: Duration,
+    pub search_timeout: Duration,
+    pub top_k_default: usize,
+    pub ensemble_below_confidence: f64,
+    pub ensemble_profiles_max: usize,
+}
+
+#[derive(Debug)]
+pub struct Orchestrator {
+    discovery: Discovery,
+    http: HttpClient,
+    settings: FlowSettings,
+}
+
+/// What a call to another agent produced, with the record of the call.
+struct Outcome<T> {
+    value: Option<T>,
+    call: AgentCall,
+    warning: Option<String>,
+    /// Why the call failed, when the agent itself answered with an error.
+    refusal: Option<ClientError>,
+}
+
+impl Orchestrator {
+    pub fn new(discovery: Discovery, http: HttpClient, settings: FlowSettings) -> Self {
+        Self { discovery, http, settings }
+    }
+
+    pub async fn answer(&self, query: &str, options: QueryOptions) -> Result<(QueryAnswer, Vec<String>), AgentError> {
+        let received = Instant::now();
+        let query = query.trim();
+        if query.is_empty() {
+            return Err(AgentError::InvalidInput("the query is empty".into()));
+        }
+        if let Some(tenant) = &options.tenant_id {
+            validate_tenant(tenant)?;
+        }
+        let top_k = options.top_k.unwrap_or(self.settings.top_k_default);
+        if !(1..=TOP_K_MAX).contains(&top_k) {
+            return Err(AgentError::InvalidInput(format!("top_k must be between 1 and {TOP_K_MAX}, not {top_k}")));
+        }
+        if options.profiles.as_ref().is_some_and(Vec::is_empty) {
+            return Err(AgentError::InvalidInput("profiles must name at least one profile".into()));
+        }
+
+        // Planning: both planners at once.
+        let planning_started = Instant::now();
+        let entities = self.call::<_, EntityExtraction>(CAPABILITY_ENTITY_EXTRACTION, query, None::<&()>, received);
+        let selection = async {
+            match &options.profiles {
+                Some(_) => None,
+                None => Some(self.select_profiles(query, received).await),
+            }
+        };
+        let (entities, selection) = tokio::join!(entities, selection);
+        let planning_time_ms = ms(planning_started.elapsed());
+
+        let mut warnings: Vec<String> = Vec::new();
+        let mut calls = vec![];
+        warnings.extend(entities.warning.clone());
+        calls.push(entities.call);
+        let (profiles, selected, confidence, modality) = match (&options.profiles, selection) {
+            (Some(profiles), _) => (profiles.clone(), profiles.first().cloned().unwrap_or_default(), 1.0, None),
+            (None, Some(outcome)) => {
+                warnings.extend(outcome.warning.clone());
+                calls.push(outcome.call);
+                match outcome.value {
+                    Some(choice) => {
+                        let profiles = self.ensemble(&choice);
+                        (profiles, choice.selected_profile.clone(), choice.confidence, Some(choice.modality))
+                    }
+                    // The search agent's default profile.
+                    None => (Vec::new(), String::new(), 0.0, None),
+                }
+            }
+            (None, None) => (Vec::new(), String::new(), 0.0, None),
+        };
+
+        // Action: search, which the answer cannot do without.
+        let request =
+            SearchRequest { profiles, top_k: Some(top_k), modality: modality.filter(|m| *m != Modality::Any) };
+        let search_started = Instant::now();
+        let search = self.call::<_, SearchResults>(CAPABILITY_SEARCH, query, Some(&request), received).await;
+        let search_time_ms = ms(search_started.elapsed());
+        let failed = search.call.error.clone();
+        calls.push(search.call);
+        let Some(results) = search.value else {
+            // The search agent judged the request itself invalid (e.g. an unknown profile): the
+            // caller's mistake, not an outage.
+            if let Some(ClientError::Status { status: 400, body: Some(body), .. }) = &search.refusal {
+                return Err(AgentError::InvalidInput(format!("search refused the request: {}", body.error_message)));
+            }
+            let reason = failed.unwrap_or_else(|| "no answer".into());
+            return Err(AgentError::Unavailable(format!("search failed: {reason}")));
+        };
+        let selected_profile =
+            if selected.is_empty() { results.profiles_used.first().cloned().unwrap_or_default() } else { selected };
+        let answer = QueryAnswer {
+            query: query.to_owned(),
+            results: results.results,
+            metadata: QueryMetadata {
+                planning_time_ms,
+                search_time_ms,
+                fusion_time_ms: results.fusion_time_ms,
+                total_time_ms: ms(received.elapsed()),
+                selected_profile,
+                profiles_used: results.profiles_used,
+                confidence,
+                entities: entities.value.map(|e| e.entities).unwrap_or_default(),
+                agents: calls,
+            },
+        };
+        Ok((answer, warnings))
+    }
+
+    /// Profile selection needs the profiles the search agent advertises in its card.
+    async fn select_profiles(&self, query: &str, received: Instant) -> Outcome<ProfileSelection> {
+        match self.advertised_profiles().await {
+            Ok(available_profiles) => {
+                let request = ProfileSelectionRequest { available_profiles };
+                self.call(CAPABILITY_PROFILE_SELECTION, query, Some(&request), received).await
+            }
+            Err(reason) => Outcome {
+                value: None,
+                call: AgentCall {
+                    capability: CAPABILITY_PROFILE_SELECTION.into(),
+                    agent: None,
+                    status: "skipped".into(),
+                    started_ms: ms(received.elapsed()),
+                    time_ms: 0.0,
+                    agent_time_ms: None,
+                    error: Some(reason.clone()),
+                },
+                warning: Some(format!("profile selection skipped ({reason}); searched with the default profile")),
+                refusal: None,
+            },
+        }
+    }
+
+    async fn advertised_profiles(&self) -> Result<Vec<SearchProfile>, String> {
+        let agent = self.discovery.agent_for(CAPABILITY_SEARCH).await.map_err(|e| e.to_string())?;
+        let card = self.discovery.card(&agent.url).await.map_err(|e| format!("no search agent card: {e}"))?;
+        search_profiles(&card).ok_or_else(|| format!("the card of {:?} lists no search profiles", agent.name))
+    }
+
+    /// The selected profile alone when profile selection is confident; otherwise an ensemble with
+    /// the best-scoring alternatives, so fusion hedges an uncertain choice.
+    fn ensemble(&self, choice: &ProfileSelection) -> Vec<String> {
+        let mut profiles = vec![choice.selected_profile.clone()];
+        if choice.confidence < self.settings.ensemble_below_confidence {
+            profiles.extend(
+                choice
+                    .alternatives
+                    .iter()
+                    .filter(|a| a.score > 0.0 && a.profile != choice.selected_profile)
+                    .map(|a| a.profile.clone()),
+            );
+        }
+        profiles.truncate(self.settings.ensemble_profiles_max.max(1));
+        profiles
+    }
+
+    /// Finds an agent for `capability`, sends it the query (and `data`), and decodes its answer.
+    fn call<'a, D: Serialize + Sync, T: DeserializeOwned + 'a>(
+        &'a self,
+        capability: &'a str,
+        query: &'a str,
+        data: Option<&'a D>,
+        received: Instant,
+    ) -> impl Future<Output = Outcome<T>> + Send + 'a
+    where
+        T: Send,
+    {
+        async move {
+            let started_ms = ms(received.elapsed());
+            let started = Instant::now();
+            let record =
+                |agent: Option<&AgentSummary>, status: &str, agent_time_ms: Option<f64>, error: Option<String>| {
+                    AgentCall {
+                        capability: capability.to_owned(),
+                        agent: agent.map(|a| a.name.clone()),
+                        status: status.to_owned(),
+                        started_ms,
+                        time_ms: ms(started.elapsed()),
+                        agent_time_ms,
+                        error,
+                    }
+                };
+            let agent = match self.discovery.agent_for(capability).await {
+                Ok(agent) => agent,
+                Err(error) => {
+                    let reason = error.to_string();
+                    return Outcome {
+                        value: None,
+                        call: record(None, "unavailable", None, Some(reason.clone())),
+                        warning: Some(format!("{capability} unavailable: {reason}")),
+                        refusal: None,
+                    };
+                }
+            };
+            let data = data.and_then(|d| serde_json::to_value(d).ok()).filter(|v| v != &Value::Null);
+            let task = TaskRequest::from_text(None, query, data);
+            let timeout = if capability == CAPABILITY_SEARCH {
+                self.settings.search_timeout
+            } else {
+                self.settings.planning_timeout
+            };
+            let answer = send_task(&self.http, &agent.url, &task, timeout).await;
+            let decoded = answer.and_then(|response| {
+                let value = reply_data::<T>(&agent.url, &response)?;
+                Ok((response.status, response.metadata.processing_time_ms, value))
+            });
+            match decoded {
+                Ok((status, agent_time_ms, value)) => {
+                    let word = if status == ResponseStatus::Partial { "partial" } else { "success" };
+                    let call = record(Some(&agent), word, Some(agent_time_ms), None);
+                    Outcome { value: Some(value), call, warning: None, refusal: None }
+                }
+                Err(error) => {
+                    let status = if error.is_timeout() { "timeout" } else { "error" };
+                    let reason = error.to_string();
+                    Outcome {
+                        value: None,
+                        call: record(Some(&agent), status, None, Some(reason.clone())),
+                        warning: Some(format!("{capability} failed ({status}): {reason}")),
+                        refusal: Some(error),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl AgentHandler for Orchestrator {
+    async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        let options: QueryOptions = serde_json::from_value(Value::Object(task.data))
+            .map_err(|e| AgentError::InvalidInput(format!("invalid query options: {e}")))?;
+        let (answer, warnings) = self.answer(&task.text, options).await?;
+        let data = serde_json::to_value(answer).map_err(|e| AgentError::Internal(e.to_string()))?;
+        Ok(AgentReply { warnings, ..AgentReply::data(data) })
+    }
+}
+
+fn validate_tenant(tenant: &str) -> Result<(), AgentError> {
+    let valid = (1..=TENANT_ID_CHARS_MAX).contains(&tenant.chars().count())
+        && tenant.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(AgentError::InvalidInput(format!(
+            "tenant_id must be 1 to {TENANT_ID_CHARS_MAX} letters, digits, '_' or '-', not {tenant:?}"
+        )))
+    }
+}
+
+fn ms(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,139 @@
+//! The whole mesh in one process: the registry and the four agents, each on its own port, wired
+//! to the registry. `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
+
+use std::future::Future;
+
+use entity_extraction::EntityExtractionConfig;
+use mesh_agent_kit::AgentArgs;
+use mesh_client::HttpClient;
+use orchestrator::OrchestratorConfig;
+use profile_selection::ProfileSelectionConfig;
+use registry::{Application, RegistryConfig};
+use search::SearchConfig;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// The configuration of every service of the suite.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuiteConfig {
+    pub registry: RegistryConfig,
+    pub orchestrator: OrchestratorConfig,
+    pub search: SearchConfig,
+    pub entity_extraction: EntityExtractionConfig,
+    pub profile_selection: ProfileSelectionConfig,
+}
+
+impl SuiteConfig {
+    /// Each service's defaults (its own port), overridden by its `MESH_<SERVICE>_*` variables.
+    pub fn from_env() -> Result<Self, mesh_config::ConfigError> {
+        let agent = AgentArgs::default();
+        Ok(Self {
+            registry: mesh_config::ConfigLoader::new(registry::config::ENV_PREFIX, None).load()?,
+            orchestrator: agent
+                .load(orchestrator::config::ENV_PREFIX, orchestrator::config::ORCHESTRATOR_PORT_DEFAULT)?,
+            search: agent.load(search::config::ENV_PREFIX, search::config::SEARCH_PORT_DEFAULT)?,
+            entity_extraction: agent
+                .load(entity_extraction::ENV_PREFIX, entity_extraction::ENTITY_EXTRACTION_PORT_DEFAULT)?,
+            profile_selection: agent
+                .load(profile_selection::ENV_PREFIX, profile_selection::PROFILE_SELECTION_PORT_DEFAULT)?,
+        })
+    }
+}
+
+/// URLs of the running services.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuiteUrls {
+    pub registry: String,
+    pub orchestrator: String,
+    pub search: String,
+    pub entity_extraction: String,
+    pub profile_selection: String,
+}
+
+/// A running suite; [`RunningSuite::stop`] shuts it down in order.
+#[derive(Debug)]
+pub struct RunningSuite {
+    pub urls: SuiteUrls,
+    stop_agents: watch::Sender<bool>,
+    stop_registry: watch::Sender<bool>,
+    agents: JoinSet<anyhow::Result<()>>,
+    registry: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts the registry, then the agents pointed at it (they register themselves).
+pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
+    let http = HttpClient::with_reqwest()?;
+    let registry = Application::build(&config.registry).await?;
+    let registry_url = format!("http://{}:{}", reachable_host(&config.registry.host), registry.port());
+    for agent in [
+        &mut config.orchestrator.agent,
+        &mut config.search.agent,
+        &mut config.entity_extraction.agent,
+        &mut config.profile_selection.agent,
+    ] {
+        agent.registry_url.get_or_insert_with(|| registry_url.clone());
+    }
+    let orchestrator = orchestrator::build(&config.orchestrator, http.clone()).await?;
+    let search = search::build(&config.search, http.clone()).await?;
+    let entity_extraction = entity_extraction::build(&config.entity_extraction, http.clone()).await?;
+    let profile_selection = profile_selection::build(&config.profile_selection, http).await?;
+    let urls = SuiteUrls {
+        registry: registry_url,
+        orchestrator: orchestrator.url().to_owned(),
+        search: search.url().to_owned(),
+        entity_extraction: entity_extraction.url().to_owned(),
+        profile_selection: profile_selection.url().to_owned(),
+    };
+
+    let (stop_registry, registry_stopped) = watch::channel(false);
+    let registry = tokio::spawn(async move { Ok(registry.run_until_stopped(signalled(registry_stopped)).await?) });
+    let (stop_agents, agents_stopped) = watch::channel(false);
+    let mut agents = JoinSet::new();
+    for app in [orchestrator, search, entity_extraction, profile_selection] {
+        let stopped = agents_stopped.clone();
+        agents.spawn(async move { Ok(app.run_until_stopped(signalled(stopped)).await?) });
+    }
+    Ok(RunningSuite { urls, stop_agents, stop_registry, agents, registry })
+}
+
+impl RunningSuite {
+    /// Runs until `shutdown` resolves or a service fails, then stops everything.
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let failed = tokio::select! {
+            () = shutdown => None,
+            Some(result) = self.agents.join_next() => Some(result),
+        };
+        let stopped = self.stop().await;
+        match failed {
+            Some(Ok(Err(error))) => Err(error),
+            Some(Err(panic)) => Err(anyhow::anyhow!("a service task failed: {panic}")),
+            _ => stopped,
+        }
+    }
+
+    /// Stops the agents first (they deregister from the registry), then the registry.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let _ = self.stop_agents.send(true);
+        let mut outcome = Ok(());
+        while let Some(result) = self.agents.join_next().await {
+            if let Ok(Err(error)) = result {
+                outcome = Err(error);
+            }
+        }
+        let _ = self.stop_registry.send(true);
+        self.registry.await??;
+        outcome
+    }
+}
+
+async fn signalled(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+/// A wildcard bind address is not something to connect to.
+pub fn reachable_host(host: &str) -> &str {
+    match host {
+        "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
+        other => other,
+    }
+}
