@@ -1,4 +1,5 @@
-//! End to end: `a2a-mesh up` starts the suite, serves, and stops cleanly on Ctrl-C (SIGINT).
+//! End to end: `a2a-mesh up` starts the suite, `a2a-mesh ask` gets an answer from it, and `up`
+//! stops cleanly on Ctrl-C (SIGINT).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -8,13 +9,23 @@ use std::time::Duration;
 /// Longest the suite may take to print that it is up, or to stop after SIGINT.
 const STARTUP_DEADLINE_MS: u64 = 30_000;
 
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 #[test]
-fn up_serves_the_registry_and_stops_on_ctrl_c() {
+fn up_serves_the_suite_answers_ask_and_stops_on_ctrl_c() {
     let data = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
+    let orchestrator_port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_a2a-mesh"))
         .arg("up")
+        // Free ports, so the test never meets a suite already running on the default ones.
         .env("MESH_REGISTRY_PORT", port.to_string())
+        .env("MESH_ORCHESTRATOR_PORT", orchestrator_port.to_string())
+        .env("MESH_SEARCH_PORT", free_port().to_string())
+        .env("MESH_ENTITY_EXTRACTION_PORT", free_port().to_string())
+        .env("MESH_PROFILE_SELECTION_PORT", free_port().to_string())
         .env("MESH_REGISTRY_DATABASE_URL", format!("sqlite://{}", data.path().join("registry.db").display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -30,11 +41,27 @@ fn up_serves_the_registry_and_stops_on_ctrl_c() {
         .expect("`up` prints the registry URL");
     assert!(registry_line.contains(&format!("http://127.0.0.1:{port}")), "{registry_line}");
 
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let stats: serde_json::Value = runtime.block_on(async {
-        reqwest::get(format!("http://127.0.0.1:{port}/stats")).await.unwrap().json().await.unwrap()
-    });
-    assert_eq!(stats["total_agents"], 0);
+    let orchestrator_url = format!("http://127.0.0.1:{orchestrator_port}");
+    let mut answered = None;
+    for _ in 0..(STARTUP_DEADLINE_MS / 100) {
+        let ask = Command::new(env!("CARGO_BIN_EXE_a2a-mesh"))
+            .args(["ask", "show me robots playing soccer", "--orchestrator-url", &orchestrator_url])
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&ask.stdout).into_owned();
+        // Until the agents have registered, the answer may be partial or an error: ask again.
+        if ask.status.success() && !printed.contains("Partial answer") {
+            answered = Some(printed);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let answer = answered.expect("`ask` gets a complete answer from the suite");
+    assert!(answer.contains("Query: show me robots playing soccer"), "{answer}");
+    assert!(
+        answer.lines().any(|l| l.trim_start().starts_with("1. [") && l.to_lowercase().contains("robot")),
+        "{answer}"
+    );
 
     let interrupted = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(interrupted.success());

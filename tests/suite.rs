@@ -1,0 +1,126 @@
+//! End to end: the whole suite in one process on port 0 answering queries, and every agent fed
+//! bad input.
+
+use std::time::{Duration, Instant};
+
+use a2a_mesh::{RunningSuite, SuiteConfig, start};
+use entity_extraction::EntityExtractionConfig;
+use mesh_agent_kit::AgentConfig;
+use mesh_client::{HttpClient, RegistryClient, reply_data, send_task};
+use mesh_protocol::agents::QueryAnswer;
+use mesh_protocol::error::ErrorBody;
+use mesh_protocol::seed::{ResponseStatus, TaskRequest};
+use orchestrator::OrchestratorConfig;
+use profile_selection::ProfileSelectionConfig;
+use registry::RegistryConfig;
+use search::SearchConfig;
+
+const WAIT_DEADLINE_MS: u64 = 10_000;
+const SUITE_AGENTS: usize = 4;
+
+async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
+    let agent = AgentConfig { port: 0, ..AgentConfig::default() };
+    let config = SuiteConfig {
+        registry: RegistryConfig {
+            port: 0,
+            database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
+            ..RegistryConfig::default()
+        },
+        orchestrator: OrchestratorConfig { agent: agent.clone(), ..OrchestratorConfig::default() },
+        search: SearchConfig { agent: agent.clone(), ..SearchConfig::default() },
+        entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
+        profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
+    };
+    let suite = start(config).await.unwrap();
+    let registry = RegistryClient::new(&suite.urls.registry, HttpClient::with_reqwest().unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < SUITE_AGENTS {
+        assert!(Instant::now() < deadline, "the agents never all registered as healthy");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    suite
+}
+
+async fn ask(suite: &RunningSuite, query: &str) -> (ResponseStatus, QueryAnswer) {
+    let http = HttpClient::with_reqwest().unwrap();
+    let task = TaskRequest::from_text(None, query, None);
+    let response =
+        send_task(&http, &suite.urls.orchestrator, &task, Duration::from_millis(WAIT_DEADLINE_MS)).await.unwrap();
+    (response.status, reply_data(&suite.urls.orchestrator, &response).unwrap())
+}
+
+#[tokio::test]
+async fn the_suite_answers_queries_with_sensible_results() {
+    let data = tempfile::tempdir().unwrap();
+    let suite = start_suite(&data).await;
+    // Each query, and words the top result must hold (in its title, text or tags).
+    let cases: &[(&str, &[&str])] = &[
+        ("show me robots playing soccer", &["robot", "soccer"]),
+        ("how do volcanoes erupt", &["volcan"]),
+        ("jazz piano", &["jazz", "piano"]),
+        ("Apollo 11 moon landing 1969", &["apollo"]),
+        ("cooking pasta", &["pasta"]),
+        ("marathon in Tokyo", &["marathon", "tokyo"]),
+    ];
+    for (query, expected) in cases {
+        let (status, answer) = ask(&suite, query).await;
+        assert_eq!(status, ResponseStatus::Success, "{query}");
+        let top = answer.results.first().unwrap_or_else(|| panic!("{query}: no results"));
+        let haystack = format!("{} {} {}", top.title, top.text, top.tags.join(" ")).to_lowercase();
+        for word in *expected {
+            assert!(haystack.contains(word), "{query}: top result {:?} lacks {word:?}", top.title);
+        }
+        assert_eq!(answer.metadata.agents.len(), 3, "{query}: both planners and search were called");
+        assert!(answer.metadata.agents.iter().all(|c| c.status == "success"), "{query}: {:?}", answer.metadata.agents);
+    }
+    suite.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_agent_answers_bad_input_with_a_json_error() {
+    let data = tempfile::tempdir().unwrap();
+    let suite = start_suite(&data).await;
+    let urls = &suite.urls;
+    let client = reqwest::Client::new();
+    let empty_text = r#"{"messages":[{"role":"user","parts":[{"type":"text","text":"  "}]}]}"#;
+    for agent in [&urls.orchestrator, &urls.search, &urls.entity_extraction, &urls.profile_selection] {
+        for (content_type, body, status) in [
+            ("application/json", "{oops", 400),
+            ("text/plain", "hello", 415),
+            ("application/json", r#"{"messages":"nope"}"#, 422),
+            ("application/json", r#"{"messages":[]}"#, 400),
+            ("application/json", empty_text, 400),
+        ] {
+            let response = client
+                .post(format!("{agent}/tasks/send"))
+                .header("content-type", content_type)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), status, "{agent} {body}");
+            let error: ErrorBody = response.json().await.unwrap();
+            assert!(!error.error_code.is_empty() && error.request_id.is_some(), "{agent} {body}");
+        }
+        let missing = client.get(format!("{agent}/nope")).send().await.unwrap();
+        assert_eq!(missing.status().as_u16(), 404);
+        assert!(missing.json::<ErrorBody>().await.is_ok());
+    }
+    suite.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn stopping_the_suite_deregisters_the_agents() {
+    let data = tempfile::tempdir().unwrap();
+    let suite = start_suite(&data).await;
+    let database_url = format!("sqlite://{}", data.path().join("registry.db").display());
+    suite.stop().await.unwrap();
+    // Started again on the same database, the registry holds no agent: each deregistered itself.
+    let config = RegistryConfig { port: 0, database_url, ..RegistryConfig::default() };
+    let registry = registry::Application::build(&config).await.unwrap();
+    let url = format!("http://127.0.0.1:{}", registry.port());
+    let running = tokio::spawn(registry.run_until_stopped(std::future::pending()));
+    let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
+    assert_eq!(client.agents().await.unwrap().total, 0);
+    running.abort();
+}
