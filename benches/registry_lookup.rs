@@ -17,34 +17,23 @@ use tokio::net::TcpListener;
 const REGISTERED_AGENTS: usize = 100;
 const CAPABILITY: &str = "search";
 
+mod support;
+
+use support::{Samples, arg};
+
 #[derive(Debug, Clone, Copy)]
 struct Settings {
     seconds: u64,
-    rounds: usize,
+    rounds: u64,
     concurrency: usize,
-}
-
-fn settings() -> Settings {
-    let mut settings = Settings { seconds: 5, rounds: 3, concurrency: 16 };
-    let args: Vec<String> = std::env::args().collect();
-    for pair in args.windows(2) {
-        let value = pair[1].parse::<u64>().ok();
-        match (pair[0].as_str(), value) {
-            ("--seconds", Some(v)) => settings.seconds = v,
-            ("--rounds", Some(v)) => settings.rounds = v as usize,
-            ("--concurrency", Some(v)) => settings.concurrency = v as usize,
-            _ => {}
-        }
-    }
-    settings
 }
 
 /// Requests per second and latency percentiles of one measured window.
 #[derive(Debug, Clone, Copy)]
 struct Window {
     requests_per_s: f64,
-    p50_us: u64,
-    p99_us: u64,
+    p50_us: f64,
+    p99_us: f64,
 }
 
 async fn measure(client: &reqwest::Client, url: &str, settings: Settings) -> Window {
@@ -61,25 +50,27 @@ async fn measure(client: &reqwest::Client, url: &str, settings: Settings) -> Win
                     let response = client.get(&url).send().await.expect("request");
                     assert!(response.status().is_success(), "{url}: {}", response.status());
                     response.bytes().await.expect("body");
-                    latencies_us.push(sent.elapsed().as_micros() as u64);
+                    latencies_us.push(sent.elapsed().as_secs_f64() * 1e6);
                 }
                 latencies_us
             })
         })
         .collect();
-    let mut latencies_us = Vec::new();
+    let mut samples = Samples::default();
     for worker in workers {
-        latencies_us.extend(worker.await.expect("worker"));
+        worker.await.expect("worker").into_iter().for_each(|us| samples.push(us));
     }
     let elapsed_s = started.elapsed().as_secs_f64();
-    latencies_us.sort_unstable();
-    let percentile = |p: f64| latencies_us[((latencies_us.len() as f64 * p) as usize).min(latencies_us.len() - 1)];
-    Window { requests_per_s: latencies_us.len() as f64 / elapsed_s, p50_us: percentile(0.50), p99_us: percentile(0.99) }
+    Window { requests_per_s: samples.len() as f64 / elapsed_s, p50_us: samples.p50(), p99_us: samples.p99() }
 }
 
 #[tokio::main]
 async fn main() {
-    let settings = settings();
+    let settings = Settings {
+        seconds: arg("--seconds", 5),
+        rounds: arg("--rounds", 3),
+        concurrency: arg("--concurrency", 16) as usize,
+    };
     let data = tempfile::tempdir().expect("temp dir");
     let config = RegistryConfig {
         port: 0,
@@ -136,7 +127,10 @@ async fn main() {
     for round in 1..=settings.rounds {
         for (name, url) in [("registry", &lookup_url), ("bare", &bare_url)] {
             let window = measure(&client, url, settings).await;
-            println!("{round:<6} {name:<10} {:>10.0} {:>9} {:>9}", window.requests_per_s, window.p50_us, window.p99_us);
+            println!(
+                "{round:<6} {name:<10} {:>10.0} {:>9.0} {:>9.0}",
+                window.requests_per_s, window.p50_us, window.p99_us
+            );
             if name == "registry" {
                 registry_total += window.requests_per_s;
             } else {

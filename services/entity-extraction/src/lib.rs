@@ -2,6 +2,8 @@
 //! deterministic rules, or by an OpenAI-compatible LLM when one is configured (falling back to
 //! the rules on any LLM failure).
 
+use std::collections::HashMap;
+
 use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, KitError, TaskInput};
 use mesh_client::HttpClient;
 use mesh_llm::{LlmClient, LlmConfig, LlmError, llm_or_rules};
@@ -52,8 +54,9 @@ impl EntityAgent {
 
 impl AgentHandler for EntityAgent {
     async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
-        let query = task.text.trim();
-        if query.is_empty() {
+        // Offsets index the text as sent, surrounding whitespace included.
+        let query = task.text.as_str();
+        if query.trim().is_empty() {
             return Err(AgentError::InvalidInput("the task has no text to extract entities from".into()));
         }
         let attempt = self.llm.as_ref().map(|llm| extract_with_llm(llm, query));
@@ -84,22 +87,28 @@ async fn extract_with_llm(llm: &LlmClient, query: &str) -> Result<EntityExtracti
             }
         })
         .await?;
-    let entities = answer
-        .entities
-        .into_iter()
-        .filter_map(|found| {
-            let byte_start = query.find(found.text.as_str())?;
-            let start = query[..byte_start].chars().count();
-            let end = start + found.text.chars().count();
-            Some(Entity {
-                text: found.text,
-                entity_type: found.entity_type,
-                start,
-                end,
-                confidence: LLM_ENTITY_CONFIDENCE,
-            })
-        })
-        .collect();
+    // Each mention the LLM names takes the next occurrence of its text, so a word named twice
+    // gets both of its places; a mention with no occurrence left is dropped.
+    let mut next_search_byte: HashMap<&str, usize> = HashMap::new();
+    let mut entities: Vec<Entity> = Vec::with_capacity(answer.entities.len());
+    for found in &answer.entities {
+        let text = found.text.as_str();
+        let from = next_search_byte.get(text).copied().unwrap_or(0);
+        let Some(offset) = query.get(from..).and_then(|rest| rest.find(text)) else {
+            continue;
+        };
+        let byte_start = from + offset;
+        next_search_byte.insert(text, byte_start + text.len());
+        let start = query[..byte_start].chars().count();
+        entities.push(Entity {
+            text: text.to_owned(),
+            entity_type: found.entity_type,
+            start,
+            end: start + text.chars().count(),
+            confidence: LLM_ENTITY_CONFIDENCE,
+        });
+    }
+    entities.sort_by_key(|e| e.start);
     Ok(summarize_entities(entities, "llm"))
 }
 

@@ -2,7 +2,6 @@
 //! chosen profiles, and report what every agent did. Planning is optional: a missing, slow or
 //! failing planner leaves defaults and a warning (a PARTIAL answer), never a failed query.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
@@ -192,70 +191,60 @@ impl Orchestrator {
     }
 
     /// Finds an agent for `capability`, sends it the query (and `data`), and decodes its answer.
-    fn call<'a, D: Serialize + Sync, T: DeserializeOwned + 'a>(
-        &'a self,
-        capability: &'a str,
-        query: &'a str,
-        data: Option<&'a D>,
+    async fn call<D: Serialize + Sync, T: DeserializeOwned + Send>(
+        &self,
+        capability: &str,
+        query: &str,
+        data: Option<&D>,
         received: Instant,
-    ) -> impl Future<Output = Outcome<T>> + Send + 'a
-    where
-        T: Send,
-    {
-        async move {
-            let started_ms = ms(received.elapsed());
-            let started = Instant::now();
-            let record =
-                |agent: Option<&AgentSummary>, status: &str, agent_time_ms: Option<f64>, error: Option<String>| {
-                    AgentCall {
-                        capability: capability.to_owned(),
-                        agent: agent.map(|a| a.name.clone()),
-                        status: status.to_owned(),
-                        started_ms,
-                        time_ms: ms(started.elapsed()),
-                        agent_time_ms,
-                        error,
-                    }
+    ) -> Outcome<T> {
+        let started_ms = ms(received.elapsed());
+        let started = Instant::now();
+        let record =
+            |agent: Option<&AgentSummary>, status: &str, agent_time_ms: Option<f64>, error: Option<String>| AgentCall {
+                capability: capability.to_owned(),
+                agent: agent.map(|a| a.name.clone()),
+                status: status.to_owned(),
+                started_ms,
+                time_ms: ms(started.elapsed()),
+                agent_time_ms,
+                error,
+            };
+        let agent = match self.discovery.agent_for(capability).await {
+            Ok(agent) => agent,
+            Err(error) => {
+                let reason = error.to_string();
+                return Outcome {
+                    value: None,
+                    call: record(None, "unavailable", None, Some(reason.clone())),
+                    warning: Some(format!("{capability} unavailable: {reason}")),
+                    refusal: None,
                 };
-            let agent = match self.discovery.agent_for(capability).await {
-                Ok(agent) => agent,
-                Err(error) => {
-                    let reason = error.to_string();
-                    return Outcome {
-                        value: None,
-                        call: record(None, "unavailable", None, Some(reason.clone())),
-                        warning: Some(format!("{capability} unavailable: {reason}")),
-                        refusal: None,
-                    };
-                }
-            };
-            let data = data.and_then(|d| serde_json::to_value(d).ok()).filter(|v| v != &Value::Null);
-            let task = TaskRequest::from_text(None, query, data);
-            let timeout = if capability == CAPABILITY_SEARCH {
-                self.settings.search_timeout
-            } else {
-                self.settings.planning_timeout
-            };
-            let answer = send_task(&self.http, &agent.url, &task, timeout).await;
-            let decoded = answer.and_then(|response| {
-                let value = reply_data::<T>(&agent.url, &response)?;
-                Ok((response.status, response.metadata.processing_time_ms, value))
-            });
-            match decoded {
-                Ok((status, agent_time_ms, value)) => {
-                    let word = if status == ResponseStatus::Partial { "partial" } else { "success" };
-                    let call = record(Some(&agent), word, Some(agent_time_ms), None);
-                    Outcome { value: Some(value), call, warning: None, refusal: None }
-                }
-                Err(error) => {
-                    let status = if error.is_timeout() { "timeout" } else { "error" };
-                    let reason = error.to_string();
-                    Outcome {
-                        value: None,
-                        call: record(Some(&agent), status, None, Some(reason.clone())),
-                        warning: Some(format!("{capability} failed ({status}): {reason}")),
-                        refusal: Some(error),
-                    }
+            }
+        };
+        let data = data.and_then(|d| serde_json::to_value(d).ok()).filter(|v| v != &Value::Null);
+        let task = TaskRequest::from_text(None, query, data);
+        let timeout =
+            if capability == CAPABILITY_SEARCH { self.settings.search_timeout } else { self.settings.planning_timeout };
+        let answer = send_task(&self.http, &agent.url, &task, timeout).await;
+        let decoded = answer.and_then(|response| {
+            let value = reply_data::<T>(&agent.url, &response)?;
+            Ok((response.status, response.metadata.processing_time_ms, value))
+        });
+        match decoded {
+            Ok((status, agent_time_ms, value)) => {
+                let word = if status == ResponseStatus::Partial { "partial" } else { "success" };
+                let call = record(Some(&agent), word, Some(agent_time_ms), None);
+                Outcome { value: Some(value), call, warning: None, refusal: None }
+            }
+            Err(error) => {
+                let status = if error.is_timeout() { "timeout" } else { "error" };
+                let reason = error.to_string();
+                Outcome {
+                    value: None,
+                    call: record(Some(&agent), status, None, Some(reason.clone())),
+                    warning: Some(format!("{capability} failed ({status}): {reason}")),
+                    refusal: Some(error),
                 }
             }
         }

@@ -7,7 +7,7 @@ use mesh_client::HttpClient;
 use mesh_llm::{LlmClient, LlmConfig, LlmError, llm_or_rules};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::agents::{
-    Complexity, Modality, ProfileScore, ProfileSelection, ProfileSelectionRequest, SearchProfile,
+    Complexity, INTENTS, Modality, ProfileScore, ProfileSelection, ProfileSelectionRequest, SearchProfile,
 };
 use mesh_query_analysis::select_profile;
 use serde::Deserialize;
@@ -101,16 +101,31 @@ async fn select_with_llm(
             if !(0.0..=1.0).contains(&answer.confidence) {
                 return Err(format!("confidence {} is outside 0..1", answer.confidence));
             }
-            match answer.alternatives.iter().find(|a| !known(&a.profile)) {
-                Some(bad) => Err(format!("alternative {:?} is not an available profile", bad.profile)),
+            if !INTENTS.contains(&answer.intent.as_str()) {
+                return Err(format!("intent {:?} is not one of {}", answer.intent, INTENTS.join(", ")));
+            }
+            if let Some(bad) = answer.alternatives.iter().find(|a| !known(&a.profile)) {
+                return Err(format!("alternative {:?} is not an available profile", bad.profile));
+            }
+            match answer.alternatives.iter().find(|a| !(0.0..=1.0).contains(&a.score)) {
+                Some(bad) => Err(format!("alternative {:?} scores {}, outside 0..1", bad.profile, bad.score)),
                 None => Ok(()),
             }
         })
         .await?;
+    // The contract: the other profiles, each once, best first (the model may not comply).
+    let mut alternatives: Vec<ProfileScore> = Vec::with_capacity(answer.alternatives.len());
+    for alternative in answer.alternatives {
+        let seen = alternatives.iter().any(|a| a.profile == alternative.profile);
+        if alternative.profile != answer.selected_profile && !seen {
+            alternatives.push(alternative);
+        }
+    }
+    alternatives.sort_by(|a, b| b.score.total_cmp(&a.score));
     Ok(ProfileSelection {
         selected_profile: answer.selected_profile,
         confidence: answer.confidence,
-        alternatives: answer.alternatives,
+        alternatives,
         intent: answer.intent,
         modality: answer.modality,
         complexity: answer.complexity,

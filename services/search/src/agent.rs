@@ -66,10 +66,9 @@ impl SearchAgent {
             rankings.push(Ranking { profile, hits: hits? });
         }
         let started = Instant::now();
-        let fused = reciprocal_rank_fusion(&rankings, self.settings.rrf_k);
+        let fused = reciprocal_rank_fusion(&rankings, self.settings.rrf_k, top_k);
         let results = fused
             .into_iter()
-            .take(top_k)
             .filter_map(|fused| {
                 let document = self.index.document(&fused.key)?;
                 Some(SearchHit {
@@ -81,8 +80,10 @@ impl SearchAgent {
                     score: fused.score,
                     profile_ranks: fused
                         .ranks
-                        .into_iter()
-                        .map(|(profile, (rank, score))| (profile, ProfileRank { rank, score }))
+                        .iter()
+                        .map(|hit| {
+                            (rankings[hit.profile].profile.clone(), ProfileRank { rank: hit.rank, score: hit.score })
+                        })
                         .collect(),
                 })
             })

@@ -120,6 +120,10 @@ pub enum Complexity {
     Complex,
 }
 
+/// The intents a [`ProfileSelection`] may name.
+pub const INTENTS: &[&str] =
+    &["video_search", "image_search", "audio_search", "text_search", "question_answering", "general_search"];
+
 /// Answer of the profile-selection agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProfileSelection {
@@ -127,7 +131,7 @@ pub struct ProfileSelection {
     pub confidence: f64,
     /// The other profiles, best first.
     pub alternatives: Vec<ProfileScore>,
-    /// e.g. `video_search`, `text_search`, `question_answering`.
+    /// One of [`INTENTS`].
     pub intent: String,
     pub modality: Modality,
     pub complexity: Complexity,

@@ -258,6 +258,16 @@ mod tests {
     }
 
     #[test]
+    fn every_intent_is_in_the_protocol_vocabulary() {
+        for query in
+            ["robot soccer video", "photo of a cat", "jazz podcast", "what is a volcano?", "paper on rust", "cats"]
+        {
+            let intent = intent(&crate::analyze(query));
+            assert!(mesh_protocol::agents::INTENTS.contains(&intent), "{query}: {intent}");
+        }
+    }
+
+    #[test]
     fn seed_example_selects_tags_for_video() {
         let selection = select("show me robots playing soccer");
         assert_eq!(selection.selected_profile, "tags");
