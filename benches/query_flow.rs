@@ -11,15 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2a_mesh::{SuiteConfig, start};
-use entity_extraction::EntityExtractionConfig;
-use mesh_agent_kit::AgentConfig;
 use mesh_client::{HttpClient, RegistryClient, reply_data, send_task};
 use mesh_protocol::agents::{QueryAnswer, SearchRequest};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
-use orchestrator::OrchestratorConfig;
-use profile_selection::ProfileSelectionConfig;
-use registry::RegistryConfig;
-use search::SearchConfig;
 use support::{Samples, arg};
 
 const QUERIES: &[&str] = &[
@@ -134,19 +128,7 @@ async fn run(
 async fn main() {
     let total = arg("--queries", 1000) as usize;
     let data = tempfile::tempdir().expect("temp dir");
-    let agent = AgentConfig { port: 0, ..AgentConfig::default() };
-    let config = SuiteConfig {
-        registry: RegistryConfig {
-            port: 0,
-            database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
-            ..RegistryConfig::default()
-        },
-        orchestrator: OrchestratorConfig { agent: agent.clone(), ..OrchestratorConfig::default() },
-        search: SearchConfig { agent: agent.clone(), ..SearchConfig::default() },
-        entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
-        profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
-    };
-    let suite = start(config).await.expect("suite starts");
+    let suite = start(SuiteConfig::ephemeral(data.path())).await.expect("suite starts");
     let http = HttpClient::with_reqwest().expect("client");
     let registry = RegistryClient::new(&suite.urls.registry, http.clone()).expect("registry");
     while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < 4 {

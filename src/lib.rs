@@ -2,9 +2,10 @@
 //! to the registry. `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
 
 use std::future::Future;
+use std::path::Path;
 
 use entity_extraction::EntityExtractionConfig;
-use mesh_agent_kit::AgentArgs;
+use mesh_agent_kit::{AgentArgs, AgentConfig};
 use mesh_client::HttpClient;
 use orchestrator::OrchestratorConfig;
 use profile_selection::ProfileSelectionConfig;
@@ -24,6 +25,23 @@ pub struct SuiteConfig {
 }
 
 impl SuiteConfig {
+    /// Every service on a free port (port 0), the registry's SQLite file in `data_dir`, nothing
+    /// read from the environment: for tests and benchmarks.
+    pub fn ephemeral(data_dir: &Path) -> Self {
+        let agent = AgentConfig { port: 0, ..AgentConfig::default() };
+        Self {
+            registry: RegistryConfig {
+                port: 0,
+                database_url: format!("sqlite://{}", data_dir.join("registry.db").display()),
+                ..RegistryConfig::default()
+            },
+            orchestrator: OrchestratorConfig { agent: agent.clone(), ..OrchestratorConfig::default() },
+            search: SearchConfig { agent: agent.clone(), ..SearchConfig::default() },
+            entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
+            profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
+        }
+    }
+
     /// Each service's defaults (its own port), overridden by its `MESH_<SERVICE>_*` variables.
     pub fn from_env() -> Result<Self, mesh_config::ConfigError> {
         let agent = AgentArgs::default();

@@ -4,34 +4,17 @@
 use std::time::{Duration, Instant};
 
 use a2a_mesh::{RunningSuite, SuiteConfig, start};
-use entity_extraction::EntityExtractionConfig;
-use mesh_agent_kit::AgentConfig;
 use mesh_client::{HttpClient, RegistryClient, reply_data, send_task};
 use mesh_protocol::agents::QueryAnswer;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
-use orchestrator::OrchestratorConfig;
-use profile_selection::ProfileSelectionConfig;
 use registry::RegistryConfig;
-use search::SearchConfig;
 
 const WAIT_DEADLINE_MS: u64 = 10_000;
 const SUITE_AGENTS: usize = 4;
 
 async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
-    let agent = AgentConfig { port: 0, ..AgentConfig::default() };
-    let config = SuiteConfig {
-        registry: RegistryConfig {
-            port: 0,
-            database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
-            ..RegistryConfig::default()
-        },
-        orchestrator: OrchestratorConfig { agent: agent.clone(), ..OrchestratorConfig::default() },
-        search: SearchConfig { agent: agent.clone(), ..SearchConfig::default() },
-        entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
-        profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
-    };
-    let suite = start(config).await.unwrap();
+    let suite = start(SuiteConfig::ephemeral(data.path())).await.unwrap();
     let registry = RegistryClient::new(&suite.urls.registry, HttpClient::with_reqwest().unwrap()).unwrap();
     let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
     while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < SUITE_AGENTS {

@@ -4,10 +4,11 @@
 
 use std::collections::HashMap;
 
-use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, KitError, TaskInput};
+use mesh_agent_kit::{AgentApp, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_client::HttpClient;
-use mesh_llm::{LlmClient, LlmConfig, LlmError, llm_or_rules};
-use mesh_protocol::a2a::v1::AgentCard;
+use mesh_llm::{LlmClient, LlmError, llm_or_rules};
+use mesh_planner::PlannerConfig;
+pub use mesh_planner::StartError;
 use mesh_protocol::agents::{Entity, EntityExtraction, EntityType};
 use mesh_query_analysis::{extract_entities, summarize_entities};
 use serde::Deserialize;
@@ -22,24 +23,8 @@ const SYSTEM_PROMPT: &str = "You extract the entities of a search query. Answer 
 {\"entities\":[{\"text\":\"<exact substring of the query>\",\"type\":\"PERSON|ORGANIZATION|LOCATION|DATE|NUMBER|CONCEPT\"}]}. \
 Every text must appear verbatim in the query. CONCEPT is a thing or activity the user looks for.";
 
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(default)]
-pub struct EntityExtractionConfig {
-    #[serde(flatten)]
-    pub agent: AgentConfig,
-    /// The LLM backend; the rules answer when `base_url` and `model` are unset.
-    pub llm: LlmConfig,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Kit(#[from] KitError),
-    #[error("the bundled agent card is invalid: {0}")]
-    Card(#[from] serde_json::Error),
-    #[error("LLM backend: {0}")]
-    Llm(#[from] LlmError),
-}
+/// This agent's configuration: the agent keys and an optional `[llm]` section.
+pub type EntityExtractionConfig = PlannerConfig;
 
 #[derive(Debug)]
 pub struct EntityAgent {
@@ -112,13 +97,7 @@ async fn extract_with_llm(llm: &LlmClient, query: &str) -> Result<EntityExtracti
     Ok(summarize_entities(entities, "llm"))
 }
 
-pub fn card() -> Result<AgentCard, serde_json::Error> {
-    serde_json::from_str(CARD_JSON)
-}
-
 /// Builds the agent, bound and ready to run.
 pub async fn build(config: &EntityExtractionConfig, http: HttpClient) -> Result<AgentApp, StartError> {
-    let llm = if config.llm.is_configured() { Some(LlmClient::new(config.llm.clone(), http.clone())?) } else { None };
-    tracing::info!(method = if llm.is_some() { "llm" } else { "rules" }, "entity extraction ready");
-    Ok(AgentApp::build(&config.agent, card()?, EntityAgent::new(llm), http).await?)
+    mesh_planner::build(config, CARD_JSON, EntityAgent::new, http).await
 }

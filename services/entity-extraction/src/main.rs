@@ -1,7 +1,6 @@
 use clap::Parser;
 use entity_extraction::{ENTITY_EXTRACTION_PORT_DEFAULT, ENV_PREFIX, EntityExtractionConfig, build};
 use mesh_agent_kit::AgentArgs;
-use mesh_agent_kit::http::shutdown_signal;
 use mesh_client::HttpClient;
 
 /// The entity-extraction agent of the A2A mesh. Rules by default; an OpenAI-compatible LLM when
@@ -19,7 +18,5 @@ async fn main() -> anyhow::Result<()> {
     mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
     let config: EntityExtractionConfig = Cli::parse().agent.load(ENV_PREFIX, ENTITY_EXTRACTION_PORT_DEFAULT)?;
     let app = build(&config, HttpClient::with_reqwest()?).await?;
-    tracing::info!(url = app.url(), "entity-extraction agent listening");
-    app.run_until_stopped(shutdown_signal()).await?;
-    Ok(())
+    Ok(app.run_until_signalled().await?)
 }

@@ -2,27 +2,19 @@
 //! its card, and its LLM backend against a fake OpenAI-compatible endpoint that answers well,
 //! badly, slowly, with an error status, or not at all.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderValue, Method, Request, StatusCode, header};
-use axum::routing::post;
-use axum::{Json, Router};
 use entity_extraction::EntityExtractionConfig;
-use mesh_client::{HttpClient, fetch_card, reply_data, send_task};
+use http::{Method, StatusCode};
+use mesh_agent_kit::testing::{CALL_TIMEOUT, JSON, RunningAgent, TASKS_PATH, local_agent_config};
+use mesh_client::reply_data;
 use mesh_llm::LlmConfig;
+use mesh_llm::testing::{FakeLlm, LlmBehaviour, assert_rules_fallback_warning, llm_config, refused_base_url};
 use mesh_protocol::agents::{Entity, EntityExtraction, EntityType};
-use mesh_protocol::error::{ErrorBody, FailureStatus};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
 use mesh_query_analysis::extract_entities;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
-/// Time allowed for one request from a test to the agent.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The LLM timeout the agents under test use: short, so a slow LLM is given up on quickly.
 const LLM_TIMEOUT_MS: u64 = 300;
 /// How long the slow fake LLM takes: far beyond [`LLM_TIMEOUT_MS`].
@@ -31,160 +23,36 @@ const SLOW_LLM_DELAY: Duration = Duration::from_secs(5);
 const SLOW_LLM_TASK_MAX: Duration = Duration::from_secs(2);
 /// Confidence the agent gives every entity an LLM names.
 const LLM_ENTITY_CONFIDENCE: f64 = 0.8;
-/// Words every fallback warning carries.
-const FALLBACK_WARNING: &str = "answered with the rules";
-
-const TASKS_PATH: &str = "/tasks/send";
-const JSON: &str = "application/json";
 
 const SOCCER_QUERY: &str = "show me robots playing soccer";
 const TOKYO_QUERY: &str = "Marathon in Tokyo on 3 March 2024";
 const UNICODE_QUERY: &str = "Café in São Paulo 🤖";
 
-// --- fake LLM ---
-
-/// How the fake chat-completions endpoint answers.
-#[derive(Debug, Clone)]
-struct LlmBehaviour {
-    status: StatusCode,
-    /// The assistant message content, for 2xx answers.
-    content: String,
-    delay: Duration,
-}
-
-impl LlmBehaviour {
-    fn answer(content: impl Into<String>) -> Self {
-        Self { status: StatusCode::OK, content: content.into(), delay: Duration::ZERO }
-    }
-
-    fn answer_json(content: Value) -> Self {
-        Self::answer(content.to_string())
-    }
-}
-
-#[derive(Debug)]
-struct FakeLlmState {
-    behaviour: LlmBehaviour,
-    /// Every request body received, in order.
-    requests: Mutex<Vec<Value>>,
-}
-
-/// A fake OpenAI-compatible API on 127.0.0.1:0, served until the test's runtime stops.
-struct FakeLlm {
-    base_url: String,
-    state: Arc<FakeLlmState>,
-}
-
-impl FakeLlm {
-    async fn start(behaviour: LlmBehaviour) -> Self {
-        let state = Arc::new(FakeLlmState { behaviour, requests: Mutex::new(Vec::new()) });
-        let router = Router::new().route("/v1/chat/completions", post(chat_completion)).with_state(state.clone());
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-        Self { base_url, state }
-    }
-
-    fn requests(&self) -> Vec<Value> {
-        self.state.requests.lock().unwrap().clone()
-    }
-}
-
-async fn chat_completion(
-    State(state): State<Arc<FakeLlmState>>,
-    Json(request): Json<Value>,
-) -> (StatusCode, Json<Value>) {
-    state.requests.lock().unwrap().push(request);
-    let behaviour = &state.behaviour;
-    tokio::time::sleep(behaviour.delay).await;
-    if !behaviour.status.is_success() {
-        return (behaviour.status, Json(json!({"error": {"message": "the fake model is overloaded"}})));
-    }
-    let message = json!({"role": "assistant", "content": behaviour.content});
-    (
-        behaviour.status,
-        Json(json!({"id": "fake", "object": "chat.completion", "choices": [{"index": 0, "message": message}]})),
-    )
-}
-
-/// The LLM config the agents under test use for an endpoint at `base_url`.
-fn llm_config(base_url: &str) -> LlmConfig {
-    LlmConfig { base_url: base_url.to_owned(), model: "fake".into(), timeout_ms: LLM_TIMEOUT_MS, ..Default::default() }
-}
-
 // --- agent under test ---
 
-/// The agent running in the background until dropped.
-struct Agent {
-    url: String,
-    http: HttpClient,
-    _stop: oneshot::Sender<()>,
+/// The agent answering by its rules only.
+async fn rules_agent() -> RunningAgent {
+    start_agent(LlmConfig::default()).await
 }
 
-impl Agent {
-    /// The agent with rules only.
-    async fn rules() -> Self {
-        Self::start(LlmConfig::default()).await
-    }
+/// The agent backed by the LLM at `base_url`.
+async fn llm_agent(base_url: &str) -> RunningAgent {
+    start_agent(llm_config(base_url, LLM_TIMEOUT_MS)).await
+}
 
-    /// The agent backed by the LLM at `base_url`.
-    async fn with_llm(base_url: &str) -> Self {
-        Self::start(llm_config(base_url)).await
-    }
+/// The entity-extraction agent with `llm` as its LLM config, running in the background until dropped.
+async fn start_agent(llm: LlmConfig) -> RunningAgent {
+    let config = EntityExtractionConfig { agent: local_agent_config(), llm };
+    RunningAgent::start(|http| entity_extraction::build(&config, http)).await
+}
 
-    async fn start(llm: LlmConfig) -> Self {
-        let mut config = EntityExtractionConfig { llm, ..Default::default() };
-        config.agent.port = 0;
-        config.agent.registry_url = None;
-        let http = HttpClient::with_reqwest().unwrap();
-        let app = entity_extraction::build(&config, http.clone()).await.unwrap();
-        let url = app.url().to_owned();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(app.run_until_stopped(async {
-            let _ = stopped.await;
-        }));
-        Self { url, http, _stop: stop }
-    }
-
-    /// Sends a one-message task holding `query` and expects a 2xx answer.
-    async fn extract(&self, query: &str) -> (TaskResponse, EntityExtraction) {
-        let task = TaskRequest::from_text(Some("task-1".into()), query, None);
-        let response = send_task(&self.http, &self.url, &task, CALL_TIMEOUT).await.unwrap();
-        assert_eq!(response.id, "task-1");
-        assert_eq!(response.metadata.agent, "entity_extraction");
-        let extraction = reply_data(&self.url, &response).unwrap();
-        (response, extraction)
-    }
-
-    /// A request for `path` carrying `body` as it is, labelled `content_type`.
-    fn request(&self, method: Method, path: &str, content_type: &str, body: impl Into<Bytes>) -> Request<Bytes> {
-        let mut request = Request::new(body.into());
-        *request.method_mut() = method;
-        *request.uri_mut() = format!("{}{path}", self.url).parse().unwrap();
-        request.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).unwrap());
-        request
-    }
-
-    /// Sends `request` and expects the mesh JSON error body with `status` and `code`.
-    async fn expect_error(&self, request: Request<Bytes>, status: StatusCode, code: &str) -> ErrorBody {
-        let target = format!("{} {}", request.method(), request.uri().path());
-        let response = self.http.send(request, CALL_TIMEOUT).await.unwrap();
-        let content_type = response.headers().get(header::CONTENT_TYPE).map(HeaderValue::as_bytes);
-        assert_eq!(content_type, Some(&b"application/json"[..]), "{target}");
-        let error: ErrorBody = serde_json::from_slice(response.body())
-            .unwrap_or_else(|e| panic!("{target}: not an error body ({e}): {:?}", response.body()));
-        assert_eq!((response.status(), error.error_code.as_str()), (status, code), "{target}: {error:?}");
-        assert_eq!(error.status, FailureStatus::Error);
-        assert!(!error.error_message.is_empty());
-        assert!(error.request_id.is_some(), "the request id is stamped into every error body: {error:?}");
-        error
-    }
-
-    /// Posts the task `body` and expects a 400 with `code`.
-    async fn expect_bad_task(&self, body: Value, code: &str) -> ErrorBody {
-        let request = self.request(Method::POST, TASKS_PATH, JSON, body.to_string());
-        self.expect_error(request, StatusCode::BAD_REQUEST, code).await
-    }
+/// Sends a one-message task holding `query` and expects a 2xx answer.
+async fn extract(agent: &RunningAgent, query: &str) -> (TaskResponse, EntityExtraction) {
+    let response = agent.send(&TaskRequest::from_text(Some("task-1".into()), query, None)).await;
+    assert_eq!(response.id, "task-1");
+    assert_eq!(response.metadata.agent, "entity_extraction");
+    let extraction = reply_data(agent.url(), &response).unwrap();
+    (response, extraction)
 }
 
 // --- assertions ---
@@ -215,9 +83,7 @@ fn find<'a>(extraction: &'a EntityExtraction, text: &str) -> &'a Entity {
 /// The agent answered with the rules after its LLM failed with a warning containing `cause`.
 fn assert_rules_fallback(query: &str, response: &TaskResponse, extraction: &EntityExtraction, cause: &str) {
     assert_eq!(response.status, ResponseStatus::Partial);
-    assert_eq!(response.warnings.len(), 1, "{:?}", response.warnings);
-    let warning = &response.warnings[0];
-    assert!(warning.contains(FALLBACK_WARNING) && warning.contains(cause), "{warning}");
+    assert_rules_fallback_warning(&response.warnings, cause);
     assert_eq!(extraction, &extract_entities(query), "the fallback is the rules' answer");
     assert_eq!(extraction.method, "rules");
 }
@@ -234,9 +100,9 @@ struct LlmRun {
 /// Starts a fake LLM behaving as given and an agent using it, and sends `query`.
 async fn run_with_llm(behaviour: LlmBehaviour, query: &str) -> LlmRun {
     let llm = FakeLlm::start(behaviour).await;
-    let agent = Agent::with_llm(&llm.base_url).await;
+    let agent = llm_agent(llm.base_url()).await;
     let started = Instant::now();
-    let (response, extraction) = agent.extract(query).await;
+    let (response, extraction) = extract(&agent, query).await;
     LlmRun { llm, response, extraction, elapsed: started.elapsed() }
 }
 
@@ -251,8 +117,8 @@ async fn expect_fallback(behaviour: LlmBehaviour, query: &str, cause: &str) -> L
 
 #[tokio::test]
 async fn rules_find_concepts_with_character_offsets() {
-    let agent = Agent::rules().await;
-    let (response, extraction) = agent.extract(SOCCER_QUERY).await;
+    let agent = rules_agent().await;
+    let (response, extraction) = extract(&agent, SOCCER_QUERY).await;
     assert_eq!(response.status, ResponseStatus::Success);
     assert!(response.warnings.is_empty());
     assert_eq!(extraction.method, "rules");
@@ -268,8 +134,8 @@ async fn rules_find_concepts_with_character_offsets() {
 
 #[tokio::test]
 async fn rules_find_a_place_and_a_date() {
-    let agent = Agent::rules().await;
-    let (response, extraction) = agent.extract(TOKYO_QUERY).await;
+    let agent = rules_agent().await;
+    let (response, extraction) = extract(&agent, TOKYO_QUERY).await;
     assert_eq!(response.status, ResponseStatus::Success);
     assert_consistent(TOKYO_QUERY, &extraction);
     let tokyo = find(&extraction, "Tokyo");
@@ -282,8 +148,8 @@ async fn rules_find_a_place_and_a_date() {
 
 #[tokio::test]
 async fn unicode_queries_never_fail_and_offsets_count_characters() {
-    let agent = Agent::rules().await;
-    let (response, extraction) = agent.extract(UNICODE_QUERY).await;
+    let agent = rules_agent().await;
+    let (response, extraction) = extract(&agent, UNICODE_QUERY).await;
     assert_eq!(response.status, ResponseStatus::Success);
     assert_consistent(UNICODE_QUERY, &extraction);
     // "Café " is 5 characters but 6 bytes: byte offsets would put São Paulo at 9.
@@ -293,7 +159,7 @@ async fn unicode_queries_never_fail_and_offsets_count_characters() {
     for query in
         ["🤖🤖🤖", "東京 2024年 マラソン", "Sa\u{0303}o Paulo", "\u{0301}", "\u{200D}\u{FE0F} ¿qué?", "ÉCOLE à Zürich"]
     {
-        let (response, extraction) = agent.extract(query).await;
+        let (response, extraction) = extract(&agent, query).await;
         assert_eq!(response.status, ResponseStatus::Success, "{query:?}");
         assert_consistent(query, &extraction);
         assert_eq!(extraction, extract_entities(query), "{query:?}");
@@ -302,9 +168,9 @@ async fn unicode_queries_never_fail_and_offsets_count_characters() {
 
 #[tokio::test]
 async fn offsets_index_the_text_as_sent_even_with_surrounding_whitespace() {
-    let agent = Agent::rules().await;
+    let agent = rules_agent().await;
     let query = "   Marathon in Tokyo";
-    let (_, extraction) = agent.extract(query).await;
+    let (_, extraction) = extract(&agent, query).await;
     assert_consistent(query, &extraction);
     let tokyo = find(&extraction, "Tokyo");
     assert_eq!((tokyo.start, tokyo.end), (15, 20));
@@ -314,7 +180,7 @@ async fn offsets_index_the_text_as_sent_even_with_surrounding_whitespace() {
 
 #[tokio::test]
 async fn tasks_without_text_are_invalid_input() {
-    let agent = Agent::rules().await;
+    let agent = rules_agent().await;
     let data_only = json!({"messages": [{"role": "user", "parts": [{"type": "data", "data": {"q": "robots"}}]}]});
     let whitespace = json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": " \n\t "}]}]});
     for body in [data_only, whitespace] {
@@ -325,7 +191,7 @@ async fn tasks_without_text_are_invalid_input() {
 
 #[tokio::test]
 async fn tasks_of_the_wrong_shape_are_refused() {
-    let agent = Agent::rules().await;
+    let agent = rules_agent().await;
     let error = agent.expect_bad_task(json!({"messages": []}), "TASK_INVALID").await;
     assert!(error.error_message.contains("no messages"), "{error:?}");
     let agent_only = json!({"messages": [{"role": "agent", "parts": [{"type": "text", "text": "robots"}]}]});
@@ -339,25 +205,10 @@ async fn tasks_of_the_wrong_shape_are_refused() {
 
 #[tokio::test]
 async fn malformed_bodies_and_unknown_routes_answer_json_errors() {
-    let agent = Agent::rules().await;
+    let agent = rules_agent().await;
     let task = json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": "robots"}]}]}).to_string();
+    agent.expect_unparsed_tasks_refused(&task).await;
     let cases = [
-        (
-            Method::POST,
-            TASKS_PATH,
-            JSON,
-            "{\"messages\": [".to_owned(),
-            StatusCode::BAD_REQUEST,
-            "REQUEST_MALFORMED_JSON",
-        ),
-        (
-            Method::POST,
-            TASKS_PATH,
-            "text/plain",
-            task.clone(),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "REQUEST_UNSUPPORTED_MEDIA_TYPE",
-        ),
         (
             Method::POST,
             TASKS_PATH,
@@ -381,12 +232,9 @@ async fn malformed_bodies_and_unknown_routes_answer_json_errors() {
 
 #[tokio::test]
 async fn card_names_the_agent_and_its_skill() {
-    let agent = Agent::rules().await;
-    let card = fetch_card(&agent.http, &agent.url, CALL_TIMEOUT).await.unwrap();
-    assert_eq!(card.name, "entity_extraction");
-    assert!(card.skills.iter().any(|s| s.id == "entity_extraction"), "{:?}", card.skills);
-    assert_eq!(card.url.as_deref(), Some(format!("{}/", agent.url).as_str()));
-    let legacy: Value = agent.http.get_json(&format!("{}/agent.json", agent.url), CALL_TIMEOUT).await.unwrap();
+    let agent = rules_agent().await;
+    let card = agent.expect_card("entity_extraction", "entity_extraction").await;
+    let legacy: Value = agent.http().get_json(&format!("{}/agent.json", agent.url()), CALL_TIMEOUT).await.unwrap();
     assert_eq!(legacy, serde_json::to_value(&card).unwrap());
 }
 
@@ -464,7 +312,7 @@ async fn llm_entities_not_in_the_query_are_refused() {
 
 #[tokio::test]
 async fn slow_llm_is_given_up_on_within_its_timeout() {
-    let behaviour = LlmBehaviour { delay: SLOW_LLM_DELAY, ..LlmBehaviour::answer_json(json!({"entities": []})) };
+    let behaviour = LlmBehaviour::answer_json(json!({"entities": []})).delayed(SLOW_LLM_DELAY);
     let run = expect_fallback(behaviour, TOKYO_QUERY, &format!("did not answer within {LLM_TIMEOUT_MS} ms")).await;
     assert!(run.elapsed < SLOW_LLM_TASK_MAX, "the task took {:?}", run.elapsed);
     assert_eq!(run.llm.requests().len(), 1, "the LLM was called");
@@ -472,17 +320,13 @@ async fn slow_llm_is_given_up_on_within_its_timeout() {
 
 #[tokio::test]
 async fn llm_error_status_falls_back_to_the_rules() {
-    let behaviour = LlmBehaviour { status: StatusCode::INTERNAL_SERVER_ERROR, ..LlmBehaviour::answer("") };
+    let behaviour = LlmBehaviour::error(StatusCode::INTERNAL_SERVER_ERROR);
     expect_fallback(behaviour, SOCCER_QUERY, "HTTP 500: the fake model is overloaded").await;
 }
 
 #[tokio::test]
 async fn unreachable_llm_falls_back_to_the_rules() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let agent = Agent::with_llm(&format!("http://127.0.0.1:{port}/v1")).await;
-    let (response, extraction) = agent.extract(SOCCER_QUERY).await;
+    let agent = llm_agent(&refused_base_url()).await;
+    let (response, extraction) = extract(&agent, SOCCER_QUERY).await;
     assert_rules_fallback(SOCCER_QUERY, &response, &extraction, "cannot reach the LLM endpoint");
 }

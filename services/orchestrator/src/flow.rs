@@ -46,9 +46,11 @@ pub struct Orchestrator {
 struct Outcome<T> {
     value: Option<T>,
     call: AgentCall,
-    warning: Option<String>,
-    /// Why the call failed, when the agent itself answered with an error.
-    refusal: Option<ClientError>,
+    /// What the answer lacks: the call's failure, or the callee's own warnings when it answered
+    /// PARTIAL, each naming the capability.
+    warnings: Vec<String>,
+    /// Why the call failed.
+    failure: Option<ClientError>,
 }
 
 impl Orchestrator {
@@ -87,12 +89,12 @@ impl Orchestrator {
 
         let mut warnings: Vec<String> = Vec::new();
         let mut calls = vec![];
-        warnings.extend(entities.warning.clone());
+        warnings.extend(entities.warnings);
         calls.push(entities.call);
         let (profiles, selected, confidence, modality) = match (&options.profiles, selection) {
             (Some(profiles), _) => (profiles.clone(), profiles.first().cloned().unwrap_or_default(), 1.0, None),
             (None, Some(outcome)) => {
-                warnings.extend(outcome.warning.clone());
+                warnings.extend(outcome.warnings);
                 calls.push(outcome.call);
                 match outcome.value {
                     Some(choice) => {
@@ -112,17 +114,20 @@ impl Orchestrator {
         let search_started = Instant::now();
         let search = self.call::<_, SearchResults>(CAPABILITY_SEARCH, query, Some(&request), received).await;
         let search_time_ms = ms(search_started.elapsed());
-        let failed = search.call.error.clone();
         calls.push(search.call);
         let Some(results) = search.value else {
-            // The search agent judged the request itself invalid (e.g. an unknown profile): the
-            // caller's mistake, not an outage.
-            if let Some(ClientError::Status { status: 400, body: Some(body), .. }) = &search.refusal {
-                return Err(AgentError::InvalidInput(format!("search refused the request: {}", body.error_message)));
-            }
-            let reason = failed.unwrap_or_else(|| "no answer".into());
-            return Err(AgentError::Unavailable(format!("search failed: {reason}")));
+            return Err(match search.failure {
+                // The search agent judged the request itself invalid (e.g. an unknown profile):
+                // the caller's mistake, not an outage.
+                Some(ClientError::Status { status: 400, body: Some(body), .. }) => {
+                    AgentError::InvalidInput(format!("search refused the request: {}", body.error_message))
+                }
+                Some(error) if error.is_timeout() => AgentError::Timeout(format!("search did not answer: {error}")),
+                Some(error) => AgentError::Unavailable(format!("search failed: {error}")),
+                None => AgentError::Unavailable("search failed: no search agent answered".into()),
+            });
         };
+        warnings.extend(search.warnings);
         let selected_profile =
             if selected.is_empty() { results.profiles_used.first().cloned().unwrap_or_default() } else { selected };
         let answer = QueryAnswer {
@@ -161,8 +166,8 @@ impl Orchestrator {
                     agent_time_ms: None,
                     error: Some(reason.clone()),
                 },
-                warning: Some(format!("profile selection skipped ({reason}); searched with the default profile")),
-                refusal: None,
+                warnings: vec![format!("profile selection skipped ({reason}); searched with the default profile")],
+                failure: None,
             },
         }
     }
@@ -217,8 +222,8 @@ impl Orchestrator {
                 return Outcome {
                     value: None,
                     call: record(None, "unavailable", None, Some(reason.clone())),
-                    warning: Some(format!("{capability} unavailable: {reason}")),
-                    refusal: None,
+                    warnings: vec![format!("{capability} unavailable: {reason}")],
+                    failure: None,
                 };
             }
         };
@@ -229,13 +234,14 @@ impl Orchestrator {
         let answer = send_task(&self.http, &agent.url, &task, timeout).await;
         let decoded = answer.and_then(|response| {
             let value = reply_data::<T>(&agent.url, &response)?;
-            Ok((response.status, response.metadata.processing_time_ms, value))
+            Ok((response.status, response.metadata.processing_time_ms, response.warnings, value))
         });
         match decoded {
-            Ok((status, agent_time_ms, value)) => {
+            Ok((status, agent_time_ms, their_warnings, value)) => {
                 let word = if status == ResponseStatus::Partial { "partial" } else { "success" };
                 let call = record(Some(&agent), word, Some(agent_time_ms), None);
-                Outcome { value: Some(value), call, warning: None, refusal: None }
+                let warnings = their_warnings.into_iter().map(|w| format!("{capability}: {w}")).collect();
+                Outcome { value: Some(value), call, warnings, failure: None }
             }
             Err(error) => {
                 let status = if error.is_timeout() { "timeout" } else { "error" };
@@ -243,8 +249,8 @@ impl Orchestrator {
                 Outcome {
                     value: None,
                     call: record(Some(&agent), status, None, Some(reason.clone())),
-                    warning: Some(format!("{capability} failed ({status}): {reason}")),
-                    refusal: Some(error),
+                    warnings: vec![format!("{capability} failed ({status}): {reason}")],
+                    failure: Some(error),
                 }
             }
         }

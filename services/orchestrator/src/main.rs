@@ -1,6 +1,5 @@
 use clap::Parser;
 use mesh_agent_kit::AgentArgs;
-use mesh_agent_kit::http::shutdown_signal;
 use mesh_client::HttpClient;
 use orchestrator::config::{ENV_PREFIX, ORCHESTRATOR_PORT_DEFAULT};
 use orchestrator::{OrchestratorConfig, build};
@@ -20,7 +19,5 @@ async fn main() -> anyhow::Result<()> {
     mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
     let config: OrchestratorConfig = Cli::parse().agent.load(ENV_PREFIX, ORCHESTRATOR_PORT_DEFAULT)?;
     let app = build(&config, HttpClient::with_reqwest()?).await?;
-    tracing::info!(url = app.url(), "orchestrator listening");
-    app.run_until_stopped(shutdown_signal()).await?;
-    Ok(())
+    Ok(app.run_until_signalled().await?)
 }

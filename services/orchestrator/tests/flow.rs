@@ -7,6 +7,7 @@ use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply
 use mesh_client::{ClientError, HttpClient, RegistryClient, reply_data, send_task};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::agents::{AgentCall, QueryAnswer};
+use mesh_protocol::error::FailureStatus;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
 use orchestrator::OrchestratorConfig;
 use registry::{Application, RegistryConfig};
@@ -19,6 +20,8 @@ const WAIT_DEADLINE_MS: u64 = 10_000;
 const TEST_PLANNING_TIMEOUT_MS: u64 = 400;
 /// How long the slow fake planners take: far beyond the planning timeout.
 const HANGING_PLANNER_MS: u64 = 30_000;
+/// Search timeout of the orchestrator under test.
+const TEST_SEARCH_TIMEOUT_MS: u64 = 600;
 /// How long the overlapping fake planners take.
 const PLANNER_DELAY_MS: u64 = 250;
 
@@ -63,6 +66,8 @@ enum Behaviour {
     Answer { delay_ms: u64 },
     /// Answers 503.
     Fail,
+    /// Answers a valid payload marked PARTIAL with this warning.
+    Partial(&'static str),
 }
 
 #[derive(Debug)]
@@ -73,19 +78,20 @@ struct FakePlanner {
 
 impl AgentHandler for FakePlanner {
     async fn handle(&self, _task: TaskInput) -> Result<AgentReply, AgentError> {
-        match self.behaviour {
-            Behaviour::Fail => Err(AgentError::Unavailable("planner backend down".into())),
-            Behaviour::Answer { delay_ms } => {
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                Ok(AgentReply::data(if self.capability == "entity_extraction" {
-                    json!({"entities": [{"text": "soccer", "type": "CONCEPT", "start": 0, "end": 6, "confidence": 0.5}],
-                           "entity_count": 1, "dominant_types": ["CONCEPT"], "method": "rules"})
-                } else {
-                    json!({"selected_profile": "bm25", "confidence": 0.9, "alternatives": [], "intent": "general_search",
-                           "modality": "any", "complexity": "simple", "reasoning": "fake", "method": "rules"})
-                }))
-            }
-        }
+        let (delay_ms, warnings) = match self.behaviour {
+            Behaviour::Fail => return Err(AgentError::Unavailable("planner backend down".into())),
+            Behaviour::Answer { delay_ms } => (delay_ms, Vec::new()),
+            Behaviour::Partial(warning) => (0, vec![warning.to_owned()]),
+        };
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        let data = if self.capability == "entity_extraction" {
+            json!({"entities": [{"text": "soccer", "type": "CONCEPT", "start": 0, "end": 6, "confidence": 0.5}],
+                   "entity_count": 1, "dominant_types": ["CONCEPT"], "method": "rules"})
+        } else {
+            json!({"selected_profile": "bm25", "confidence": 0.9, "alternatives": [], "intent": "general_search",
+                   "modality": "any", "complexity": "simple", "reasoning": "fake", "method": "rules"})
+        };
+        Ok(AgentReply { warnings, ..AgentReply::data(data) })
     }
 }
 
@@ -110,6 +116,15 @@ struct Mesh {
 impl Mesh {
     /// A registry and a real search agent.
     async fn start() -> Self {
+        let mut mesh = Self::without_search().await;
+        let config = search::SearchConfig { agent: mesh.agent_config(), ..Default::default() };
+        let search = search::build(&config, mesh.http.clone()).await.unwrap();
+        mesh.add(search, "search").await;
+        mesh
+    }
+
+    /// A registry alone.
+    async fn without_search() -> Self {
         let data = tempfile::tempdir().unwrap();
         let config = RegistryConfig {
             port: 0,
@@ -123,16 +138,7 @@ impl Mesh {
         let registry_task = tokio::spawn(async move { app.run_until_stopped(std::future::pending()).await.unwrap() });
         let http = HttpClient::with_reqwest().unwrap();
         let registry = RegistryClient::new(&registry_url, http.clone()).unwrap();
-        let mut mesh =
-            Self { http, registry, registry_url, _registry: registry_task, _data: data, servers: Vec::new() };
-        let search = search::build(
-            &search::SearchConfig { agent: mesh.agent_config(), ..Default::default() },
-            mesh.http.clone(),
-        )
-        .await
-        .unwrap();
-        mesh.add(search, "search").await;
-        mesh
+        Self { http, registry, registry_url, _registry: registry_task, _data: data, servers: Vec::new() }
     }
 
     fn agent_config(&self) -> AgentConfig {
@@ -180,6 +186,7 @@ impl Mesh {
         let config = OrchestratorConfig {
             agent: self.agent_config(),
             planning_timeout_ms: TEST_PLANNING_TIMEOUT_MS,
+            search_timeout_ms: TEST_SEARCH_TIMEOUT_MS,
             ..OrchestratorConfig::default()
         };
         let app = orchestrator::build(&config, self.http.clone()).await.unwrap();
@@ -305,6 +312,36 @@ async fn without_search_the_answer_is_a_clear_error() {
     };
     assert_eq!((status, body.error_code.as_str()), (503, "DEPENDENCY_UNAVAILABLE"));
     assert!(body.error_message.contains("search"), "{}", body.error_message);
+}
+
+#[tokio::test]
+async fn a_search_that_times_out_is_a_timeout_error_in_time() {
+    let mut mesh = Mesh::without_search().await;
+    mesh.add_fake("entity_extraction", Behaviour::Answer { delay_ms: 0 }).await;
+    mesh.add_fake("profile_selection", Behaviour::Answer { delay_ms: 0 }).await;
+    mesh.add_fake("search", Behaviour::Answer { delay_ms: HANGING_PLANNER_MS }).await;
+    let orchestrator = mesh.orchestrator().await;
+    let started = Instant::now();
+    let error = mesh.ask(&orchestrator, "robot soccer", None).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(TEST_SEARCH_TIMEOUT_MS * 4), "{:?}", started.elapsed());
+    let ClientError::Status { status, body: Some(body), .. } = error else {
+        panic!("expected an error body, got {error}")
+    };
+    assert_eq!((status, body.status, body.error_code.as_str()), (504, FailureStatus::Timeout, "TASK_TIMEOUT"));
+}
+
+#[tokio::test]
+async fn a_planners_own_warnings_make_the_answer_partial() {
+    let mut mesh = Mesh::start().await;
+    mesh.add_fake("entity_extraction", Behaviour::Partial("LLM backend failed; answered with the rules")).await;
+    mesh.add_fake("profile_selection", Behaviour::Answer { delay_ms: 0 }).await;
+    let orchestrator = mesh.orchestrator().await;
+    let response = mesh.ask(&orchestrator, "robot soccer", None).await.unwrap();
+    assert_eq!(response.status, ResponseStatus::Partial);
+    assert_eq!(response.warnings, ["entity_extraction: LLM backend failed; answered with the rules"]);
+    let answer: QueryAnswer = reply_data(&orchestrator, &response).unwrap();
+    assert_eq!(call(&answer, "entity_extraction").status, "partial");
+    assert_eq!(answer.metadata.entities.len(), 1, "the partial answer's entities are still used");
 }
 
 #[tokio::test]

@@ -2,10 +2,11 @@
 //! modality, complexity, confidence and ranked alternatives. Deterministic rules by default, or an
 //! OpenAI-compatible LLM when one is configured (falling back to the rules on any LLM failure).
 
-use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, KitError, TaskInput};
+use mesh_agent_kit::{AgentApp, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_client::HttpClient;
-use mesh_llm::{LlmClient, LlmConfig, LlmError, llm_or_rules};
-use mesh_protocol::a2a::v1::AgentCard;
+use mesh_llm::{LlmClient, LlmError, llm_or_rules};
+use mesh_planner::PlannerConfig;
+pub use mesh_planner::StartError;
 use mesh_protocol::agents::{
     Complexity, INTENTS, Modality, ProfileScore, ProfileSelection, ProfileSelectionRequest, SearchProfile,
 };
@@ -24,24 +25,8 @@ the available profiles (name, description, strengths). Answer with one JSON obje
 \"modality\":\"video|image|audio|text|any\",\"complexity\":\"simple|medium|complex\",\"reasoning\":\"<one or two sentences>\"}. \
 Only use profile names from the list.";
 
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(default)]
-pub struct ProfileSelectionConfig {
-    #[serde(flatten)]
-    pub agent: AgentConfig,
-    /// The LLM backend; the rules answer when `base_url` and `model` are unset.
-    pub llm: LlmConfig,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Kit(#[from] KitError),
-    #[error("the bundled agent card is invalid: {0}")]
-    Card(#[from] serde_json::Error),
-    #[error("LLM backend: {0}")]
-    Llm(#[from] LlmError),
-}
+/// This agent's configuration: the agent keys and an optional `[llm]` section.
+pub type ProfileSelectionConfig = PlannerConfig;
 
 #[derive(Debug)]
 pub struct ProfileAgent {
@@ -134,13 +119,7 @@ async fn select_with_llm(
     })
 }
 
-pub fn card() -> Result<AgentCard, serde_json::Error> {
-    serde_json::from_str(CARD_JSON)
-}
-
 /// Builds the agent, bound and ready to run.
 pub async fn build(config: &ProfileSelectionConfig, http: HttpClient) -> Result<AgentApp, StartError> {
-    let llm = if config.llm.is_configured() { Some(LlmClient::new(config.llm.clone(), http.clone())?) } else { None };
-    tracing::info!(method = if llm.is_some() { "llm" } else { "rules" }, "profile selection ready");
-    Ok(AgentApp::build(&config.agent, card()?, ProfileAgent::new(llm), http).await?)
+    mesh_planner::build(config, CARD_JSON, ProfileAgent::new, http).await
 }

@@ -1,6 +1,5 @@
 use clap::Parser;
 use mesh_agent_kit::AgentArgs;
-use mesh_agent_kit::http::shutdown_signal;
 use mesh_client::HttpClient;
 use profile_selection::{ENV_PREFIX, PROFILE_SELECTION_PORT_DEFAULT, ProfileSelectionConfig, build};
 
@@ -19,7 +18,5 @@ async fn main() -> anyhow::Result<()> {
     mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
     let config: ProfileSelectionConfig = Cli::parse().agent.load(ENV_PREFIX, PROFILE_SELECTION_PORT_DEFAULT)?;
     let app = build(&config, HttpClient::with_reqwest()?).await?;
-    tracing::info!(url = app.url(), "profile-selection agent listening");
-    app.run_until_stopped(shutdown_signal()).await?;
-    Ok(())
+    Ok(app.run_until_signalled().await?)
 }

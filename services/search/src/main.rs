@@ -1,6 +1,5 @@
 use clap::Parser;
 use mesh_agent_kit::AgentArgs;
-use mesh_agent_kit::http::shutdown_signal;
 use mesh_client::HttpClient;
 use search::config::{ENV_PREFIX, SEARCH_PORT_DEFAULT};
 use search::{SearchConfig, build};
@@ -27,7 +26,5 @@ async fn main() -> anyhow::Result<()> {
         config.corpus_path = cli.corpus;
     }
     let app = build(&config, HttpClient::with_reqwest()?).await?;
-    tracing::info!(url = app.url(), "search agent listening");
-    app.run_until_stopped(shutdown_signal()).await?;
-    Ok(())
+    Ok(app.run_until_signalled().await?)
 }

@@ -3,7 +3,6 @@
 //! `cargo run -p mesh-agent-kit --example echo_agent -- --port 9001 --registry-url http://127.0.0.1:8000`
 
 use clap::Parser;
-use mesh_agent_kit::http::shutdown_signal;
 use mesh_agent_kit::{AgentApp, AgentArgs, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::AgentCard;
@@ -49,7 +48,5 @@ async fn main() -> anyhow::Result<()> {
     mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
     let config: AgentConfig = Cli::parse().agent.load("MESH_ECHO", ECHO_PORT_DEFAULT)?;
     let app = AgentApp::build(&config, card()?, Echo, HttpClient::with_reqwest()?).await?;
-    tracing::info!(url = app.url(), "echo agent listening");
-    app.run_until_stopped(shutdown_signal()).await?;
-    Ok(())
+    Ok(app.run_until_signalled().await?)
 }

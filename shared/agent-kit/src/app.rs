@@ -105,6 +105,12 @@ impl AgentApp {
         &self.url
     }
 
+    /// Serves until Ctrl-C or SIGTERM: the end of every agent binary's `main`.
+    pub async fn run_until_signalled(self) -> Result<(), KitError> {
+        tracing::info!(url = self.url(), "agent listening");
+        self.run_until_stopped(crate::http::shutdown_signal()).await
+    }
+
     /// Serves until `shutdown` resolves. Registration runs beside serving, so an agent answers
     /// even while the registry is down; on shutdown the agent deregisters itself.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), KitError> {

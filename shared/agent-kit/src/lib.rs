@@ -14,6 +14,8 @@ mod error;
 pub mod http;
 mod metrics;
 mod registration;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router};
 pub use app::{AgentApp, AgentConfig, KitError};

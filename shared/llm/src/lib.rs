@@ -9,6 +9,8 @@ mod client;
 mod config;
 mod error;
 mod fallback;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use client::{LlmClient, api_key_from_env};
 pub use config::{API_KEY_ENV_DEFAULT, LLM_TIMEOUT_MS_DEFAULT, LlmConfig};
