@@ -4,7 +4,9 @@
 //!   on embedded defaults (an SQLite file under `data/`, the bundled sample catalogue, rules-based
 //!   planning), and stops them cleanly on Ctrl-C.
 //! - `a2a-mesh ask "query"` sends a query to the orchestrator and prints the answer readably.
+//! - `a2a-mesh eval --dataset DIR --split test` measures retrieval quality on a BEIR collection.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use a2a_mesh::{SuiteConfig, start};
@@ -13,6 +15,8 @@ use mesh_agent_kit::http::shutdown_signal;
 use mesh_client::{ClientError, HttpClient, reply_data, send_task};
 use mesh_protocol::agents::{QueryAnswer, QueryOptions};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
+use search::SearchIndex;
+use search::eval::{RETRIEVED_PER_QUERY, evaluate, load_beir};
 
 /// Time `ask` waits for the orchestrator; above its own planning and search timeouts.
 const ASK_TIMEOUT_MS: u64 = 60_000;
@@ -47,6 +51,19 @@ enum Command {
         #[arg(long, default_value = ORCHESTRATOR_URL_DEFAULT, value_name = "URL")]
         orchestrator_url: String,
     },
+    /// Measure retrieval quality on a BEIR collection: nDCG@10, Recall@100 and MRR@10 for each
+    /// profile and for their fusion, and query latency.
+    Eval {
+        /// The collection's folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).
+        #[arg(long, value_name = "DIR")]
+        dataset: PathBuf,
+        /// Which judgments to use: tune on `train`, report on `test`.
+        #[arg(long, default_value = "test")]
+        split: String,
+        /// Profiles to evaluate (comma-separated); their fusion is evaluated too.
+        #[arg(long, value_delimiter = ',', default_value = "bm25,title")]
+        profiles: Vec<String>,
+    },
 }
 
 #[tokio::main]
@@ -57,7 +74,35 @@ async fn main() -> anyhow::Result<()> {
         Command::Ask { query, top_k, profiles, json, orchestrator_url } => {
             ask(&orchestrator_url, &query, QueryOptions { top_k, profiles, tenant_id: None }, json).await
         }
+        Command::Eval { dataset, split, profiles } => eval(&dataset, &split, &profiles).await,
     }
+}
+
+async fn eval(dataset: &Path, split: &str, profiles: &[String]) -> anyhow::Result<()> {
+    if let Some(unknown) = profiles.iter().find(|p| !SearchIndex::has_profile(p)) {
+        let available: Vec<String> = SearchIndex::profiles().into_iter().map(|p| p.name).collect();
+        anyhow::bail!("unknown profile {unknown:?}; available: {}", available.join(", "));
+    }
+    let collection = load_beir(dataset, split)?;
+    println!(
+        "{}: {} documents, {} judged {split} queries, top {RETRIEVED_PER_QUERY} retrieved per query",
+        dataset.display(),
+        collection.documents.len(),
+        collection.queries.len()
+    );
+    println!("{:<16} {:>8} {:>11} {:>7} {:>12} {:>12}", "run", "nDCG@10", "Recall@100", "MRR@10", "p50 ms", "p99 ms");
+    for report in evaluate(&collection, profiles).await? {
+        println!(
+            "{:<16} {:>8.3} {:>11.3} {:>7.3} {:>12.2} {:>12.2}",
+            report.name,
+            report.mean.ndcg_at_10,
+            report.mean.recall_at_100,
+            report.mean.mrr_at_10,
+            report.latency_p50_ms,
+            report.latency_p99_ms
+        );
+    }
+    Ok(())
 }
 
 async fn up() -> anyhow::Result<()> {

@@ -50,7 +50,9 @@ const PROFILES: &[ProfileSpec] = &[
         name: "bm25",
         description: "BM25 over title, description and tags, English stemming and stop words: the all-round profile",
         strengths: &["general", "question", "long_query"],
-        weights: FieldWeights { title: 2.0, text: 1.0, tags: 1.5 },
+        // Title weight tuned on SciFact's train split (nDCG@10: 0.630 at 2.0, 0.675 at 1.0, 0.695
+        // at 0.5); titles still count, as the dedicated `title` profile covers title-led queries.
+        weights: FieldWeights { title: 0.5, text: 1.0, tags: 1.5 },
     },
     ProfileSpec {
         name: "title",

@@ -5,6 +5,7 @@ mod agent;
 pub mod config;
 pub mod corpus;
 mod error;
+pub mod eval;
 pub mod fusion;
 mod index;
 

@@ -1,0 +1,252 @@
+//! Retrieval quality on a BEIR collection (`corpus.jsonl`, `queries.jsonl`, `qrels/<split>.tsv`):
+//! nDCG@10, Recall@100 and MRR@10 for each profile and for their fusion, with query latency,
+//! measured through the same search path the agent serves.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mesh_protocol::agents::SearchRequest;
+use serde::Deserialize;
+
+use crate::agent::{SearchAgent, SearchSettings};
+use crate::corpus::{self, Document};
+use crate::error::SearchError;
+use crate::fusion::RRF_K_DEFAULT;
+use crate::index::SearchIndex;
+
+/// Results retrieved per query: the depth Recall@100 needs.
+pub const RETRIEVED_PER_QUERY: usize = 100;
+const NDCG_DEPTH: usize = 10;
+const MRR_DEPTH: usize = 10;
+
+/// A BEIR collection with the judgments of one split.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collection {
+    pub documents: Vec<Document>,
+    /// Judged queries of the split, in file order: id and text.
+    pub queries: Vec<(String, String)>,
+    /// query id -> document id -> relevance grade (> 0).
+    pub qrels: HashMap<String, HashMap<String, u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct QueryLine {
+    #[serde(rename = "_id")]
+    id: String,
+    text: String,
+}
+
+/// Reads `dir` (BEIR layout) with the judgments of `split` (`train`, `dev`, `test`).
+pub fn load_beir(dir: &Path, split: &str) -> Result<Collection, SearchError> {
+    let open = |name: &str| {
+        let path = dir.join(name);
+        std::fs::File::open(&path)
+            .map(BufReader::new)
+            .map_err(|source| SearchError::CorpusFile { path: path.display().to_string(), source })
+    };
+    let documents = corpus::read_jsonl(open("corpus.jsonl")?)?;
+    let qrels = read_qrels(open(&format!("qrels/{split}.tsv"))?)?;
+    let mut queries = Vec::new();
+    for (index, line) in open("queries.jsonl")?.lines().enumerate() {
+        let line = line.map_err(|e| SearchError::Corpus { line: index + 1, reason: e.to_string() })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let query: QueryLine =
+            serde_json::from_str(&line).map_err(|e| SearchError::Corpus { line: index + 1, reason: e.to_string() })?;
+        if qrels.contains_key(&query.id) {
+            queries.push((query.id, query.text));
+        }
+    }
+    Ok(Collection { documents, queries, qrels })
+}
+
+/// Reads `query-id<TAB>corpus-id<TAB>score` lines after a header; grades of 0 are not relevant.
+fn read_qrels(reader: impl BufRead) -> Result<HashMap<String, HashMap<String, u32>>, SearchError> {
+    let mut qrels: HashMap<String, HashMap<String, u32>> = HashMap::new();
+    for (index, line) in reader.lines().enumerate().skip(1) {
+        let bad = |reason: String| SearchError::Corpus { line: index + 1, reason };
+        let line = line.map_err(|e| bad(e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [query, document, grade] = fields[..] else {
+            return Err(bad(format!("expected 3 tab-separated fields, got {}", fields.len())));
+        };
+        let grade: u32 = grade.trim().parse().map_err(|_| bad(format!("grade {grade:?} is not a whole number")))?;
+        if grade > 0 {
+            qrels.entry(query.to_owned()).or_default().insert(document.to_owned(), grade);
+        }
+    }
+    Ok(qrels)
+}
+
+/// Quality of one ranking for one query.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Scores {
+    pub ndcg_at_10: f64,
+    pub recall_at_100: f64,
+    pub mrr_at_10: f64,
+}
+
+/// Scores `ranked` (document ids, best first) against `relevant` (id -> grade), with linear gains
+/// and log2 discounts as trec_eval (and so BEIR) computes nDCG.
+pub fn score(ranked: &[String], relevant: &HashMap<String, u32>) -> Scores {
+    if relevant.is_empty() {
+        return Scores::default();
+    }
+    let discount = |position: usize| 1.0 / (position as f64 + 2.0).log2();
+    let dcg: f64 = ranked
+        .iter()
+        .take(NDCG_DEPTH)
+        .enumerate()
+        .map(|(i, id)| f64::from(relevant.get(id).copied().unwrap_or(0)) * discount(i))
+        .sum();
+    let mut ideal: Vec<u32> = relevant.values().copied().collect();
+    ideal.sort_unstable_by(|a, b| b.cmp(a));
+    let idcg: f64 = ideal.iter().take(NDCG_DEPTH).enumerate().map(|(i, grade)| f64::from(*grade) * discount(i)).sum();
+    let found = ranked.iter().take(RETRIEVED_PER_QUERY).filter(|id| relevant.contains_key(*id)).count();
+    let first_relevant = ranked.iter().take(MRR_DEPTH).position(|id| relevant.contains_key(id));
+    Scores {
+        ndcg_at_10: if idcg > 0.0 { dcg / idcg } else { 0.0 },
+        recall_at_100: found as f64 / relevant.len() as f64,
+        mrr_at_10: first_relevant.map_or(0.0, |p| 1.0 / (p as f64 + 1.0)),
+    }
+}
+
+/// Mean quality and latency of one way of ranking over all judged queries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    /// A profile name, or the fused profiles joined by `+`.
+    pub name: String,
+    pub mean: Scores,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+}
+
+/// Indexes the collection and evaluates each of `profiles` alone, then their fusion (when there
+/// are several), all through [`SearchAgent::search`].
+pub async fn evaluate(collection: &Collection, profiles: &[String]) -> Result<Vec<RunReport>, SearchError> {
+    let index = Arc::new(SearchIndex::build(collection.documents.clone())?);
+    let settings = SearchSettings {
+        rrf_k: RRF_K_DEFAULT,
+        top_k_default: RETRIEVED_PER_QUERY,
+        top_k_max: RETRIEVED_PER_QUERY,
+        candidates_per_profile: RETRIEVED_PER_QUERY,
+    };
+    let agent = SearchAgent::new(index, settings);
+    let mut runs: Vec<Vec<String>> = profiles.iter().map(|p| vec![p.clone()]).collect();
+    if profiles.len() > 1 {
+        runs.push(profiles.to_vec());
+    }
+    let mut reports = Vec::with_capacity(runs.len());
+    for run in runs {
+        let request = SearchRequest { profiles: run.clone(), top_k: Some(RETRIEVED_PER_QUERY), modality: None };
+        let mut total = Scores::default();
+        let mut latencies_ms = Vec::with_capacity(collection.queries.len());
+        for (id, text) in &collection.queries {
+            let started = Instant::now();
+            let results = agent.search(text, &request).await?;
+            latencies_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+            let ranked: Vec<String> = results.results.into_iter().map(|hit| hit.id).collect();
+            let scores = score(&ranked, &collection.qrels[id]);
+            total.ndcg_at_10 += scores.ndcg_at_10;
+            total.recall_at_100 += scores.recall_at_100;
+            total.mrr_at_10 += scores.mrr_at_10;
+        }
+        let n = collection.queries.len().max(1) as f64;
+        latencies_ms.sort_by(f64::total_cmp);
+        let quantile = |p: f64| {
+            latencies_ms
+                .get(((latencies_ms.len() as f64 * p).ceil() as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        reports.push(RunReport {
+            name: run.join("+"),
+            mean: Scores {
+                ndcg_at_10: total.ndcg_at_10 / n,
+                recall_at_100: total.recall_at_100 / n,
+                mrr_at_10: total.mrr_at_10 / n,
+            },
+            latency_p50_ms: quantile(0.5),
+            latency_p99_ms: quantile(0.99),
+        });
+    }
+    Ok(reports)
+}
+
+/// Distinct judged documents missing from the corpus (a sign of a mismatched download).
+pub fn missing_judged_documents(collection: &Collection) -> usize {
+    let ids: HashSet<&str> = collection.documents.iter().map(|d| d.id.as_str()).collect();
+    let judged: BTreeMap<&str, ()> =
+        collection.qrels.values().flat_map(|docs| docs.keys()).map(|id| (id.as_str(), ())).collect();
+    judged.keys().filter(|id| !ids.contains(*id)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn relevant(pairs: &[(&str, u32)]) -> HashMap<String, u32> {
+        pairs.iter().map(|(id, grade)| (id.to_string(), *grade)).collect()
+    }
+
+    #[test]
+    fn perfect_and_empty_rankings() {
+        let judged = relevant(&[("a", 1), ("b", 1)]);
+        let perfect = score(&ids(&["a", "b", "x"]), &judged);
+        assert_eq!(perfect, Scores { ndcg_at_10: 1.0, recall_at_100: 1.0, mrr_at_10: 1.0 });
+        assert_eq!(score(&[], &judged), Scores::default());
+        assert_eq!(score(&ids(&["a"]), &HashMap::new()), Scores::default());
+    }
+
+    #[test]
+    fn hand_computed_scores() {
+        // One relevant document at position 3 (0-indexed 2).
+        let judged = relevant(&[("r", 1)]);
+        let scores = score(&ids(&["x", "y", "r"]), &judged);
+        assert!((scores.ndcg_at_10 - 1.0 / 4f64.log2()).abs() < 1e-12);
+        assert!((scores.mrr_at_10 - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(scores.recall_at_100, 1.0);
+        // Graded: found the grade-1 document first, the grade-2 one second.
+        let graded = relevant(&[("g1", 1), ("g2", 2)]);
+        let scores = score(&ids(&["g1", "g2"]), &graded);
+        let (dcg, idcg) = (1.0 + 2.0 / 3f64.log2(), 2.0 + 1.0 / 3f64.log2());
+        assert!((scores.ndcg_at_10 - dcg / idcg).abs() < 1e-12);
+        // Beyond the cut-offs nothing counts.
+        let mut deep = ids(&["x"; 10]);
+        deep.push("r".into());
+        let scores = score(&deep, &judged);
+        assert_eq!((scores.ndcg_at_10, scores.mrr_at_10, scores.recall_at_100), (0.0, 0.0, 1.0));
+    }
+
+    #[test]
+    fn loads_a_beir_folder_keeping_only_judged_queries() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("qrels")).unwrap();
+        std::fs::write(dir.path().join("corpus.jsonl"), "{\"_id\":\"d1\",\"title\":\"T\",\"text\":\"x\"}\n").unwrap();
+        std::fs::write(
+            dir.path().join("queries.jsonl"),
+            "{\"_id\":\"q1\",\"text\":\"x\"}\n{\"_id\":\"q2\",\"text\":\"y\"}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td9\t0\n")
+            .unwrap();
+        let collection = load_beir(dir.path(), "test").unwrap();
+        assert_eq!(collection.queries, [("q1".to_string(), "x".to_string())]);
+        assert_eq!(collection.qrels["q1"]["d1"], 1);
+        assert_eq!(missing_judged_documents(&collection), 0);
+        std::fs::write(dir.path().join("qrels/bad.tsv"), "h\nq1 d1 1\n").unwrap();
+        assert!(load_beir(dir.path(), "bad").unwrap_err().to_string().contains("tab-separated"));
+        assert!(matches!(load_beir(dir.path(), "nope"), Err(SearchError::CorpusFile { .. })));
+    }
+}
