@@ -115,11 +115,21 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
 }
 
 impl RunningSuite {
-    /// Runs until `shutdown` resolves or a service fails, then stops everything.
+    /// Runs until `shutdown` resolves or a service (the registry included) stops on its own,
+    /// then stops everything.
     pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let failed = tokio::select! {
             () = shutdown => None,
             Some(result) = self.agents.join_next() => Some(result),
+            result = &mut self.registry => {
+                let _ = self.stop_agents.send(true);
+                while self.agents.join_next().await.is_some() {}
+                return match result {
+                    Ok(Ok(())) => Err(anyhow::anyhow!("the registry stopped")),
+                    Ok(Err(error)) => Err(error),
+                    Err(panic) => Err(anyhow::anyhow!("the registry task failed: {panic}")),
+                };
+            }
         };
         let stopped = self.stop().await;
         match failed {

@@ -3,10 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use mesh_client::{ClientError, HttpClient, RegistryClient, fetch_card};
+use mesh_client::{ClientError, HttpClient, RegistryClient, fetch_card_at};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::registry::{AgentSummary, HealthStatus};
 
@@ -34,7 +33,8 @@ pub struct Discovery {
     ttl: Duration,
     agents: Mutex<HashMap<String, Cached<Vec<AgentSummary>>>>,
     cards: Mutex<HashMap<String, Cached<AgentCard>>>,
-    turn: AtomicUsize,
+    /// One round-robin cursor per capability, so each capability's calls rotate on their own.
+    turns: Mutex<HashMap<String, usize>>,
 }
 
 impl Discovery {
@@ -45,7 +45,7 @@ impl Discovery {
             ttl,
             agents: Mutex::new(HashMap::new()),
             cards: Mutex::new(HashMap::new()),
-            turn: AtomicUsize::new(0),
+            turns: Mutex::new(HashMap::new()),
         }
     }
 
@@ -54,19 +54,25 @@ impl Discovery {
         let agents = self.agents_for(capability).await?;
         let healthy: Vec<&AgentSummary> = agents.iter().filter(|a| a.health_status == HealthStatus::Healthy).collect();
         let pool: Vec<&AgentSummary> = if healthy.is_empty() { agents.iter().collect() } else { healthy };
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        let turn = {
+            let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+            let turn = turns.entry(capability.to_owned()).or_default();
+            *turn = turn.wrapping_add(1);
+            *turn - 1
+        };
         turn.checked_rem(pool.len())
             .and_then(|i| pool.get(i))
             .map(|a| (*a).clone())
             .ok_or_else(|| DiscoveryError::NoAgent(capability.to_owned()))
     }
 
-    /// The card of the agent at `url`, cached like discovery results.
-    pub async fn card(&self, url: &str) -> Result<AgentCard, ClientError> {
+    /// The card of `agent`, from where it was registered, cached like discovery results.
+    pub async fn card(&self, agent: &AgentSummary) -> Result<AgentCard, ClientError> {
+        let url = agent.agent_card_url.as_str();
         if let Some(card) = fresh(&self.cards, url, self.ttl) {
             return Ok(card);
         }
-        let card = fetch_card(&self.http, url, Duration::from_millis(CARD_FETCH_TIMEOUT_MS)).await?;
+        let card = fetch_card_at(&self.http, url, Duration::from_millis(CARD_FETCH_TIMEOUT_MS)).await?;
         store(&self.cards, url, card.clone());
         Ok(card)
     }
@@ -85,6 +91,8 @@ impl Discovery {
                 // The registry is down or failing: a stale answer beats none.
                 if let Some(stale) = stale(&self.agents, capability) {
                     tracing::warn!(%error, capability, "registry unavailable; using the last known agents");
+                    // Trusted for another TTL, so queries do not each wait on the failing registry.
+                    store(&self.agents, capability, stale.clone());
                     return Ok(stale);
                 }
                 Err(DiscoveryError::Registry { capability: capability.to_owned(), reason: error.to_string() })

@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
-use mesh_client::{ClientError, HttpClient, reply_data, send_task};
+use mesh_client::{ClientError, HttpClient, post_task, reply_data};
 use mesh_protocol::agents::{
-    AgentCall, EntityExtraction, Modality, ProfileSelection, ProfileSelectionRequest, QueryAnswer, QueryMetadata,
-    QueryOptions, SearchProfile, SearchRequest, SearchResults, search_profiles,
+    AgentCall, EntityExtraction, Modality, ProfileSelection, ProfileSelectionRequest, QUERY_CHARS_MAX, QueryAnswer,
+    QueryMetadata, QueryOptions, SearchProfile, SearchRequest, SearchResults, search_profiles,
 };
 use mesh_protocol::registry::AgentSummary;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
@@ -53,6 +53,36 @@ struct Outcome<T> {
     failure: Option<ClientError>,
 }
 
+impl<T> Outcome<T> {
+    /// No agent could be asked.
+    fn unavailable(capability: &str, reason: String, received: Instant) -> Self {
+        Self::not_called(capability, "unavailable", format!("{capability} unavailable: {reason}"), reason, received)
+    }
+
+    /// The call was not made because what it needs is missing.
+    fn skipped(capability: &str, reason: String, received: Instant) -> Self {
+        let warning = format!("{capability} skipped ({reason}); searched with the default profile");
+        Self::not_called(capability, "skipped", warning, reason, received)
+    }
+
+    fn not_called(capability: &str, status: &str, warning: String, reason: String, received: Instant) -> Self {
+        Self {
+            value: None,
+            call: AgentCall {
+                capability: capability.to_owned(),
+                agent: None,
+                status: status.to_owned(),
+                started_ms: ms(received.elapsed()),
+                time_ms: 0.0,
+                agent_time_ms: None,
+                error: Some(reason),
+            },
+            warnings: vec![warning],
+            failure: None,
+        }
+    }
+}
+
 impl Orchestrator {
     pub fn new(discovery: Discovery, http: HttpClient, settings: FlowSettings) -> Self {
         Self { discovery, http, settings }
@@ -63,6 +93,12 @@ impl Orchestrator {
         let query = query.trim();
         if query.is_empty() {
             return Err(AgentError::InvalidInput("the query is empty".into()));
+        }
+        let query_chars = query.chars().count();
+        if query_chars > QUERY_CHARS_MAX {
+            return Err(AgentError::InvalidInput(format!(
+                "the query has {query_chars} characters; at most {QUERY_CHARS_MAX} are accepted"
+            )));
         }
         if let Some(tenant) = &options.tenant_id {
             validate_tenant(tenant)?;
@@ -75,13 +111,17 @@ impl Orchestrator {
             return Err(AgentError::InvalidInput("profiles must name at least one profile".into()));
         }
 
+        // One search agent per query: the one whose card lists the profiles is the one searched.
+        let search_agent = self.discovery.agent_for(CAPABILITY_SEARCH).await;
+
         // Planning: both planners at once.
         let planning_started = Instant::now();
-        let entities = self.call::<_, EntityExtraction>(CAPABILITY_ENTITY_EXTRACTION, query, None::<&()>, received);
+        let entities =
+            self.call::<_, EntityExtraction>(CAPABILITY_ENTITY_EXTRACTION, None, query, None::<&()>, received);
         let selection = async {
             match &options.profiles {
                 Some(_) => None,
-                None => Some(self.select_profiles(query, received).await),
+                None => Some(self.select_profiles(query, search_agent.as_ref().ok(), received).await),
             }
         };
         let (entities, selection) = tokio::join!(entities, selection);
@@ -112,8 +152,14 @@ impl Orchestrator {
         let request =
             SearchRequest { profiles, top_k: Some(top_k), modality: modality.filter(|m| *m != Modality::Any) };
         let search_started = Instant::now();
-        let search = self.call::<_, SearchResults>(CAPABILITY_SEARCH, query, Some(&request), received).await;
+        let search = match search_agent {
+            Ok(agent) => {
+                self.call::<_, SearchResults>(CAPABILITY_SEARCH, Some(agent), query, Some(&request), received).await
+            }
+            Err(error) => Outcome::unavailable(CAPABILITY_SEARCH, error.to_string(), received),
+        };
         let search_time_ms = ms(search_started.elapsed());
+        let unreachable = search.call.error.clone().unwrap_or_else(|| "no search agent answered".into());
         calls.push(search.call);
         let Some(results) = search.value else {
             return Err(match search.failure {
@@ -124,7 +170,7 @@ impl Orchestrator {
                 }
                 Some(error) if error.is_timeout() => AgentError::Timeout(format!("search did not answer: {error}")),
                 Some(error) => AgentError::Unavailable(format!("search failed: {error}")),
-                None => AgentError::Unavailable("search failed: no search agent answered".into()),
+                None => AgentError::Unavailable(format!("search failed: {unreachable}")),
             });
         };
         warnings.extend(search.warnings);
@@ -148,33 +194,39 @@ impl Orchestrator {
         Ok((answer, warnings))
     }
 
-    /// Profile selection needs the profiles the search agent advertises in its card.
-    async fn select_profiles(&self, query: &str, received: Instant) -> Outcome<ProfileSelection> {
-        match self.advertised_profiles().await {
-            Ok(available_profiles) => {
-                let request = ProfileSelectionRequest { available_profiles };
-                self.call(CAPABILITY_PROFILE_SELECTION, query, Some(&request), received).await
+    /// Profile selection needs the profiles the search agent advertises in its card. The whole
+    /// path (card, discovery, call) stays within the planning timeout.
+    async fn select_profiles(
+        &self,
+        query: &str,
+        search_agent: Option<&AgentSummary>,
+        received: Instant,
+    ) -> Outcome<ProfileSelection> {
+        let select = async {
+            let available_profiles = match search_agent {
+                Some(agent) => self.advertised_profiles(agent).await,
+                None => Err("no search agent to list the profiles".to_owned()),
+            };
+            match available_profiles {
+                Ok(available_profiles) => {
+                    let request = ProfileSelectionRequest { available_profiles };
+                    self.call(CAPABILITY_PROFILE_SELECTION, None, query, Some(&request), received).await
+                }
+                Err(reason) => Outcome::skipped(CAPABILITY_PROFILE_SELECTION, reason, received),
             }
-            Err(reason) => Outcome {
-                value: None,
-                call: AgentCall {
-                    capability: CAPABILITY_PROFILE_SELECTION.into(),
-                    agent: None,
-                    status: "skipped".into(),
-                    started_ms: ms(received.elapsed()),
-                    time_ms: 0.0,
-                    agent_time_ms: None,
-                    error: Some(reason.clone()),
-                },
-                warnings: vec![format!("profile selection skipped ({reason}); searched with the default profile")],
-                failure: None,
-            },
+        };
+        match tokio::time::timeout(self.settings.planning_timeout, select).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::skipped(
+                CAPABILITY_PROFILE_SELECTION,
+                format!("no answer within {} ms", self.settings.planning_timeout.as_millis()),
+                received,
+            ),
         }
     }
 
-    async fn advertised_profiles(&self) -> Result<Vec<SearchProfile>, String> {
-        let agent = self.discovery.agent_for(CAPABILITY_SEARCH).await.map_err(|e| e.to_string())?;
-        let card = self.discovery.card(&agent.url).await.map_err(|e| format!("no search agent card: {e}"))?;
+    async fn advertised_profiles(&self, agent: &AgentSummary) -> Result<Vec<SearchProfile>, String> {
+        let card = self.discovery.card(agent).await.map_err(|e| format!("no search agent card: {e}"))?;
         search_profiles(&card).ok_or_else(|| format!("the card of {:?} lists no search profiles", agent.name))
     }
 
@@ -195,10 +247,12 @@ impl Orchestrator {
         profiles
     }
 
-    /// Finds an agent for `capability`, sends it the query (and `data`), and decodes its answer.
+    /// Sends the query (and `data`) to `agent`, or to one found for `capability`, and decodes
+    /// its answer; discovery and call together stay within the capability's timeout.
     async fn call<D: Serialize + Sync, T: DeserializeOwned + Send>(
         &self,
         capability: &str,
+        agent: Option<AgentSummary>,
         query: &str,
         data: Option<&D>,
         received: Instant,
@@ -215,25 +269,25 @@ impl Orchestrator {
                 agent_time_ms,
                 error,
             };
-        let agent = match self.discovery.agent_for(capability).await {
-            Ok(agent) => agent,
-            Err(error) => {
-                let reason = error.to_string();
-                return Outcome {
-                    value: None,
-                    call: record(None, "unavailable", None, Some(reason.clone())),
-                    warnings: vec![format!("{capability} unavailable: {reason}")],
-                    failure: None,
-                };
-            }
+        let timeout =
+            if capability == CAPABILITY_SEARCH { self.settings.search_timeout } else { self.settings.planning_timeout };
+        let agent = match agent {
+            Some(agent) => agent,
+            None => match tokio::time::timeout(timeout, self.discovery.agent_for(capability)).await {
+                Ok(Ok(agent)) => agent,
+                Ok(Err(error)) => return Outcome::unavailable(capability, error.to_string(), received),
+                Err(_) => {
+                    let reason = format!("discovery took over {} ms", timeout.as_millis());
+                    return Outcome::unavailable(capability, reason, received);
+                }
+            },
         };
         let data = data.and_then(|d| serde_json::to_value(d).ok()).filter(|v| v != &Value::Null);
         let task = TaskRequest::from_text(None, query, data);
-        let timeout =
-            if capability == CAPABILITY_SEARCH { self.settings.search_timeout } else { self.settings.planning_timeout };
-        let answer = send_task(&self.http, &agent.url, &task, timeout).await;
+        let remaining = timeout.saturating_sub(started.elapsed());
+        let answer = post_task(&self.http, &agent.process_endpoint, &task, remaining).await;
         let decoded = answer.and_then(|response| {
-            let value = reply_data::<T>(&agent.url, &response)?;
+            let value = reply_data::<T>(&agent.process_endpoint, &response)?;
             Ok((response.status, response.metadata.processing_time_ms, response.warnings, value))
         });
         match decoded {

@@ -44,10 +44,12 @@ impl Running {
         Self { stop: Some(stop), task }
     }
 
-    /// Kills the server without letting it deregister: the registry still lists it.
-    fn kill(mut self) {
-        self.stop.take();
-        self.task.abort();
+    /// Stops the server and waits until it has closed every connection.
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
     }
 }
 
@@ -148,6 +150,11 @@ impl Mesh {
     /// Runs `app` and waits until the registry lists it as healthy.
     async fn add(&mut self, app: AgentApp, name: &str) -> usize {
         self.servers.push(Running::spawn(app));
+        self.wait_healthy(name).await
+    }
+
+    /// Waits until the registry lists `name` as healthy; returns the index of the last server.
+    async fn wait_healthy(&self, name: &str) -> usize {
         let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
         loop {
             if let Ok(agent) = self.registry.agent(name).await {
@@ -170,15 +177,36 @@ impl Mesh {
     }
 
     async fn add_fake(&mut self, capability: &'static str, behaviour: Behaviour) -> usize {
+        let config = self.agent_config();
+        self.add_fake_with(config, capability, behaviour).await
+    }
+
+    /// A fake registered by hand rather than by itself: stopping it leaves its registration behind,
+    /// as a crashed agent does.
+    async fn add_fake_that_will_die(&mut self, capability: &'static str, behaviour: Behaviour) -> usize {
+        let config = AgentConfig { registry_url: None, ..self.agent_config() };
+        self.add_fake_with(config, capability, behaviour).await
+    }
+
+    async fn add_fake_with(&mut self, config: AgentConfig, capability: &'static str, behaviour: Behaviour) -> usize {
         let name = format!("fake_{capability}");
-        let app = AgentApp::build(
-            &self.agent_config(),
-            card(&name, capability),
-            FakePlanner { capability, behaviour },
-            self.http.clone(),
-        )
-        .await
-        .unwrap();
+        let app =
+            AgentApp::build(&config, card(&name, capability), FakePlanner { capability, behaviour }, self.http.clone())
+                .await
+                .unwrap();
+        if config.registry_url.is_none() {
+            let registration = mesh_protocol::registry::Registration {
+                name: name.clone(),
+                url: app.url().to_owned(),
+                capabilities: vec![capability.to_owned()],
+                health_endpoint: "/health".into(),
+                process_endpoint: "/tasks/send".into(),
+                agent_card_url: None,
+            };
+            self.servers.push(Running::spawn(app));
+            self.registry.register(&registration).await.unwrap();
+            return self.wait_healthy(&name).await;
+        }
         self.add(app, &name).await
     }
 
@@ -234,6 +262,28 @@ async fn answers_with_fused_results_and_what_every_agent_did() {
 }
 
 #[tokio::test]
+async fn queries_rotate_over_search_replicas_and_use_the_replica_whose_card_they_read() {
+    let mut mesh = Mesh::start().await;
+    let config = search::SearchConfig {
+        agent: AgentConfig { name: Some("search-2".into()), ..mesh.agent_config() },
+        ..Default::default()
+    };
+    let second = search::build(&config, mesh.http.clone()).await.unwrap();
+    mesh.add(second, "search-2").await;
+    mesh.add_real_planners().await;
+    let orchestrator = mesh.orchestrator().await;
+    let mut used = Vec::new();
+    for _ in 0..4 {
+        let response = mesh.ask(&orchestrator, "show me robots playing soccer", None).await.unwrap();
+        assert_eq!(response.status, ResponseStatus::Success, "{:?}", response.warnings);
+        let answer: QueryAnswer = reply_data(&orchestrator, &response).unwrap();
+        used.push(call(&answer, "search").agent.clone().unwrap());
+    }
+    assert_ne!(used[0], used[1], "consecutive queries go to different replicas: {used:?}");
+    assert_eq!(used[0..2], used[2..4], "in a fixed rotation: {used:?}");
+}
+
+#[tokio::test]
 async fn the_two_planning_calls_overlap_in_time() {
     let mut mesh = Mesh::start().await;
     mesh.add_fake("entity_extraction", Behaviour::Answer { delay_ms: PLANNER_DELAY_MS }).await;
@@ -274,7 +324,7 @@ async fn a_hanging_planner_gives_a_partial_answer_within_the_planning_timeout() 
 #[tokio::test]
 async fn a_planner_killed_mid_run_or_failing_or_missing_gives_a_partial_answer() {
     let mut mesh = Mesh::start().await;
-    let entity = mesh.add_fake("entity_extraction", Behaviour::Answer { delay_ms: 0 }).await;
+    let entity = mesh.add_fake_that_will_die("entity_extraction", Behaviour::Answer { delay_ms: 0 }).await;
     mesh.add_fake("profile_selection", Behaviour::Fail).await;
     let orchestrator = mesh.orchestrator().await;
     let first = mesh.ask(&orchestrator, "robot soccer", None).await.unwrap();
@@ -283,8 +333,8 @@ async fn a_planner_killed_mid_run_or_failing_or_missing_gives_a_partial_answer()
     assert_eq!(call(&answer, "profile_selection").status, "error");
     assert_eq!(answer.metadata.profiles_used, ["bm25"], "the search agent's default profile");
 
-    // Killed without deregistering: the registry still lists it, the call is refused.
-    mesh.servers.remove(entity).kill();
+    // Dead without deregistering: the registry still lists it, the call is refused.
+    mesh.servers.remove(entity).stop().await;
     let second = mesh.ask(&orchestrator, "robot soccer", None).await.unwrap();
     assert_eq!(second.status, ResponseStatus::Partial);
     let answer: QueryAnswer = reply_data(&orchestrator, &second).unwrap();
@@ -292,7 +342,7 @@ async fn a_planner_killed_mid_run_or_failing_or_missing_gives_a_partial_answer()
     assert!(!answer.results.is_empty());
 
     // Deregistered: no agent has the capability any more.
-    mesh.registry.deregister("fake_entity_extraction").await.unwrap();
+    mesh.registry.deregister("fake_entity_extraction", None).await.unwrap();
     let fresh = Mesh::orchestrator(&mut mesh).await; // a fresh discovery cache
     let third = mesh.ask(&fresh, "robot soccer", None).await.unwrap();
     let answer: QueryAnswer = reply_data(&fresh, &third).unwrap();
@@ -304,7 +354,7 @@ async fn a_planner_killed_mid_run_or_failing_or_missing_gives_a_partial_answer()
 async fn without_search_the_answer_is_a_clear_error() {
     let mut mesh = Mesh::start().await;
     mesh.add_real_planners().await;
-    mesh.servers.remove(0).kill(); // the search agent
+    mesh.servers.remove(0).stop().await; // the search agent
     let orchestrator = mesh.orchestrator().await;
     let error = mesh.ask(&orchestrator, "robot soccer", None).await.unwrap_err();
     let ClientError::Status { status, body: Some(body), .. } = error else {
@@ -369,6 +419,9 @@ async fn options_choose_profiles_and_top_k_and_bad_options_are_refused() {
         assert_eq!(status, 400, "{data}: {}", body.error_message);
         assert!(body.error_message.contains(fragment), "{data}: {}", body.error_message);
     }
+    let long_query = "robot ".repeat(500);
+    let error = mesh.ask(&orchestrator, &long_query, None).await.unwrap_err();
+    assert!(matches!(error, ClientError::Status { status: 400, .. }), "{error}");
     let error = mesh.ask(&orchestrator, "   ", None).await.unwrap_err();
     assert!(matches!(error, ClientError::Status { status: 400, .. }), "{error}");
 }

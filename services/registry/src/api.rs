@@ -3,20 +3,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router, middleware};
 use mesh_agent_kit::ServiceMetrics;
-use mesh_agent_kit::http::{JsonBody, health_route};
+use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams, health_route};
 use mesh_client::HttpClient;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::registry::{
     AgentList, AgentPick, AgentRecord, AgentSummary, CapabilityAgents, Registration, RegistryStats, StatusMessage,
     Success,
 };
-use utoipa::OpenApi;
+use serde::Deserialize;
+use utoipa::{IntoParams, OpenApi};
 
 use crate::directory::Directory;
 use crate::error::RegistryError;
@@ -110,19 +111,35 @@ async fn register(
     Ok(Json(StatusMessage::new("registered")))
 }
 
+/// Which instance a deregistration is for.
+#[derive(Debug, Deserialize, IntoParams)]
+struct InstanceQuery {
+    /// Remove the agent only while it is registered at this URL (a stopping instance sends its
+    /// own, so it never removes a replacement that took over its name).
+    url: Option<String>,
+}
+
 /// Remove an agent.
-#[utoipa::path(delete, path = "/agents/{name}", params(("name" = String, Path, description = "Agent name")), responses(
+#[utoipa::path(delete, path = "/agents/{name}", params(("name" = String, Path, description = "Agent name"), InstanceQuery), responses(
     (status = 200, description = "Deregistered", body = StatusMessage),
     (status = 404, description = "No such agent", body = ErrorBody),
+    (status = 409, description = "The name is registered at another URL now; nothing was removed", body = ErrorBody),
 ))]
 async fn deregister(
     State(state): State<Arc<RegistryState>>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<String>,
+    QueryParams(instance): QueryParams<InstanceQuery>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
-    let stored = state.store.delete(&name).await?;
-    let known = state.directory.remove(&name);
+    let url = instance.url.as_deref().map(|u| u.trim_end_matches('/'));
+    let stored = state.store.delete(&name, url).await?;
+    let known = state.directory.remove(&name, url);
     if !stored && !known {
-        return Err(RegistryError::AgentNotFound(name));
+        return Err(match (url, state.directory.get(&name)) {
+            (Some(url), Ok(current)) => {
+                RegistryError::InstanceReplaced { name, url: url.to_owned(), current: current.url }
+            }
+            _ => RegistryError::AgentNotFound(name),
+        });
     }
     tracing::info!(agent = %name, "deregistered");
     Ok(Json(StatusMessage::new("deregistered")))
@@ -142,7 +159,7 @@ async fn list_agents(State(state): State<Arc<RegistryState>>) -> Json<AgentList>
 ))]
 async fn get_agent(
     State(state): State<Arc<RegistryState>>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam<String>,
 ) -> Result<Json<AgentRecord>, RegistryError> {
     Ok(Json(state.directory.get(&name)?))
 }
@@ -154,7 +171,7 @@ async fn get_agent(
 ))]
 async fn discover(
     State(state): State<Arc<RegistryState>>,
-    Path(capability): Path<String>,
+    PathParam(capability): PathParam<String>,
 ) -> Result<Json<CapabilityAgents>, RegistryError> {
     let agents = state.directory.discover(&capability)?;
     Ok(Json(CapabilityAgents { status: Success::Success, capability, agents }))
@@ -168,7 +185,7 @@ async fn discover(
 ))]
 async fn pick(
     State(state): State<Arc<RegistryState>>,
-    Path(capability): Path<String>,
+    PathParam(capability): PathParam<String>,
 ) -> Result<Json<AgentPick>, RegistryError> {
     Ok(Json(state.directory.pick(&capability)?))
 }

@@ -70,14 +70,18 @@ impl Directory {
         is_new
     }
 
-    pub fn remove(&self, name: &str) -> bool {
+    /// Removes `name`, or only while it is registered at `url` when one is given; returns
+    /// whether it was removed. Counts as a change either way, since storage may have just lost
+    /// the row and a refresh read before that must not bring it back.
+    pub fn remove(&self, name: &str, url: Option<&str>) -> bool {
         let mut inner = self.write();
-        let removed = inner.agents.remove(name).is_some();
-        if removed {
-            inner.mutations += 1;
+        inner.mutations += 1;
+        let matches = inner.agents.get(name).is_some_and(|e| url.is_none_or(|url| e.agent.url == url));
+        if matches {
+            inner.agents.remove(name);
             rebuild_index(&mut inner);
         }
-        removed
+        matches
     }
 
     /// Replaces the set of agents with `agents` (as stored), keeping the health already known of
@@ -227,7 +231,13 @@ fn poll_target(entry: &Entry) -> PollTarget {
 }
 
 fn summary(entry: &Entry) -> AgentSummary {
-    AgentSummary { name: entry.agent.name.clone(), url: entry.agent.url.clone(), health_status: entry.health }
+    AgentSummary {
+        name: entry.agent.name.clone(),
+        url: entry.agent.url.clone(),
+        health_status: entry.health,
+        process_endpoint: entry.agent.process_endpoint.clone(),
+        agent_card_url: entry.agent.agent_card_url.clone(),
+    }
 }
 
 fn record(entry: &Entry) -> AgentRecord {
@@ -326,7 +336,8 @@ mod tests {
         assert!(matches!(directory.discover("nope"), Err(RegistryError::CapabilityNotFound(_))));
         assert!(matches!(directory.pick("nope"), Err(RegistryError::CapabilityNotFound(_))));
         assert!(matches!(directory.get("nope"), Err(RegistryError::AgentNotFound(_))));
-        assert!(directory.remove("a"));
+        assert!(!directory.remove("a", Some("http://127.0.0.1/elsewhere")), "another instance's URL removes nothing");
+        assert!(directory.remove("a", Some("http://127.0.0.1/a")));
         assert!(matches!(directory.discover("search"), Err(RegistryError::CapabilityNotFound(_))));
     }
 

@@ -47,6 +47,12 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
             .map_err(|e| invalid(format!("{field} {value:?}: {e}")))
     };
     let card_url = registration.agent_card_url.clone().unwrap_or_else(|| AGENT_CARD_PATH.to_owned());
+    let agent_card_url = resolve("agent_card_url", &card_url)?;
+    // The card vouches for the agent only if the agent serves it: from another origin anybody
+    // could register any name by publishing a card that names it.
+    if Url::parse(&agent_card_url).map(|u| u.origin()).ok() != Some(base.origin()) {
+        return Err(invalid(format!("agent_card_url {card_url:?} must be served from the agent's own origin")));
+    }
     let mut capabilities = registration.capabilities.clone();
     capabilities.sort();
     capabilities.dedup();
@@ -56,7 +62,7 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
         capabilities,
         health_endpoint: resolve("health_endpoint", &registration.health_endpoint)?,
         process_endpoint: resolve("process_endpoint", &registration.process_endpoint)?,
-        agent_card_url: resolve("agent_card_url", &card_url)?,
+        agent_card_url,
         registered_at: now.to_owned(),
         updated_at: now.to_owned(),
     })
@@ -135,6 +141,10 @@ mod tests {
             (Box::new(|r: &mut Registration| r.capabilities = vec!["has space".into()]), "capability"),
             (Box::new(|r: &mut Registration| r.capabilities = vec![String::new()]), "capability"),
             (Box::new(|r: &mut Registration| r.health_endpoint = "ftp://h/x".into()), "health_endpoint"),
+            (
+                Box::new(|r: &mut Registration| r.agent_card_url = Some("http://evil.example/card.json".into())),
+                "origin",
+            ),
         ] {
             let mut reg = registration("http://127.0.0.1:8002");
             mutate(&mut reg);

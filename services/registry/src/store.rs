@@ -52,9 +52,19 @@ impl AgentStore {
         Ok(())
     }
 
-    /// Returns whether a row was removed.
-    pub async fn delete(&self, name: &str) -> Result<bool, StorageError> {
-        let result = sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(self.db.pool()).await?;
+    /// Removes `name`, or only while it is registered at `url` when one is given; returns
+    /// whether a row was removed.
+    pub async fn delete(&self, name: &str, url: Option<&str>) -> Result<bool, StorageError> {
+        let result = match url {
+            None => sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(self.db.pool()).await?,
+            Some(url) => {
+                sqlx::query("DELETE FROM agents WHERE name = $1 AND url = $2")
+                    .bind(name)
+                    .bind(url)
+                    .execute(self.db.pool())
+                    .await?
+            }
+        };
         Ok(result.rows_affected() > 0)
     }
 

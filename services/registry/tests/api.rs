@@ -36,11 +36,15 @@ async fn registers_lists_updates_and_deregisters() {
     assert_eq!((list.total, list.agents.len()), (1, 1));
     assert_eq!(registry.client.discover("rank").await.unwrap().agents[0].name, "search_agent");
 
-    let gone = registry.client.deregister("search_agent").await.unwrap();
+    // A stopping instance at another URL must not remove the one registered now.
+    let elsewhere = registry.client.deregister("search_agent", Some("http://127.0.0.1:1")).await.unwrap_err();
+    assert_eq!(status_of(elsewhere), (409, "AGENT_INSTANCE_REPLACED".into()));
+    assert!(registry.client.agent("search_agent").await.is_ok());
+    let gone = registry.client.deregister("search_agent", Some(&agent.url)).await.unwrap();
     assert_eq!(gone.message, "deregistered");
     assert_eq!(status_of(registry.client.agent("search_agent").await.unwrap_err()), (404, "AGENT_NOT_FOUND".into()));
     assert_eq!(
-        status_of(registry.client.deregister("search_agent").await.unwrap_err()),
+        status_of(registry.client.deregister("search_agent", None).await.unwrap_err()),
         (404, "AGENT_NOT_FOUND".into())
     );
     assert_eq!(registry.client.agents().await.unwrap().total, 0);
@@ -192,10 +196,21 @@ async fn bad_input_gets_a_json_error_with_the_right_status() {
         ("POST", "/register", json, valid(json!({"url": "file:///etc/passwd"})), 400, "REGISTRATION_INVALID"),
         ("POST", "/register", json, valid(json!({"capabilities": ["two words"]})), 400, "REGISTRATION_INVALID"),
         ("POST", "/register", json, valid(json!({"name": "é".repeat(129)})), 400, "REGISTRATION_INVALID"),
+        (
+            "POST",
+            "/register",
+            json,
+            valid(json!({"agent_card_url": "http://elsewhere.example/card.json"})),
+            400,
+            "REGISTRATION_INVALID",
+        ),
         ("GET", "/register", None, String::new(), 405, "METHOD_NOT_ALLOWED"),
         ("PUT", "/agents/x", None, String::new(), 405, "METHOD_NOT_ALLOWED"),
         ("GET", "/agents/nobody", None, String::new(), 404, "AGENT_NOT_FOUND"),
         ("GET", "/agents/%F0%9F%A6%80%20%2F", None, String::new(), 404, "AGENT_NOT_FOUND"),
+        ("GET", "/agents/%FF", None, String::new(), 400, "REQUEST_INVALID_PATH"),
+        ("DELETE", "/agents/%FF", None, String::new(), 400, "REQUEST_INVALID_PATH"),
+        ("GET", "/capabilities/%FF/next", None, String::new(), 400, "REQUEST_INVALID_PATH"),
         ("DELETE", "/agents/nobody", None, String::new(), 404, "AGENT_NOT_FOUND"),
         ("GET", "/capabilities/nothing", None, String::new(), 404, "CAPABILITY_NOT_FOUND"),
         ("GET", "/capabilities/nothing/next", None, String::new(), 404, "CAPABILITY_NOT_FOUND"),

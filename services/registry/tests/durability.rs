@@ -60,7 +60,7 @@ async fn survives_sigkill(database_url: &str) {
     first.client.register(&agents[1].registration(&["search"])).await.unwrap();
     first.client.register(&agents[2].registration(&["entity_extraction"])).await.unwrap();
     first.client.register(&agents[2].registration(&["entity_extraction", "ner"])).await.unwrap();
-    first.client.deregister("search-2").await.unwrap();
+    first.client.deregister("search-2", None).await.unwrap();
     let before = first.client.agents().await.unwrap();
     first.kill_9();
 

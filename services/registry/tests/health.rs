@@ -2,7 +2,10 @@
 
 mod common;
 
-use common::{FakeAgent, TestRegistry, eventually};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use common::{FakeAgent, HealthProbe, TestRegistry, eventually};
 use mesh_protocol::registry::HealthStatus;
 
 async fn health_of(registry: &TestRegistry, name: &str) -> HealthStatus {
@@ -71,14 +74,21 @@ async fn a_dead_agent_is_unreachable_and_leaves_the_rotation() {
 async fn polls_are_bounded_and_one_slow_agent_does_not_hold_back_the_others() {
     // One poller slot only: a hanging agent must still give way to the others within its timeout.
     let registry = TestRegistry::start_with(|c| c.health_check_concurrency_max = 1).await;
-    let hanging = FakeAgent::start("hanging").await;
-    let failing = FakeAgent::start("failing").await;
-    registry.client.register(&hanging.registration(&["search"])).await.unwrap();
-    registry.client.register(&failing.registration(&["search"])).await.unwrap();
-    wait_for(&registry, "hanging", HealthStatus::Healthy).await;
+    let probe = Arc::new(HealthProbe::default());
+    let hanging = FakeAgent::start_observed("hanging", probe.clone()).await;
+    let failing = FakeAgent::start_observed("failing", probe.clone()).await;
+    let healthy = FakeAgent::start_observed("healthy", probe.clone()).await;
+    for agent in [&hanging, &failing, &healthy] {
+        registry.client.register(&agent.registration(&["search"])).await.unwrap();
+        wait_for(&registry, &agent.name, HealthStatus::Healthy).await;
+    }
+    // From here on only the poller checks (the checks made at registration are done).
+    probe.max_in_flight.store(0, Ordering::SeqCst);
     hanging.stop_answering_health();
     failing.answer_health(503);
     wait_for(&registry, "hanging", HealthStatus::Unreachable).await;
     wait_for(&registry, "failing", HealthStatus::Unhealthy).await;
+    wait_for(&registry, "healthy", HealthStatus::Healthy).await;
+    assert_eq!(probe.max_in_flight.load(Ordering::SeqCst), 1, "never more than one health check at a time");
     registry.stop().await;
 }

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
-use mesh_protocol::agents::{ProfileRank, SearchHit, SearchRequest, SearchResults};
+use mesh_protocol::agents::{ProfileRank, QUERY_CHARS_MAX, SearchHit, SearchRequest, SearchResults};
 use serde_json::Value;
 
 use crate::error::SearchError;
@@ -35,6 +35,12 @@ impl SearchAgent {
         let query = query.trim();
         if query.is_empty() {
             return Err(SearchError::EmptyQuery);
+        }
+        let query_chars = query.chars().count();
+        if query_chars > QUERY_CHARS_MAX {
+            return Err(SearchError::InvalidParameters(format!(
+                "the query has {query_chars} characters; at most {QUERY_CHARS_MAX} are searched"
+            )));
         }
         let top_k = request.top_k.unwrap_or(self.settings.top_k_default);
         if top_k == 0 || top_k > self.settings.top_k_max {

@@ -3,7 +3,7 @@
 //! Queries are built from analysed terms (never parsed as query syntax), so any user text is a
 //! valid query: quotes, colons or `AND` in a question cannot make it fail.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use mesh_protocol::agents::{Modality, SearchProfile};
 use tantivy::collector::TopDocs;
@@ -113,8 +113,12 @@ impl SearchIndex {
         for document in documents {
             by_id.insert(document.id.clone(), document);
         }
-        let mut writer = index.writer::<TantivyDocument>(WRITER_MEMORY_BYTES)?;
-        for document in by_id.values() {
+        // Indexed in id order by one thread: tantivy breaks score ties by document address, so
+        // this makes tied documents rank by id, the same in every process and replica.
+        let mut ordered: Vec<&Document> = by_id.values().collect();
+        ordered.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut writer = index.writer_with_num_threads::<TantivyDocument>(1, WRITER_MEMORY_BYTES)?;
+        for document in ordered {
             let mut entry = doc!(
                 fields.id => document.id.clone(),
                 fields.title => document.title.clone(),
@@ -229,11 +233,11 @@ impl SearchIndex {
     fn terms(&self, field: Field, text: &str) -> Result<Vec<Term>, SearchError> {
         let mut analyzer = self.index.tokenizer_for_field(field)?;
         let mut stream = analyzer.token_stream(text);
+        let mut seen = HashSet::new();
         let mut terms: Vec<Term> = Vec::new();
         while let Some(token) = stream.next() {
-            let term = Term::from_field_text(field, &token.text);
-            if !terms.contains(&term) {
-                terms.push(term);
+            if seen.insert(token.text.clone()) {
+                terms.push(Term::from_field_text(field, &token.text));
             }
         }
         Ok(terms)

@@ -57,6 +57,11 @@ pub fn card() -> Result<AgentCard, serde_json::Error> {
 
 /// Builds the agent, bound and ready to run.
 pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, StartError> {
+    if !(config.rrf_k.is_finite() && config.rrf_k > 0.0) {
+        return Err(
+            SearchError::InvalidParameters(format!("rrf_k must be a positive number, not {}", config.rrf_k)).into()
+        );
+    }
     let index = Arc::new(load_index(config)?);
     tracing::info!(documents = index.len(), "corpus indexed");
     let settings = SearchSettings {

@@ -112,23 +112,27 @@ impl AgentApp {
     }
 
     /// Serves until `shutdown` resolves. Registration runs beside serving, so an agent answers
-    /// even while the registry is down; on shutdown the agent deregisters itself.
+    /// even while the registry is down. On shutdown the agent first leaves the registry (still
+    /// answering meanwhile), so callers stop being sent to it, and then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), KitError> {
-        let registering = self.registration.clone().map(|(registry, registration)| {
+        let registration = self.registration;
+        let registering = registration.clone().map(|(registry, registration)| {
             tokio::spawn(async move {
                 if let Err(error) = register_until_accepted(&registry, &registration).await {
                     tracing::error!(agent = %registration.name, %error, "the registry refused this agent");
                 }
             })
         });
-        let served = serve(self.listener, self.router, shutdown).await;
-        if let Some(task) = registering {
-            task.abort();
-        }
-        if let Some((registry, registration)) = &self.registration {
-            deregister(registry, &registration.name).await;
-        }
-        served.map_err(KitError::Serve)
+        let leave_then_drain = async move {
+            shutdown.await;
+            if let Some(task) = registering {
+                task.abort();
+            }
+            if let Some((registry, registration)) = &registration {
+                deregister(registry, &registration.name, &registration.url).await;
+            }
+        };
+        serve(self.listener, self.router, leave_then_drain).await.map_err(KitError::Serve)
     }
 }
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderName, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -63,6 +64,41 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
         match Json::<T>::from_request(request, state).await {
             Ok(Json(value)) => Ok(Self(value)),
             Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+/// `axum::extract::Path`, answering a bad path parameter (e.g. invalid percent-encoding) with the
+/// mesh error body instead of axum's plain-text 400.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PathParam<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathParam<T> {
+    type Rejection = ErrorResponse;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            Err(rejection) => {
+                Err(ErrorResponse::new(rejection.status(), "REQUEST_INVALID_PATH", rejection.body_text()))
+            }
+        }
+    }
+}
+
+/// `axum::extract::Query`, answering a bad query string with the mesh error body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ErrorResponse;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Self(value)),
+            Err(rejection) => {
+                Err(ErrorResponse::new(rejection.status(), "REQUEST_INVALID_QUERY", rejection.body_text()))
+            }
         }
     }
 }

@@ -32,11 +32,11 @@ pub async fn register_until_accepted(
     Ok(())
 }
 
-/// Removes the agent from the registry, once, within the client's timeout; an agent already
-/// gone counts as success.
-pub async fn deregister(registry: &RegistryClient, name: &str) {
-    match registry.deregister(name).await {
-        Ok(_) | Err(ClientError::Status { status: 404, .. }) => tracing::info!(agent = name, "deregistered"),
+/// Removes this instance (`name` at `url`) from the registry, once, within the client's timeout.
+/// An agent already gone, or whose name another instance has taken over since, counts as done.
+pub async fn deregister(registry: &RegistryClient, name: &str, url: &str) {
+    match registry.deregister(name, Some(url)).await {
+        Ok(_) | Err(ClientError::Status { status: 404 | 409, .. }) => tracing::info!(agent = name, "deregistered"),
         Err(error) => tracing::warn!(agent = name, %error, "deregistration failed"),
     }
 }
@@ -44,7 +44,10 @@ pub async fn deregister(registry: &RegistryClient, name: &str) {
 fn is_transient(error: &ClientError) -> bool {
     match error {
         ClientError::Transport { .. } | ClientError::Decode { .. } => true,
-        ClientError::Status { status, .. } => *status >= 500 || *status == 429,
+        // The registry could not fetch our card: we may not be reachable yet (a name not yet in
+        // DNS, a slow start), which time can fix; other refusals cannot be fixed by retrying.
+        ClientError::Status { status: 422, body: Some(body), .. } => body.error_code == "AGENT_CARD_UNREACHABLE",
+        ClientError::Status { status, .. } => *status >= 500 || *status == 429 || *status == 408,
         ClientError::InvalidUrl { .. } => false,
     }
 }

@@ -8,21 +8,34 @@ use serde::de::DeserializeOwned;
 
 use crate::http_client::{ClientError, HttpClient};
 
-/// Calls another agent's seed endpoint (`POST {agent_url}/tasks/send`).
+/// Calls the seed endpoint of the agent at `agent_url` (`POST {agent_url}/tasks/send`).
 pub async fn send_task(
     http: &HttpClient,
     agent_url: &str,
     task: &TaskRequest,
     timeout: Duration,
 ) -> Result<TaskResponse, ClientError> {
-    let url = format!("{}{DEFAULT_PROCESS_PATH}", agent_url.trim_end_matches('/'));
-    http.call_json(Method::POST, &url, Some(task), timeout).await
+    post_task(http, &format!("{}{DEFAULT_PROCESS_PATH}", agent_url.trim_end_matches('/')), task, timeout).await
 }
 
-/// Fetches an agent's card from its well-known path.
+/// Sends a seed task to a process endpoint as registered (an absolute URL).
+pub async fn post_task(
+    http: &HttpClient,
+    endpoint: &str,
+    task: &TaskRequest,
+    timeout: Duration,
+) -> Result<TaskResponse, ClientError> {
+    http.call_json(Method::POST, endpoint, Some(task), timeout).await
+}
+
+/// Fetches the card of the agent at `agent_url` from its well-known path.
 pub async fn fetch_card(http: &HttpClient, agent_url: &str, timeout: Duration) -> Result<AgentCard, ClientError> {
-    let url = format!("{}{AGENT_CARD_PATH}", agent_url.trim_end_matches('/'));
-    http.get_json(&url, timeout).await
+    fetch_card_at(http, &format!("{}{AGENT_CARD_PATH}", agent_url.trim_end_matches('/')), timeout).await
+}
+
+/// Fetches an agent card from where it was registered (an absolute URL).
+pub async fn fetch_card_at(http: &HttpClient, card_url: &str, timeout: Duration) -> Result<AgentCard, ClientError> {
+    http.get_json(card_url, timeout).await
 }
 
 /// The first data part of an agent's reply, decoded as `T`.

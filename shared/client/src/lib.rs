@@ -10,7 +10,7 @@ mod http_client;
 mod registry;
 mod transport;
 
-pub use agent::{fetch_card, reply_data, send_task};
+pub use agent::{fetch_card, fetch_card_at, post_task, reply_data, send_task};
 pub use http_client::{ClientError, HttpClient};
 pub use registry::RegistryClient;
 pub use transport::{BoxFuture, ReqwestTransport, Transport, TransportError};

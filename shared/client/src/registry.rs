@@ -39,9 +39,15 @@ impl RegistryClient {
         self.http.call_json(Method::POST, &url, Some(registration), self.timeout).await
     }
 
-    pub async fn deregister(&self, name: &str) -> Result<StatusMessage, ClientError> {
-        let url = self.url(&["agents", name]);
-        self.http.call_json::<(), _>(Method::DELETE, &url, None, self.timeout).await
+    /// Removes `name`; with `instance_url`, only while the name is still registered at that URL,
+    /// so a stopping instance never removes the replacement that took over its name.
+    pub async fn deregister(&self, name: &str, instance_url: Option<&str>) -> Result<StatusMessage, ClientError> {
+        let mut url = Url::parse(&self.url(&["agents", name]))
+            .map_err(|e| ClientError::InvalidUrl { url: name.to_owned(), reason: e.to_string() })?;
+        if let Some(instance_url) = instance_url {
+            url.query_pairs_mut().append_pair("url", instance_url);
+        }
+        self.http.call_json::<(), _>(Method::DELETE, url.as_str(), None, self.timeout).await
     }
 
     pub async fn agents(&self) -> Result<AgentList, ClientError> {

@@ -8,6 +8,8 @@ use bytes::Bytes;
 const CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Idle pooled connections are closed after this long.
 const POOL_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// Largest response body read; a peer (any URL a registrant names) cannot exhaust our memory.
+pub const RESPONSE_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -64,13 +66,27 @@ impl Transport for ReqwestTransport {
                 if let Some(headers) = builder.headers_mut() {
                     headers.extend(response.headers().iter().map(|(k, v)| (k.clone(), v.clone())));
                 }
-                let body = response.bytes().await.map_err(classify)?;
-                builder.body(body).map_err(|e| TransportError::Other(e.to_string()))
+                if response.content_length().is_some_and(|length| length > RESPONSE_BODY_BYTES_MAX as u64) {
+                    return Err(too_large());
+                }
+                let mut response = response;
+                let mut body = bytes::BytesMut::new();
+                while let Some(chunk) = response.chunk().await.map_err(classify)? {
+                    if body.len() + chunk.len() > RESPONSE_BODY_BYTES_MAX {
+                        return Err(too_large());
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                builder.body(body.freeze()).map_err(|e| TransportError::Other(e.to_string()))
             };
             let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
             tokio::time::timeout(timeout, exchange).await.map_err(|_| TransportError::Timeout { timeout_ms })?
         })
     }
+}
+
+fn too_large() -> TransportError {
+    TransportError::Other(format!("the response is larger than {RESPONSE_BODY_BYTES_MAX} bytes"))
 }
 
 fn classify(error: reqwest::Error) -> TransportError {

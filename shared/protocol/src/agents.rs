@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::a2a::v1::{AgentCard, AgentExtension};
 
+/// Longest query the agents accept: far beyond any real query, short enough that no query can
+/// make planning or ranking expensive.
+pub const QUERY_CHARS_MAX: usize = 2_000;
+
 /// Kinds of entity the extractor recognises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -149,7 +153,7 @@ pub struct SearchRequest {
     pub profiles: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_k: Option<usize>,
-    /// Keep only documents of this modality.
+    /// Rank documents of this modality higher (a preference, not a filter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modality: Option<Modality>,
 }

@@ -95,6 +95,10 @@ pub struct AgentSummary {
     pub name: String,
     pub url: String,
     pub health_status: HealthStatus,
+    /// Where to send tasks (absolute), as registered.
+    pub process_endpoint: String,
+    /// Where the agent's card is (absolute), as registered.
+    pub agent_card_url: String,
 }
 
 /// `GET /capabilities/{capability}`.

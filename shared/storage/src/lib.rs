@@ -109,7 +109,8 @@ fn prepare_sqlite(url: &str) -> Result<String, StorageError> {
         std::fs::create_dir_all(dir).map_err(|source| StorageError::CreateDir { path: display(path), source })?;
     }
     let mut url = url.to_owned();
-    if !url.contains("mode=") {
+    let has_mode = url.split_once('?').is_some_and(|(_, query)| query.split('&').any(|pair| pair.starts_with("mode=")));
+    if !has_mode {
         url.push_str(if url.contains('?') { "&mode=rwc" } else { "?mode=rwc" });
     }
     Ok(url)

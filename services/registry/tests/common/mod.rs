@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -26,6 +26,22 @@ pub const WAIT_DEADLINE_MS: u64 = 10_000;
 pub const TEST_HEALTH_INTERVAL_MS: u64 = 100;
 pub const TEST_HEALTH_TIMEOUT_MS: u64 = 300;
 
+/// Counts health requests in flight across the agents sharing it, and the most seen at once.
+#[derive(Debug, Default)]
+pub struct HealthProbe {
+    in_flight: AtomicUsize,
+    pub max_in_flight: AtomicUsize,
+}
+
+/// Leaves the probe when the request ends, answered or dropped by the registry's timeout.
+struct InFlight(Arc<HealthProbe>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A stand-in agent: serves a card naming `card_name` and a `/health` answering `health`.
 pub struct FakeAgent {
     pub name: String,
@@ -41,6 +57,15 @@ impl FakeAgent {
     }
 
     pub async fn start_with_card_name(name: &str, card_name: &str) -> Self {
+        Self::start_full(name, card_name, Arc::new(HealthProbe::default())).await
+    }
+
+    /// An agent whose health requests are counted in `probe`.
+    pub async fn start_observed(name: &str, probe: Arc<HealthProbe>) -> Self {
+        Self::start_full(name, name, probe).await
+    }
+
+    async fn start_full(name: &str, card_name: &str, probe: Arc<HealthProbe>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let health = Arc::new(AtomicU16::new(200));
@@ -56,7 +81,11 @@ impl FakeAgent {
                 "/health",
                 get(move || {
                     let health = health_state.clone();
+                    let probe = probe.clone();
                     async move {
+                        let now = probe.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                        probe.max_in_flight.fetch_max(now, Ordering::SeqCst);
+                        let _in_flight = InFlight(probe);
                         let code = health.load(Ordering::SeqCst);
                         if code == HANG {
                             std::future::pending::<()>().await;
