@@ -1,5 +1,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mesh_client::{ClientError, HttpClient, RegistryClient};
@@ -11,8 +12,11 @@ use tokio::net::TcpListener;
 use crate::agent::{AgentHandler, agent_router};
 use crate::card::CardDocument;
 use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, serve, with_common_layers};
-use crate::metrics::ServiceMetrics;
+use crate::metrics::{RegistrationState, ServiceMetrics};
 use crate::registration::{deregister, register_until_accepted};
+
+/// Default time between re-registrations.
+pub const REGISTRATION_REFRESH_MS_DEFAULT: u64 = 30_000;
 
 /// How an agent serves and where it registers; every agent binary flattens these keys into its
 /// own configuration (which is why unknown keys cannot be refused here: serde's `flatten` and
@@ -28,6 +32,9 @@ pub struct AgentConfig {
     pub registry_url: Option<String>,
     /// Name to register and serve in the card, for replicas of one agent; the card's name when absent.
     pub name: Option<String>,
+    /// Milliseconds between re-registrations once registered, so a registry that lost the entry
+    /// (a wiped database, a name taken over and released) gets it back without a restart.
+    pub registration_refresh_ms: u64,
     pub request_timeout_ms: u64,
     pub body_limit_bytes: usize,
 }
@@ -40,6 +47,7 @@ impl Default for AgentConfig {
             public_url: None,
             registry_url: None,
             name: None,
+            registration_refresh_ms: REGISTRATION_REFRESH_MS_DEFAULT,
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
         }
@@ -65,6 +73,8 @@ pub struct AgentApp {
     router: axum::Router,
     url: String,
     registration: Option<(RegistryClient, Registration)>,
+    registration_refresh: Duration,
+    metrics: Arc<ServiceMetrics>,
 }
 
 impl AgentApp {
@@ -92,8 +102,12 @@ impl AgentApp {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
         };
-        let router = with_common_layers(agent_router(CardDocument::new(card)?, handler, metrics), limits);
-        Ok(Self { listener, router, url, registration })
+        if registration.is_some() {
+            metrics.set_registration(RegistrationState::Pending);
+        }
+        let router = with_common_layers(agent_router(CardDocument::new(card)?, handler, metrics.clone()), limits);
+        let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
+        Ok(Self { listener, router, url, registration, registration_refresh, metrics })
     }
 
     pub fn port(&self) -> u16 {
@@ -116,10 +130,26 @@ impl AgentApp {
     /// answering meanwhile), so callers stop being sent to it, and then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), KitError> {
         let registration = self.registration;
+        let (refresh, metrics) = (self.registration_refresh, self.metrics);
         let registering = registration.clone().map(|(registry, registration)| {
             tokio::spawn(async move {
-                if let Err(error) = register_until_accepted(&registry, &registration).await {
-                    tracing::error!(agent = %registration.name, %error, "the registry refused this agent");
+                let mut announced = false;
+                loop {
+                    match register_until_accepted(&registry, &registration).await {
+                        Ok(()) => {
+                            if !announced {
+                                tracing::info!(agent = %registration.name, registry = registry.base_url(), "registered");
+                                announced = true;
+                            }
+                            metrics.set_registration(RegistrationState::Registered);
+                        }
+                        Err(error) => {
+                            metrics.set_registration(RegistrationState::Refused);
+                            tracing::error!(agent = %registration.name, %error, "the registry refused this agent");
+                            return;
+                        }
+                    }
+                    tokio::time::sleep(refresh).await;
                 }
             })
         });

@@ -22,5 +22,5 @@ pub use app::{AgentApp, AgentConfig, KitError};
 pub use card::CardDocument;
 pub use cli::AgentArgs;
 pub use error::{AgentError, ErrorResponse};
-pub use metrics::{HealthReport, ServiceMetrics};
+pub use metrics::{HealthReport, RegistrationState, ServiceMetrics};
 pub use registration::{deregister, register_until_accepted};

@@ -1,5 +1,5 @@
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{Request, State};
@@ -15,6 +15,7 @@ pub struct ServiceMetrics {
     in_flight: AtomicU64,
     served: AtomicU64,
     errors: AtomicU64,
+    registration: Mutex<Option<RegistrationState>>,
 }
 
 /// Body of `GET /health`.
@@ -23,6 +24,20 @@ pub struct HealthReport {
     pub status: String,
     pub service: String,
     pub metrics: HealthMetrics,
+    /// Where this agent stands with the registry; absent when no registry is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<RegistrationState>,
+}
+
+/// Where an agent stands with its registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistrationState {
+    /// Not accepted yet; retrying.
+    Pending,
+    Registered,
+    /// The registry refused the registration for good (see the log for why).
+    Refused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +59,7 @@ impl ServiceMetrics {
             in_flight: AtomicU64::new(0),
             served: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            registration: Mutex::new(None),
         })
     }
 
@@ -57,7 +73,12 @@ impl ServiceMetrics {
                 served: self.served.load(Ordering::Relaxed),
                 errors: self.errors.load(Ordering::Relaxed),
             },
+            registration: *self.registration.lock().unwrap_or_else(|e| e.into_inner()),
         }
+    }
+
+    pub fn set_registration(&self, state: RegistrationState) {
+        *self.registration.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
     }
 }
 

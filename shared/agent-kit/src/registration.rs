@@ -28,7 +28,7 @@ pub async fn register_until_accepted(
             tracing::warn!(agent = %registration.name, registry = registry.base_url(), %error, retry_in_ms = wait.as_millis(), "registration failed; retrying");
         })
         .await?;
-    tracing::info!(agent = %registration.name, registry = registry.base_url(), "registered");
+    tracing::debug!(agent = %registration.name, registry = registry.base_url(), "registered");
     Ok(())
 }
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::routing::{delete, post};
 use axum::{Json, Router};
-use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, HealthReport, KitError, TaskInput};
+use mesh_agent_kit::{
+    AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, HealthReport, KitError, RegistrationState, TaskInput,
+};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::error::{ErrorBody, FailureStatus};
@@ -544,6 +546,31 @@ async fn registration_is_retried_while_serving_and_undone_on_shutdown() {
 
     agent.stop().await.expect("the agent stops cleanly");
     assert_eq!(registry.log().deregistered, [CARD_NAME]);
+}
+
+#[tokio::test]
+async fn health_shows_the_registration_state_and_registration_is_refreshed() {
+    let registry = FakeRegistry::start(2).await;
+    let config =
+        AgentConfig { registry_url: Some(registry.url.clone()), registration_refresh_ms: 50, ..Default::default() };
+    let agent = Agent::start(config).await;
+    eventually("a first, refused attempt", async || registry.log().attempts >= 1).await;
+    if registry.log().registered.is_empty() {
+        assert_eq!(agent.health().await.registration, Some(RegistrationState::Pending));
+    }
+    // Re-registered every 50 ms once accepted, so a registry that lost the entry gets it back.
+    eventually("three accepted registrations", async || registry.log().registered.len() >= 3).await;
+    assert_eq!(agent.health().await.registration, Some(RegistrationState::Registered));
+    agent.stop().await.expect("the agent stops cleanly");
+    let after_stop = registry.log().registered.len();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(registry.log().registered.len(), after_stop, "no registration after shutdown");
+}
+
+#[tokio::test]
+async fn without_a_registry_health_has_no_registration_state() {
+    let agent = Agent::with_defaults().await;
+    assert_eq!(agent.health().await.registration, None);
 }
 
 #[tokio::test]
