@@ -80,7 +80,7 @@ async fn main() {
         ..RegistryConfig::default()
     };
     let app = Application::build(&config).await.expect("registry starts");
-    let registry_url = format!("http://127.0.0.1:{}", app.port());
+    let registry_url = app.url();
     tokio::spawn(app.run_until_stopped(std::future::pending()));
 
     let registry =

@@ -82,7 +82,7 @@ pub struct RunningSuite {
 pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
     let http = HttpClient::with_reqwest()?;
     let registry = Application::build(&config.registry).await?;
-    let registry_url = format!("http://{}:{}", reachable_host(&config.registry.host), registry.port());
+    let registry_url = registry.url();
     for agent in [
         &mut config.orchestrator.agent,
         &mut config.search.agent,
@@ -156,12 +156,4 @@ impl RunningSuite {
 
 async fn signalled(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
-}
-
-/// A wildcard bind address is not something to connect to.
-pub fn reachable_host(host: &str) -> &str {
-    match host {
-        "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
-        other => other,
-    }
 }

@@ -101,7 +101,7 @@ async fn stopping_the_suite_deregisters_the_agents() {
     // Started again on the same database, the registry holds no agent: each deregistered itself.
     let config = RegistryConfig { port: 0, database_url, ..RegistryConfig::default() };
     let registry = registry::Application::build(&config).await.unwrap();
-    let url = format!("http://127.0.0.1:{}", registry.port());
+    let url = registry.url();
     let running = tokio::spawn(registry.run_until_stopped(std::future::pending()));
     let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
     assert_eq!(client.agents().await.unwrap().total, 0);

@@ -136,7 +136,7 @@ impl Mesh {
             ..RegistryConfig::default()
         };
         let app = Application::build(&config).await.unwrap();
-        let registry_url = format!("http://127.0.0.1:{}", app.port());
+        let registry_url = app.url();
         let registry_task = tokio::spawn(async move { app.run_until_stopped(std::future::pending()).await.unwrap() });
         let http = HttpClient::with_reqwest().unwrap();
         let registry = RegistryClient::new(&registry_url, http.clone()).unwrap();

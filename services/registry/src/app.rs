@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesh_agent_kit::ServiceMetrics;
-use mesh_agent_kit::http::{HttpLimits, serve, with_common_layers};
+use mesh_agent_kit::http::{HttpLimits, reachable_url, serve, with_common_layers};
 use mesh_client::HttpClient;
 use tokio::net::TcpListener;
 
@@ -61,6 +61,11 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+    }
+
+    /// Base URL the registry is reachable at (loopback when bound to a wildcard address).
+    pub fn url(&self) -> String {
+        self.listener.local_addr().map(reachable_url).unwrap_or_default()
     }
 
     /// Serves and polls health until `shutdown` resolves.

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use search::eval::quantile;
 use search::fusion::{RRF_K_DEFAULT, Ranking, reciprocal_rank_fusion};
 
 const LISTS: usize = 3;
@@ -50,11 +51,6 @@ fn reference_rrf(rankings: &[Ranking], k: f64) -> Vec<(String, f64)> {
     fused.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     fused.truncate(FUSED_KEPT);
     fused
-}
-
-fn quantile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1]
 }
 
 fn main() {

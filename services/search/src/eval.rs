@@ -2,7 +2,7 @@
 //! nDCG@10, Recall@100 and MRR@10 for each profile and for their fusion, with query latency,
 //! measured through the same search path the agent serves.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::sync::Arc;
@@ -159,13 +159,6 @@ pub async fn evaluate(collection: &Collection, profiles: &[String]) -> Result<Ve
             total.mrr_at_10 += scores.mrr_at_10;
         }
         let n = collection.queries.len().max(1) as f64;
-        latencies_ms.sort_by(f64::total_cmp);
-        let quantile = |p: f64| {
-            latencies_ms
-                .get(((latencies_ms.len() as f64 * p).ceil() as usize).saturating_sub(1))
-                .copied()
-                .unwrap_or(0.0)
-        };
         reports.push(RunReport {
             name: run.join("+"),
             mean: Scores {
@@ -173,8 +166,8 @@ pub async fn evaluate(collection: &Collection, profiles: &[String]) -> Result<Ve
                 recall_at_100: total.recall_at_100 / n,
                 mrr_at_10: total.mrr_at_10 / n,
             },
-            latency_p50_ms: quantile(0.5),
-            latency_p99_ms: quantile(0.99),
+            latency_p50_ms: quantile(&mut latencies_ms, 0.5),
+            latency_p99_ms: quantile(&mut latencies_ms, 0.99),
         });
     }
     Ok(reports)
@@ -183,9 +176,15 @@ pub async fn evaluate(collection: &Collection, profiles: &[String]) -> Result<Ve
 /// Distinct judged documents missing from the corpus (a sign of a mismatched download).
 pub fn missing_judged_documents(collection: &Collection) -> usize {
     let ids: HashSet<&str> = collection.documents.iter().map(|d| d.id.as_str()).collect();
-    let judged: BTreeMap<&str, ()> =
-        collection.qrels.values().flat_map(|docs| docs.keys()).map(|id| (id.as_str(), ())).collect();
-    judged.keys().filter(|id| !ids.contains(*id)).count()
+    let judged: HashSet<&str> = collection.qrels.values().flat_map(|docs| docs.keys()).map(String::as_str).collect();
+    judged.iter().filter(|id| !ids.contains(*id)).count()
+}
+
+/// The `p`-quantile (0..=1) of `samples` by nearest rank; 0 for no samples. Sorts in place.
+pub fn quantile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let rank = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len().max(1));
+    samples.get(rank - 1).copied().unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -198,6 +197,15 @@ mod tests {
 
     fn relevant(pairs: &[(&str, u32)]) -> HashMap<String, u32> {
         pairs.iter().map(|(id, grade)| (id.to_string(), *grade)).collect()
+    }
+
+    #[test]
+    fn quantile_by_nearest_rank() {
+        let mut samples = [5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(quantile(&mut samples, 0.5), 3.0);
+        assert_eq!(quantile(&mut samples, 0.99), 5.0);
+        assert_eq!(quantile(&mut samples, 0.0), 1.0);
+        assert_eq!(quantile(&mut [], 0.5), 0.0);
     }
 
     #[test]

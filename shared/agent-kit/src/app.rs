@@ -1,5 +1,4 @@
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,9 @@ use tokio::net::TcpListener;
 
 use crate::agent::{AgentHandler, agent_router};
 use crate::card::CardDocument;
-use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, serve, with_common_layers};
+use crate::http::{
+    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve, with_common_layers,
+};
 use crate::metrics::{RegistrationState, ServiceMetrics};
 use crate::registration::{deregister, register_until_accepted};
 
@@ -175,30 +176,5 @@ fn registration_for(card: &AgentCard, url: &str) -> Registration {
         health_endpoint: DEFAULT_HEALTH_PATH.to_owned(),
         process_endpoint: DEFAULT_PROCESS_PATH.to_owned(),
         agent_card_url: Some(format!("{url}{AGENT_CARD_PATH}")),
-    }
-}
-
-/// A wildcard bind address is not a destination; advertise loopback instead.
-fn reachable_url(local: SocketAddr) -> String {
-    let ip = local.ip();
-    let host = if ip.is_unspecified() {
-        if ip.is_ipv4() { "127.0.0.1".to_owned() } else { "[::1]".to_owned() }
-    } else if ip.is_ipv6() {
-        format!("[{ip}]")
-    } else {
-        ip.to_string()
-    };
-    format!("http://{host}:{}", local.port())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wildcard_addresses_are_advertised_as_loopback() {
-        assert_eq!(reachable_url("0.0.0.0:8002".parse().unwrap()), "http://127.0.0.1:8002");
-        assert_eq!(reachable_url("[::]:8002".parse().unwrap()), "http://[::1]:8002");
-        assert_eq!(reachable_url("10.1.2.3:80".parse().unwrap()), "http://10.1.2.3:80");
     }
 }

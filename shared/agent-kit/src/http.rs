@@ -4,6 +4,7 @@
 
 use std::any::Any;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -209,6 +210,20 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
     .into_response()
 }
 
+/// The URL a server bound at `local` is reached at: a wildcard bind address is not a
+/// destination, so it is advertised as loopback.
+pub fn reachable_url(local: SocketAddr) -> String {
+    let ip = local.ip();
+    let host = if ip.is_unspecified() {
+        if ip.is_ipv4() { "127.0.0.1".to_owned() } else { "[::1]".to_owned() }
+    } else if ip.is_ipv6() {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    format!("http://{host}:{}", local.port())
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
 pub async fn serve(
     listener: TcpListener,
@@ -245,4 +260,16 @@ pub async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutdown signal received; finishing in-flight requests");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_addresses_are_advertised_as_loopback() {
+        assert_eq!(reachable_url("0.0.0.0:8002".parse().unwrap()), "http://127.0.0.1:8002");
+        assert_eq!(reachable_url("[::]:8002".parse().unwrap()), "http://[::1]:8002");
+        assert_eq!(reachable_url("10.1.2.3:80".parse().unwrap()), "http://10.1.2.3:80");
+    }
 }

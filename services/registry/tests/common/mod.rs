@@ -162,7 +162,7 @@ impl TestRegistry {
         };
         adjust(&mut config);
         let app = Application::build(&config).await.unwrap();
-        let url = format!("http://127.0.0.1:{}", app.port());
+        let url = app.url();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {
