@@ -1,7 +1,6 @@
 use clap::Parser;
 use entity_extraction::{ENTITY_EXTRACTION_PORT_DEFAULT, ENV_PREFIX, EntityExtractionConfig, build};
-use mesh_agent_kit::AgentArgs;
-use mesh_client::HttpClient;
+use mesh_agent_kit::{AgentArgs, MainError};
 
 /// The entity-extraction agent of the A2A mesh. Rules by default; an OpenAI-compatible LLM when
 /// the [llm] section of --config (base_url, model, api_key_env, timeout_ms) or
@@ -14,9 +13,8 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
-    let config: EntityExtractionConfig = Cli::parse().agent.load(ENV_PREFIX, ENTITY_EXTRACTION_PORT_DEFAULT)?;
-    let app = build(&config, HttpClient::with_reqwest()?).await?;
-    Ok(app.run_until_signalled().await?)
+async fn main() -> Result<(), MainError> {
+    let cli = Cli::parse();
+    let build = |config: EntityExtractionConfig, http| async move { build(&config, http).await };
+    cli.agent.run(ENV_PREFIX, ENTITY_EXTRACTION_PORT_DEFAULT, build).await
 }

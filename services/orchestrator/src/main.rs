@@ -1,6 +1,5 @@
 use clap::Parser;
-use mesh_agent_kit::AgentArgs;
-use mesh_client::HttpClient;
+use mesh_agent_kit::{AgentArgs, MainError};
 use orchestrator::config::{ENV_PREFIX, ORCHESTRATOR_PORT_DEFAULT};
 use orchestrator::{OrchestratorConfig, build};
 
@@ -15,9 +14,8 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
-    let config: OrchestratorConfig = Cli::parse().agent.load(ENV_PREFIX, ORCHESTRATOR_PORT_DEFAULT)?;
-    let app = build(&config, HttpClient::with_reqwest()?).await?;
-    Ok(app.run_until_signalled().await?)
+async fn main() -> Result<(), MainError> {
+    let cli = Cli::parse();
+    let build = |config: OrchestratorConfig, http| async move { build(&config, http).await };
+    cli.agent.run(ENV_PREFIX, ORCHESTRATOR_PORT_DEFAULT, build).await
 }

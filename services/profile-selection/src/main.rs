@@ -1,6 +1,5 @@
 use clap::Parser;
-use mesh_agent_kit::AgentArgs;
-use mesh_client::HttpClient;
+use mesh_agent_kit::{AgentArgs, MainError};
 use profile_selection::{ENV_PREFIX, PROFILE_SELECTION_PORT_DEFAULT, ProfileSelectionConfig, build};
 
 /// The profile-selection agent of the A2A mesh. Rules by default; an OpenAI-compatible LLM when
@@ -14,9 +13,8 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
-    let config: ProfileSelectionConfig = Cli::parse().agent.load(ENV_PREFIX, PROFILE_SELECTION_PORT_DEFAULT)?;
-    let app = build(&config, HttpClient::with_reqwest()?).await?;
-    Ok(app.run_until_signalled().await?)
+async fn main() -> Result<(), MainError> {
+    let cli = Cli::parse();
+    let build = |config: ProfileSelectionConfig, http| async move { build(&config, http).await };
+    cli.agent.run(ENV_PREFIX, PROFILE_SELECTION_PORT_DEFAULT, build).await
 }

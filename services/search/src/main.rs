@@ -1,6 +1,5 @@
 use clap::Parser;
-use mesh_agent_kit::AgentArgs;
-use mesh_client::HttpClient;
+use mesh_agent_kit::{AgentArgs, MainError};
 use search::config::{ENV_PREFIX, SEARCH_PORT_DEFAULT};
 use search::{SearchConfig, build};
 
@@ -18,13 +17,14 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
+async fn main() -> Result<(), MainError> {
     let cli = Cli::parse();
-    let mut config: SearchConfig = cli.agent.load(ENV_PREFIX, SEARCH_PORT_DEFAULT)?;
-    if cli.corpus.is_some() {
-        config.corpus_path = cli.corpus;
-    }
-    let app = build(&config, HttpClient::with_reqwest()?).await?;
-    Ok(app.run_until_signalled().await?)
+    let corpus = cli.corpus;
+    let build = |mut config: SearchConfig, http| async move {
+        if corpus.is_some() {
+            config.corpus_path = corpus;
+        }
+        build(&config, http).await
+    };
+    cli.agent.run(ENV_PREFIX, SEARCH_PORT_DEFAULT, build).await
 }

@@ -3,8 +3,7 @@
 //! `cargo run -p mesh-agent-kit --example echo_agent -- --port 9001 --registry-url http://127.0.0.1:8000`
 
 use clap::Parser;
-use mesh_agent_kit::{AgentApp, AgentArgs, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
-use mesh_client::HttpClient;
+use mesh_agent_kit::{AgentApp, AgentArgs, AgentConfig, AgentError, AgentHandler, AgentReply, MainError, TaskInput};
 use mesh_protocol::a2a::v1::AgentCard;
 use serde_json::json;
 
@@ -44,9 +43,8 @@ fn card() -> Result<AgentCard, serde_json::Error> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
-    let config: AgentConfig = Cli::parse().agent.load("MESH_ECHO", ECHO_PORT_DEFAULT)?;
-    let app = AgentApp::build(&config, card()?, Echo, HttpClient::with_reqwest()?).await?;
-    Ok(app.run_until_signalled().await?)
+async fn main() -> Result<(), MainError> {
+    let card = card()?;
+    let build = |config: AgentConfig, http| async move { AgentApp::build(&config, card, Echo, http).await };
+    Cli::parse().agent.run("MESH_ECHO", ECHO_PORT_DEFAULT, build).await
 }

@@ -1,6 +1,11 @@
 use mesh_config::{ConfigError, ConfigLoader, ServerArgs};
 
+use std::future::Future;
+
+use mesh_client::HttpClient;
 use serde::de::DeserializeOwned;
+
+use crate::app::AgentApp;
 
 #[cfg(doc)]
 use crate::app::AgentConfig;
@@ -23,7 +28,26 @@ pub struct AgentArgs {
     pub public_url: Option<String>,
 }
 
+/// What an agent binary's `main` can fail with.
+pub type MainError = Box<dyn std::error::Error + Send + Sync>;
+
 impl AgentArgs {
+    /// The whole of an agent binary after parsing its flags: logging, configuration `C` (from
+    /// `env_prefix` and `default_port`), the process's HTTP client, `build`, then serving until
+    /// Ctrl-C or SIGTERM.
+    pub async fn run<C, F, Fut, E>(&self, env_prefix: &str, default_port: u16, build: F) -> Result<(), MainError>
+    where
+        C: DeserializeOwned,
+        F: FnOnce(C, HttpClient) -> Fut,
+        Fut: Future<Output = Result<AgentApp, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
+        let config: C = self.load(env_prefix, default_port)?;
+        let app = build(config, HttpClient::with_reqwest()?).await?;
+        Ok(app.run_until_signalled().await?)
+    }
+
     /// Loads the agent's configuration `T` (which flattens an [`AgentConfig`]); `env_prefix`
     /// like `MESH_SEARCH`; `default_port` applies when neither file, environment nor flag sets one.
     pub fn load<T: DeserializeOwned>(&self, env_prefix: &str, default_port: u16) -> Result<T, ConfigError> {

@@ -20,7 +20,7 @@ pub mod testing;
 pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router};
 pub use app::{AgentApp, AgentConfig, KitError};
 pub use card::CardDocument;
-pub use cli::AgentArgs;
+pub use cli::{AgentArgs, MainError};
 pub use error::{AgentError, ErrorResponse};
 pub use metrics::{HealthReport, RegistrationState, ServiceMetrics};
 pub use registration::{deregister, register_until_accepted};
