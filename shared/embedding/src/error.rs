@@ -1,0 +1,13 @@
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddingError {
+    #[error("the model folder {dir} has no {file}")]
+    MissingFile { dir: String, file: &'static str },
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("the model cannot be used: {0}")]
+    Model(String),
+    #[error("the model failed: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error("the model could not be downloaded: {0}")]
+    Download(String),
+}
