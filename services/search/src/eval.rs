@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ use crate::agent::{SearchAgent, SearchSettings};
 use crate::corpus::{self, Document};
 use crate::error::SearchError;
 use crate::fusion::RRF_K_DEFAULT;
-use crate::index::SearchIndex;
+use crate::index::{IngestReport, SearchIndex};
 
 /// Results retrieved per query: the depth Recall@100 needs.
 pub const RETRIEVED_PER_QUERY: usize = 100;
@@ -128,10 +128,40 @@ pub struct RunReport {
     pub latency_p99_ms: f64,
 }
 
-/// Indexes the collection and evaluates each of `profiles` alone, then their fusion (when there
-/// are several), all through [`SearchAgent::search`].
-pub async fn evaluate(collection: &Collection, profiles: &[String]) -> Result<Vec<RunReport>, SearchError> {
-    let index = Arc::new(SearchIndex::build(collection.documents.clone())?);
+/// The data directory (the index in its `index` folder) a collection is evaluated in unless told
+/// otherwise: under the user's cache folder, by the collection folder's name, shared by `eval`,
+/// the tests and the benchmarks so the document vectors are computed once per machine.
+pub fn eval_data_dir(dataset: &Path) -> PathBuf {
+    let name = dataset
+        .canonicalize()
+        .ok()
+        .and_then(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "dataset".to_owned());
+    mesh_embedding::cache_dir().join("indexes").join(name)
+}
+
+/// Makes `index` hold exactly the collection's documents: adds or replaces what differs (so a
+/// persisted evaluation index is reused as is) and deletes what the collection lacks.
+pub fn index_collection(
+    index: &SearchIndex,
+    collection: &Collection,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<IngestReport, SearchError> {
+    let wanted: HashSet<&str> = collection.documents.iter().map(|d| d.id.as_str()).collect();
+    let stale: Vec<String> = index.ids().into_iter().filter(|id| !wanted.contains(id.as_str())).collect();
+    if !stale.is_empty() {
+        index.delete(&stale)?;
+    }
+    index.upsert(collection.documents.clone(), progress)
+}
+
+/// Evaluates each of `profiles` alone over `index` (holding the collection), then their fusion
+/// (when there are several), all through [`SearchAgent::search`].
+pub async fn evaluate(
+    index: Arc<SearchIndex>,
+    collection: &Collection,
+    profiles: &[String],
+) -> Result<Vec<RunReport>, SearchError> {
     let settings = SearchSettings {
         rrf_k: RRF_K_DEFAULT,
         top_k_default: RETRIEVED_PER_QUERY,

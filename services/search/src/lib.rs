@@ -1,26 +1,36 @@
-//! The search agent: ranks a corpus with several profiles in parallel (on tantivy) and fuses
-//! their rankings with Reciprocal Rank Fusion.
+//! The search agent: ranks a corpus with several profiles in parallel (BM25 on tantivy, sentence
+//! embeddings on candle) and fuses their rankings with Reciprocal Rank Fusion. The index persists
+//! under a data directory and takes documents in and out while it serves.
 
 mod agent;
 pub mod config;
 pub mod corpus;
+mod dense;
+mod documents;
+mod embed;
 mod error;
 pub mod eval;
 pub mod fusion;
 mod index;
 
 use std::io::BufReader;
+use std::path::Path;
 use std::sync::Arc;
 
-use mesh_agent_kit::{AgentApp, KitError};
+use mesh_agent_kit::{AgentApp, AgentExtras, KitError};
 use mesh_client::HttpClient;
+use mesh_embedding::{Encoder, MODEL_ID, ensure_model};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::agents::search_profiles_extension;
+use serde::Serialize;
 
 pub use agent::{SearchAgent, SearchSettings};
-pub use config::SearchConfig;
+pub use config::{DenseConfig, SearchConfig};
+pub use corpus::Document;
+pub use documents::{DeleteAnswer, IngestAnswer};
+pub use embed::EMBEDDING_BATCH_DOCUMENTS;
 pub use error::SearchError;
-pub use index::SearchIndex;
+pub use index::{DENSE_PROFILE, IndexLocation, IngestReport, SearchIndex, index_directory};
 
 /// The search agent's card as shipped in `agent-cards/`.
 const CARD_JSON: &str = include_str!("../../../agent-cards/search.json");
@@ -35,23 +45,96 @@ pub enum StartError {
     Card(#[from] serde_json::Error),
 }
 
-/// Loads the corpus named in `config` (or the bundled sample) and indexes it.
-pub fn load_index(config: &SearchConfig) -> Result<SearchIndex, SearchError> {
-    let documents = match &config.corpus_path {
+/// Whether the `dense` profile is served, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum DenseStatus {
+    Available {
+        model: String,
+    },
+    /// Turned off in the configuration.
+    Disabled,
+    /// Wanted but the model could not be had.
+    Unavailable {
+        reason: String,
+    },
+}
+
+/// Loads the embedding model as `config` says, downloading it first when allowed and absent.
+/// Never fails the agent: without a model it serves the lexical profiles and says why.
+pub async fn load_encoder(config: &DenseConfig) -> (Option<Arc<Encoder>>, DenseStatus) {
+    if !config.enabled {
+        return (None, DenseStatus::Disabled);
+    }
+    let dir = config.model_dir();
+    let result = async {
+        if config.download {
+            ensure_model(&dir, &config.python).await?;
+        }
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || Encoder::load(&dir))
+            .await
+            .map_err(|e| mesh_embedding::EmbeddingError::Model(e.to_string()))?
+    }
+    .await;
+    match result {
+        Ok(encoder) => {
+            tracing::info!(model = MODEL_ID, dir = %dir.display(), "the dense profile is available");
+            (Some(Arc::new(encoder)), DenseStatus::Available { model: MODEL_ID.to_owned() })
+        }
+        Err(error) => {
+            let reason = format!("no embedding model at {}: {error}", dir.display());
+            tracing::warn!(%reason, "the dense profile is UNAVAILABLE; serving the lexical profiles only");
+            (None, DenseStatus::Unavailable { reason })
+        }
+    }
+}
+
+/// Opens the index `config` names (loading the model first) and, when it holds no document
+/// yet, ingests the configured corpus or the bundled sample into it.
+pub async fn open_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, DenseStatus), SearchError> {
+    let (encoder, status) = load_encoder(&config.dense).await;
+    let location = match &config.data_dir {
+        Some(dir) => IndexLocation::Directory(index_directory(dir)),
+        None => IndexLocation::Memory,
+    };
+    let (corpus_path, threads) = (config.corpus_path.clone(), config.dense.threads());
+    let index = tokio::task::spawn_blocking(move || -> Result<SearchIndex, SearchError> {
+        let index = SearchIndex::open(&location, encoder, threads)?;
+        if index.is_empty() {
+            let documents = read_corpus(corpus_path.as_deref())?;
+            tracing::info!(documents = documents.len(), "ingesting the initial corpus into an empty index");
+            index.upsert(documents, &|_| {})?;
+        }
+        Ok(index)
+    })
+    .await
+    .map_err(|e| SearchError::Worker(e.to_string()))??;
+    tracing::info!(documents = index.len(), embedded = index.embedded(), "index ready");
+    Ok((Arc::new(index), status))
+}
+
+/// The documents of a JSON Lines file, or of the bundled sample when `path` is `None`.
+pub fn read_corpus(path: Option<&Path>) -> Result<Vec<Document>, SearchError> {
+    match path {
         Some(path) => {
             let file = std::fs::File::open(path)
                 .map_err(|source| SearchError::CorpusFile { path: path.display().to_string(), source })?;
-            corpus::read_jsonl(BufReader::new(file))?
+            corpus::read_jsonl(BufReader::new(file))
         }
-        None => corpus::read_jsonl(corpus::BUNDLED_SAMPLE_JSONL.as_bytes())?,
-    };
-    SearchIndex::build(documents)
+        None => corpus::read_jsonl(corpus::BUNDLED_SAMPLE_JSONL.as_bytes()),
+    }
 }
 
-/// The agent card with the profiles this agent serves.
-pub fn card() -> Result<AgentCard, serde_json::Error> {
+/// The agent card with the profiles `index` serves, saying plainly when `dense` is missing.
+pub fn card(index: &SearchIndex, dense: &DenseStatus) -> Result<AgentCard, serde_json::Error> {
     let mut card: AgentCard = serde_json::from_str(CARD_JSON)?;
-    card.capabilities.extensions.push(search_profiles_extension(&SearchIndex::profiles()));
+    let mut extension = search_profiles_extension(&index.profiles());
+    if let (DenseStatus::Unavailable { reason }, Some(params)) = (dense, extension.params.as_mut()) {
+        params.insert("unavailable".into(), serde_json::json!([{ "profile": DENSE_PROFILE, "reason": reason }]));
+        card.description.push_str(&format!(" The {DENSE_PROFILE} profile is unavailable: {reason}."));
+    }
+    card.capabilities.extensions.push(extension);
     Ok(card)
 }
 
@@ -62,13 +145,32 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
             SearchError::InvalidParameters(format!("rrf_k must be a positive number, not {}", config.rrf_k)).into()
         );
     }
-    let index = Arc::new(load_index(config)?);
-    tracing::info!(documents = index.len(), "corpus indexed");
+    let (index, dense) = open_index(config).await?;
     let settings = SearchSettings {
         rrf_k: config.rrf_k,
         top_k_default: config.top_k_default,
         top_k_max: config.top_k_max,
         candidates_per_profile: config.candidates_per_profile,
     };
-    Ok(AgentApp::build(&config.agent, card()?, SearchAgent::new(index, settings), http).await?)
+    let card = card(&index, &dense)?;
+    let unavailable = match &dense {
+        DenseStatus::Unavailable { reason } => Some(reason.clone()),
+        DenseStatus::Disabled => Some("turned off in the configuration (dense.enabled = false)".to_owned()),
+        DenseStatus::Available { .. } => None,
+    };
+    let agent = SearchAgent::new(index.clone(), settings).with_dense_unavailable(unavailable);
+    let probe_index = index.clone();
+    let extras = AgentExtras {
+        routes: documents::routes(index),
+        components: vec![
+            ("dense".to_owned(), Box::new(move || serde_json::to_value(&dense).unwrap_or_default())),
+            (
+                "index".to_owned(),
+                Box::new(
+                    move || serde_json::json!({ "documents": probe_index.len(), "embedded": probe_index.embedded() }),
+                ),
+            ),
+        ],
+    };
+    Ok(AgentApp::build_with(&config.agent, card, agent, http, extras).await?)
 }

@@ -2,6 +2,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::middleware;
 use mesh_client::{ClientError, HttpClient, RegistryClient};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROCESS_PATH, Registration};
@@ -13,7 +14,7 @@ use crate::card::CardDocument;
 use crate::http::{
     BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve, with_common_layers,
 };
-use crate::metrics::{RegistrationState, ServiceMetrics};
+use crate::metrics::{RegistrationState, ServiceMetrics, track};
 use crate::registration::{deregister, register_until_accepted};
 
 /// Default time between re-registrations.
@@ -67,6 +68,22 @@ pub enum KitError {
     Serve(#[source] std::io::Error),
 }
 
+/// What an agent adds to the kit's routes and health report.
+#[derive(Default)]
+pub struct AgentExtras {
+    /// The agent's own routes, beside `/tasks/send`, the card and `/health`.
+    pub routes: axum::Router,
+    /// Health components: `(name, probe)`, the probe read at every `/health`.
+    pub components: Vec<(String, Box<dyn Fn() -> serde_json::Value + Send + Sync>)>,
+}
+
+impl std::fmt::Debug for AgentExtras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.components.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("AgentExtras").field("components", &names).finish_non_exhaustive()
+    }
+}
+
 /// A bound, ready-to-run agent.
 #[derive(Debug)]
 pub struct AgentApp {
@@ -82,9 +99,21 @@ impl AgentApp {
     /// Binds the listener and builds the routes; nothing is served until [`Self::run_until_stopped`].
     pub async fn build<H: AgentHandler>(
         config: &AgentConfig,
+        card: AgentCard,
+        handler: H,
+        http: HttpClient,
+    ) -> Result<Self, KitError> {
+        Self::build_with(config, card, handler, http, AgentExtras::default()).await
+    }
+
+    /// [`Self::build`] plus an agent's own routes (served with the same limits, request ids and
+    /// error bodies, and counted in `/health`) and health components.
+    pub async fn build_with<H: AgentHandler>(
+        config: &AgentConfig,
         mut card: AgentCard,
         handler: H,
         http: HttpClient,
+        extras: AgentExtras,
     ) -> Result<Self, KitError> {
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
@@ -106,7 +135,14 @@ impl AgentApp {
         if registration.is_some() {
             metrics.set_registration(RegistrationState::Pending);
         }
-        let router = with_common_layers(agent_router(CardDocument::new(card)?, handler, metrics.clone()), limits);
+        for (name, probe) in extras.components {
+            metrics.add_component(name, move || probe());
+        }
+        let mut router = agent_router(CardDocument::new(card)?, handler, metrics.clone());
+        if extras.routes.has_routes() {
+            router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
+        }
+        let router = with_common_layers(router, limits);
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
         Ok(Self { listener, router, url, registration, registration_refresh, metrics })
     }

@@ -18,7 +18,7 @@ mod registration;
 pub mod testing;
 
 pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router};
-pub use app::{AgentApp, AgentConfig, KitError};
+pub use app::{AgentApp, AgentConfig, AgentExtras, KitError};
 pub use card::CardDocument;
 pub use cli::{AgentArgs, MainError};
 pub use error::{AgentError, ErrorResponse};

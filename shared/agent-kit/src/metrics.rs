@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -8,7 +9,6 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
 /// Counters an operator reads from `/health`.
-#[derive(Debug)]
 pub struct ServiceMetrics {
     name: String,
     started: Instant,
@@ -16,7 +16,11 @@ pub struct ServiceMetrics {
     served: AtomicU64,
     errors: AtomicU64,
     registration: Mutex<Option<RegistrationState>>,
+    components: Mutex<BTreeMap<String, ComponentProbe>>,
 }
+
+/// Reads the current state of one part of an agent for `/health`.
+type ComponentProbe = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 /// Body of `GET /health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +31,15 @@ pub struct HealthReport {
     /// Where this agent stands with the registry; absent when no registry is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registration: Option<RegistrationState>,
+    /// Agent-specific parts and their state (an index, a model), by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub components: BTreeMap<String, serde_json::Value>,
+}
+
+impl std::fmt::Debug for ServiceMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceMetrics").field("name", &self.name).finish_non_exhaustive()
+    }
 }
 
 /// Where an agent stands with its registry.
@@ -60,7 +73,17 @@ impl ServiceMetrics {
             served: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             registration: Mutex::new(None),
+            components: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Shows `probe()` under `components.<name>` in every health report from now on.
+    pub fn add_component(
+        &self,
+        name: impl Into<String>,
+        probe: impl Fn() -> serde_json::Value + Send + Sync + 'static,
+    ) {
+        self.components.lock().unwrap_or_else(|e| e.into_inner()).insert(name.into(), Arc::new(probe));
     }
 
     pub fn report(&self) -> HealthReport {
@@ -74,6 +97,13 @@ impl ServiceMetrics {
                 errors: self.errors.load(Ordering::Relaxed),
             },
             registration: *self.registration.lock().unwrap_or_else(|e| e.into_inner()),
+            components: self
+                .components
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(name, probe)| (name.clone(), probe()))
+                .collect(),
         }
     }
 

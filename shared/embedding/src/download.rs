@@ -19,15 +19,20 @@ pub const MODEL_DOWNLOAD_TIMEOUT_MS: u64 = 600_000;
 /// Folder name of the model under the cache directory.
 const MODEL_FOLDER: &str = "all-MiniLM-L6-v2";
 
-/// `$XDG_CACHE_HOME/a2a-mesh/models/all-MiniLM-L6-v2`, else under `$HOME/.cache`; a relative
-/// `.cache` when neither is set.
-pub fn default_model_dir() -> PathBuf {
+/// The project's cache folder: `$XDG_CACHE_HOME/a2a-mesh`, else `$HOME/.cache/a2a-mesh`; a
+/// relative `.cache/a2a-mesh` when neither is set.
+pub fn cache_dir() -> PathBuf {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|home| PathBuf::from(home).join(".cache")))
         .unwrap_or_else(|| PathBuf::from(".cache"));
-    cache.join("a2a-mesh").join("models").join(MODEL_FOLDER)
+    cache.join("a2a-mesh")
+}
+
+/// Where the model is kept unless configured otherwise: `<cache_dir>/models/all-MiniLM-L6-v2`.
+pub fn default_model_dir() -> PathBuf {
+    cache_dir().join("models").join(MODEL_FOLDER)
 }
 
 /// Whether `dir` holds every file the encoder needs.

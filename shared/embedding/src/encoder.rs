@@ -50,11 +50,14 @@ impl Encoder {
             .with_truncation(Some(TruncationParams { max_length: sequence_tokens_max, ..TruncationParams::default() }))
             .map_err(|e| EmbeddingError::Model(format!("tokenizer truncation: {e}")))?;
         // Pad each batch to its longest member only; the attention mask hides the padding.
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..PaddingParams::default() }));
+        tokenizer
+            .with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..PaddingParams::default() }));
         let device = Device::Cpu;
         // Read rather than memory-mapped: mapping is `unsafe`, which this workspace forbids.
-        let weights = std::fs::read(dir.join("model.safetensors"))
-            .map_err(|source| EmbeddingError::Io { path: dir.join("model.safetensors").display().to_string(), source })?;
+        let weights = std::fs::read(dir.join("model.safetensors")).map_err(|source| EmbeddingError::Io {
+            path: dir.join("model.safetensors").display().to_string(),
+            source,
+        })?;
         let builder = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)?;
         let model = BertModel::load(builder, &config)?;
         Ok(Self { model, tokenizer, dimensions: config.hidden_size })
@@ -107,8 +110,8 @@ fn sequence_tokens_max(dir: &Path) -> Result<usize, EmbeddingError> {
         return Ok(SEQUENCE_TOKENS_MAX_DEFAULT);
     }
     let text = read(dir, "sentence_bert_config.json")?;
-    let config: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| EmbeddingError::Model(format!("sentence_bert_config.json: {e}")))?;
+    let config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| EmbeddingError::Model(format!("sentence_bert_config.json: {e}")))?;
     Ok(config["max_seq_length"].as_u64().map_or(SEQUENCE_TOKENS_MAX_DEFAULT, |n| n as usize))
 }
 

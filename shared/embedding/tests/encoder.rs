@@ -19,8 +19,9 @@ async fn encoder() -> Option<Encoder> {
 async fn reproduces_sentence_transformers_similarities() {
     let Some(encoder) = encoder().await else { return };
     assert_eq!(encoder.dimensions(), 384);
-    let vectors =
-        encoder.encode(&["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]).unwrap();
+    let vectors = encoder
+        .encode(&["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."])
+        .unwrap();
     let (weather, sunny, stadium) = (&vectors[0..384], &vectors[384..768], &vectors[768..1152]);
     let close = dot(weather, sunny);
     let far = dot(weather, stadium);

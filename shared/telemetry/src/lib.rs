@@ -29,7 +29,8 @@ impl LogFormat {
 /// keep the first one, which is why the result is not an error.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true);
+    // Logs on stderr: stdout is for what a command prints (`up`'s URLs, `ask`'s answer).
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true).with_writer(std::io::stderr);
     let _already_installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

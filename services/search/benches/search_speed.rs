@@ -1,0 +1,197 @@
+//! Search speed on SciFact (5,183 abstracts, the 300 test queries), each figure beside its
+//! reference from the same run:
+//!
+//! 1. query latency, p50/p99, of `bm25`, `dense` and `bm25+dense` (the fusion, query embedding
+//!    included), interleaved round by round; ratios against `bm25`;
+//! 2. indexing throughput in documents/s: BM25 alone, and vectors on one thread against every
+//!    core (the ratio is what the batching across cores buys);
+//! 3. resident memory of the `search` binary serving SciFact against the same binary serving the
+//!    bundled sample.
+//!
+//! `cargo bench -p search --bench search_speed -- [--rounds 3] [--embed-sample 512]`
+//!
+//! Reads SciFact from `MESH_SCIFACT_DIR` or `../shared/data/scifact`; needs the embedding model
+//! (found or downloaded as the agent does). The index persists where `a2a-mesh eval` keeps it
+//! (under the user's cache folder), so vectors are computed once per machine; the throughput
+//! figures embed a fresh sample every run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mesh_protocol::agents::SearchRequest;
+use search::eval::{eval_data_dir, index_collection, load_beir, quantile};
+use search::{
+    DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory, load_encoder,
+};
+
+const TOP_K: usize = 10;
+/// Longest wait for the spawned agent to answer `/health` (it loads the model and the index).
+const AGENT_START_TIMEOUT_MS: u64 = 120_000;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn scifact_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("MESH_SCIFACT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/scifact")));
+    dir.join("corpus.jsonl").is_file().then_some(dir)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let Some(dataset) = scifact_dir() else {
+        eprintln!("skipping: SciFact not found (set MESH_SCIFACT_DIR or place it at ../shared/data/scifact)");
+        return;
+    };
+    let rounds = arg("--rounds", 3);
+    let embed_sample = arg("--embed-sample", 512);
+    let collection = load_beir(&dataset, "test").expect("SciFact loads");
+    let (encoder, status) = load_encoder(&DenseConfig::default()).await;
+    let Some(encoder) = encoder else {
+        eprintln!("skipping: the dense profile is unavailable: {status:?}");
+        return;
+    };
+    let threads = DenseConfig::default().threads();
+    println!(
+        "SciFact: {} documents, {} test queries; {threads} cores",
+        collection.documents.len(),
+        collection.queries.len()
+    );
+
+    // 1. Query latency.
+    let data_dir = eval_data_dir(&dataset);
+    {
+        let location = IndexLocation::Directory(index_directory(&data_dir));
+        let index = SearchIndex::open(&location, Some(encoder.clone()), threads).expect("index opens");
+        let report = index_collection(&index, &collection, &|_| {}).expect("SciFact indexed");
+        println!("index at {}: {report:?}", data_dir.display());
+        let settings =
+            SearchSettings { rrf_k: 60.0, top_k_default: TOP_K, top_k_max: 100, candidates_per_profile: 100 };
+        let agent = SearchAgent::new(Arc::new(index), settings);
+        let runs: [&[&str]; 3] = [&["bm25"], &[DENSE_PROFILE], &["bm25", DENSE_PROFILE]];
+        let mut samples_ms: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+        for _ in 0..rounds {
+            for (run, profiles) in runs.iter().enumerate() {
+                let request = SearchRequest {
+                    profiles: profiles.iter().map(|p| p.to_string()).collect(),
+                    top_k: Some(TOP_K),
+                    modality: None,
+                };
+                for (_, text) in &collection.queries {
+                    let started = Instant::now();
+                    agent.search(text, &request).await.expect("search");
+                    samples_ms[run].push(started.elapsed().as_secs_f64() * 1000.0);
+                }
+            }
+        }
+        let bm25_p50 = quantile(&mut samples_ms[0].clone(), 0.5);
+        println!();
+        println!(
+            "query latency over {rounds} interleaved rounds of {} queries (top {TOP_K})",
+            collection.queries.len()
+        );
+        println!("{:<12} {:>10} {:>10} {:>16}", "profiles", "p50 ms", "p99 ms", "p50 / bm25 p50");
+        for (run, profiles) in runs.iter().enumerate() {
+            let p50 = quantile(&mut samples_ms[run], 0.5);
+            let p99 = quantile(&mut samples_ms[run], 0.99);
+            println!("{:<12} {p50:>10.2} {p99:>10.2} {:>16.2}", profiles.join("+"), p50 / bm25_p50);
+        }
+    }
+
+    // 2. Indexing throughput.
+    println!();
+    println!("indexing throughput");
+    let started = Instant::now();
+    let lexical = SearchIndex::open(&IndexLocation::Memory, None, 1).expect("index opens");
+    lexical.upsert(collection.documents.clone(), &|_| {}).expect("indexed");
+    let bm25_rate = collection.documents.len() as f64 / started.elapsed().as_secs_f64();
+    println!("{:<34} {bm25_rate:>10.0} documents/s", "bm25 (all documents)");
+    let sample: Vec<_> = collection.documents.iter().take(embed_sample).cloned().collect();
+    let mut rates = Vec::new();
+    for embedding_threads in [1, threads] {
+        let index = SearchIndex::open(&IndexLocation::Memory, Some(encoder.clone()), embedding_threads).unwrap();
+        let started = Instant::now();
+        index.upsert(sample.clone(), &|_| {}).expect("embedded");
+        let rate = sample.len() as f64 / started.elapsed().as_secs_f64();
+        println!(
+            "{:<34} {rate:>10.1} documents/s",
+            format!("dense, {embedding_threads} thread(s), {} docs", sample.len())
+        );
+        rates.push(rate);
+    }
+    println!("{:<34} {:>10.2}", "dense speed-up, all cores / one", rates[1] / rates[0]);
+
+    // 3. Resident memory of the agent binary.
+    println!();
+    println!("resident memory of the search agent (after answering 50 queries)");
+    let sample_dir = tempfile::tempdir().expect("temp dir");
+    let small = measure_agent_rss(sample_dir.path(), &collection.queries).await;
+    let scifact = measure_agent_rss(&data_dir, &collection.queries).await;
+    println!("{:<34} {:>10.1} MiB", "bundled sample (311 documents)", small);
+    println!("{:<34} {:>10.1} MiB", "SciFact (5,183 documents)", scifact);
+    println!("{:<34} {:>10.2}", "SciFact / sample", scifact / small);
+}
+
+/// Starts the `search` binary on `data_dir`, asks it 50 queries, and reads its VmRSS in MiB.
+async fn measure_agent_rss(data_dir: &Path, queries: &[(String, String)]) -> f64 {
+    let mut agent = spawn_agent(data_dir);
+    let http = reqwest::Client::new();
+    let url = wait_for_url(&mut agent, &http).await;
+    for (_, text) in queries.iter().take(50) {
+        let task = serde_json::json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": text}]}]});
+        let response = http.post(format!("{url}/tasks/send")).json(&task).send().await.expect("query sent");
+        assert!(response.status().is_success(), "{}", response.status());
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.id())).unwrap_or_default();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN);
+    kib / 1024.0
+}
+
+fn spawn_agent(data_dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_search"))
+        .args(["--port", "0"])
+        .env("MESH_SEARCH_DATA_DIR", data_dir)
+        .env("MESH_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the search binary starts")
+}
+
+/// Reads the agent's log until it says where it listens, then waits for `/health`.
+async fn wait_for_url(agent: &mut Child, http: &reqwest::Client) -> String {
+    use std::io::BufRead;
+    let log = agent.stderr.take().expect("piped stderr");
+    let deadline = Instant::now() + Duration::from_millis(AGENT_START_TIMEOUT_MS);
+    let url = tokio::task::spawn_blocking(move || {
+        for line in std::io::BufReader::new(log).lines().map_while(Result::ok) {
+            let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+            if let Some(url) = entry["url"].as_str() {
+                return Some(url.to_owned());
+            }
+        }
+        None
+    })
+    .await
+    .expect("log reader")
+    .expect("the agent logged its URL");
+    while Instant::now() < deadline {
+        if http.get(format!("{url}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return url;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the agent did not become healthy in {AGENT_START_TIMEOUT_MS} ms");
+}
