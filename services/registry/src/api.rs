@@ -19,7 +19,7 @@ use mesh_protocol::registry::{
 use serde::Deserialize;
 use utoipa::{IntoParams, OpenApi};
 
-use crate::directory::Directory;
+use crate::directory::{Directory, health_word};
 use crate::error::RegistryError;
 use crate::health::{check_and_record, now_rfc3339};
 use crate::intake::{validate, verify_card};
@@ -42,7 +42,7 @@ pub struct RegistryState {
         title = "A2A mesh registry",
         description = "Agent registration, discovery by capability, round-robin picks among healthy agents, health polling."
     ),
-    paths(register, deregister, list_agents, get_agent, discover, pick, stats),
+    paths(register, deregister, report_failure, list_agents, get_agent, discover, pick, stats),
     components(schemas(
         Registration,
         StatusMessage,
@@ -66,6 +66,7 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
         .route("/agents", get(list_agents))
         .route("/agents/{name}", get(get_agent))
         .route("/agents/{name}", delete(deregister))
+        .route("/agents/{name}/failures", post(report_failure))
         .route("/capabilities/{capability}", get(discover))
         .route("/capabilities/{capability}/next", get(pick))
         .route("/stats", get(stats))
@@ -143,6 +144,38 @@ async fn deregister(
     }
     tracing::info!(agent = %name, "deregistered");
     Ok(Json(StatusMessage::new("deregistered")))
+}
+
+/// Which instance a failure report is about.
+#[derive(Debug, Deserialize, IntoParams)]
+struct ReportedInstance {
+    /// The base URL the caller reached the agent at; a report about an instance that has been
+    /// replaced since is refused (409) and nothing is checked.
+    url: Option<String>,
+}
+
+/// Report that calls to an agent are failing: the registry checks its health at once (rather
+/// than at the next poll), so a dead instance leaves the rotation now and a live one stays.
+#[utoipa::path(post, path = "/agents/{name}/failures", params(("name" = String, Path, description = "Agent name"), ReportedInstance), responses(
+    (status = 200, description = "Health checked; the message says the result", body = StatusMessage),
+    (status = 404, description = "No such agent", body = ErrorBody),
+    (status = 409, description = "The name is registered at another URL now; nothing was checked", body = ErrorBody),
+))]
+async fn report_failure(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(name): PathParam<String>,
+    QueryParams(instance): QueryParams<ReportedInstance>,
+) -> Result<Json<StatusMessage>, RegistryError> {
+    let target = state.directory.poll_target(&name).ok_or_else(|| RegistryError::AgentNotFound(name.clone()))?;
+    if let Some(url) = instance.url.as_deref().map(|u| u.trim_end_matches('/'))
+        && url != target.url
+    {
+        return Err(RegistryError::ReportStale { name, url: url.to_owned(), current: target.url });
+    }
+    tracing::info!(agent = %name, "failure reported; checking health now");
+    check_and_record(&state.directory, &state.http, target, state.health_check_timeout).await;
+    let health = state.directory.get(&name)?.health_status;
+    Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }
 
 /// Every registered agent with its health.

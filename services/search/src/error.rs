@@ -16,6 +16,8 @@ pub enum SearchError {
     InvalidParameters(String),
     #[error("a ranking task failed: {0}")]
     Worker(String),
+    #[error("no profile finished before the caller's deadline (still ranking: {0})")]
+    OutOfTime(String),
 }
 
 impl From<SearchError> for AgentError {
@@ -28,6 +30,7 @@ impl From<SearchError> for AgentError {
             | SearchError::CorpusFile { .. }
             | SearchError::Index(_)
             | SearchError::Worker(_) => AgentError::Internal(error.to_string()),
+            SearchError::OutOfTime(_) => AgentError::Timeout(error.to_string()),
         }
     }
 }

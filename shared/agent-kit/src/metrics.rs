@@ -5,6 +5,7 @@ use std::time::Instant;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use mesh_client::CircuitReport;
 use serde::{Deserialize, Serialize};
 
 /// Counters an operator reads from `/health`.
@@ -27,6 +28,9 @@ pub struct HealthReport {
     /// Where this agent stands with the registry; absent when no registry is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registration: Option<RegistrationState>,
+    /// The circuit breaker of every agent instance this one has called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub circuits: Vec<CircuitReport>,
 }
 
 /// Where an agent stands with its registry.
@@ -74,6 +78,7 @@ impl ServiceMetrics {
                 errors: self.errors.load(Ordering::Relaxed),
             },
             registration: *self.registration.lock().unwrap_or_else(|e| e.into_inner()),
+            circuits: Vec::new(),
         }
     }
 
