@@ -92,7 +92,14 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let until = started + Duration::from_secs(args.seconds);
 
-    let watcher = tokio::spawn(watch_replica(http.clone(), args.registry_url.clone(), args.replica.clone(), args.replica_url.clone(), until, watch.clone()));
+    let watcher = tokio::spawn(watch_replica(
+        http.clone(),
+        args.registry_url.clone(),
+        args.replica.clone(),
+        args.replica_url.clone(),
+        until,
+        watch.clone(),
+    ));
     let mut workers = Vec::new();
     for worker in 0..args.concurrency {
         let (http, outcomes, url) = (http.clone(), outcomes.clone(), args.orchestrator_url.clone());
@@ -206,7 +213,10 @@ fn report(args: &Args, outcomes: &[Outcome], watch: &Watch) {
     let mut latencies: Vec<f64> = outcomes.iter().map(|o| o.latency_ms).collect();
     let (p50, p99) = (quantile(&mut latencies, 0.50), quantile(&mut latencies, 0.99));
     let max = latencies.last().copied().unwrap_or(0.0);
-    println!("chaos load: {} concurrent queries for {} s, deadline {} ms each", args.concurrency, args.seconds, args.deadline_ms);
+    println!(
+        "chaos load: {} concurrent queries for {} s, deadline {} ms each",
+        args.concurrency, args.seconds, args.deadline_ms
+    );
     println!("queries: {total}");
     for (kind, count) in &kinds {
         println!("  {kind:<40} {count}");
@@ -225,8 +235,15 @@ fn report(args: &Args, outcomes: &[Outcome], watch: &Watch) {
                 }
                 None => println!("  never listed healthy again"),
             }
-            match outcomes.iter().filter(|o| o.finished > up && o.searched_by.as_deref() == Some(&args.replica)).map(|o| o.finished).min() {
-                Some(first) => println!("  first query searched by it {:.2} s after it answered again", (first - up).as_secs_f64()),
+            match outcomes
+                .iter()
+                .filter(|o| o.finished > up && o.searched_by.as_deref() == Some(&args.replica))
+                .map(|o| o.finished)
+                .min()
+            {
+                Some(first) => {
+                    println!("  first query searched by it {:.2} s after it answered again", (first - up).as_secs_f64())
+                }
                 None => println!("  no query searched by it after it answered again"),
             }
         }

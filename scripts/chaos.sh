@@ -21,7 +21,8 @@ profile=${CHAOS_PROFILE:-release}
 target_dir=${CARGO_TARGET_DIR:-target}
 bin_dir="$target_dir/$([ "$profile" = dev ] && echo debug || echo "$profile")"
 
-cargo build --profile "$profile" --bin a2a-mesh --bin search --example chaos_load
+cargo build --profile "$profile" --bin a2a-mesh --example chaos_load
+cargo build --profile "$profile" -p search --bin search
 
 work=$(mktemp -d)
 pids=()

@@ -170,9 +170,9 @@ impl Orchestrator {
             return Err(match search.failure {
                 // The search agent judged the request itself invalid (e.g. an unknown profile):
                 // the caller's mistake, not an outage.
-                Some(CallError::Failed { source: ClientError::Status { status: 400, body: Some(body), .. }, .. })
-                    if body.error_code == "TASK_INVALID_INPUT" =>
-                {
+                Some(CallError::Failed {
+                    source: ClientError::Status { status: 400, body: Some(body), .. }, ..
+                }) if body.error_code == "TASK_INVALID_INPUT" => {
                     AgentError::InvalidInput(format!("search refused the request: {}", body.error_message))
                 }
                 Some(error) if error.is_timeout() => AgentError::Timeout(format!("search did not answer: {error}")),
@@ -300,8 +300,7 @@ impl Orchestrator {
             Ok((answered, value)) => {
                 let response = answered.response;
                 let word = if response.status == ResponseStatus::Partial { "partial" } else { "success" };
-                let call =
-                    record(Some(&answered.agent.name), word, Some(response.metadata.processing_time_ms), None);
+                let call = record(Some(&answered.agent.name), word, Some(response.metadata.processing_time_ms), None);
                 let warnings = response.warnings.into_iter().map(|w| format!("{capability}: {w}")).collect();
                 Outcome { value: Some(value), call, warnings, failure: None }
             }

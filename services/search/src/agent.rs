@@ -88,8 +88,10 @@ impl SearchAgent {
         if rankings.is_empty() {
             return Err(SearchError::OutOfTime(late.join(", ")));
         }
-        let warnings: Vec<String> =
-            late.iter().map(|profile| format!("profile {profile:?} did not finish before the deadline; left out")).collect();
+        let warnings: Vec<String> = late
+            .iter()
+            .map(|profile| format!("profile {profile:?} did not finish before the deadline; left out"))
+            .collect();
         let profiles: Vec<String> = rankings.iter().map(|r| r.profile.clone()).collect();
         let started = Instant::now();
         let fused = reciprocal_rank_fusion(&rankings, self.settings.rrf_k, top_k);

@@ -63,7 +63,11 @@ pub fn call_agent_skill() -> AgentSkill {
 }
 
 /// Calls the agent `input` names on behalf of the call `scope` handles, and returns its answer.
-pub async fn call_agent(caller: &MeshCaller, scope: &CallScope, input: CallAgentInput) -> Result<TaskResponse, AgentError> {
+pub async fn call_agent(
+    caller: &MeshCaller,
+    scope: &CallScope,
+    input: CallAgentInput,
+) -> Result<TaskResponse, AgentError> {
     if input.skill != CALL_AGENT_SKILL_ID {
         return Err(AgentError::InvalidInput(format!("skill must be {CALL_AGENT_SKILL_ID:?}, not {:?}", input.skill)));
     }

@@ -92,12 +92,18 @@ async fn expect_refused(agent: &Running, headers: &[(&str, &str)], status: u16, 
 #[tokio::test]
 async fn a_cycle_a_call_at_the_depth_limit_and_a_malformed_context_are_refused_before_any_work() {
     let agent = start().await;
-    let cycle = expect_refused(&agent, &[(CALL_CHAIN_HEADER, "orchestrator,guarded,search")], 508, "CALL_CYCLE_DETECTED").await;
+    let cycle =
+        expect_refused(&agent, &[(CALL_CHAIN_HEADER, "orchestrator,guarded,search")], 508, "CALL_CYCLE_DETECTED").await;
     assert!(cycle.error_message.contains("orchestrator -> guarded -> search -> guarded"), "{}", cycle.error_message);
     let depth = expect_refused(&agent, &[(CALL_CHAIN_HEADER, "a,b,c,d,e")], 400, "CALL_DEPTH_EXCEEDED").await;
     assert!(depth.error_message.contains("a -> b -> c -> d -> e"), "{}", depth.error_message);
     expect_refused(&agent, &[(CALL_DEPTH_HEADER, "9")], 400, "CALL_DEPTH_EXCEEDED").await;
-    for header in [(CALL_DEPTH_HEADER, "deep"), (CALL_DEADLINE_MS_HEADER, "soon"), (PRIORITY_HEADER, "ASAP"), (TENANT_HEADER, "a/b")] {
+    for header in [
+        (CALL_DEPTH_HEADER, "deep"),
+        (CALL_DEADLINE_MS_HEADER, "soon"),
+        (PRIORITY_HEADER, "ASAP"),
+        (TENANT_HEADER, "a/b"),
+    ] {
         expect_refused(&agent, &[header], 400, "CALL_CONTEXT_INVALID").await;
     }
     // Four hops deep is still admitted.

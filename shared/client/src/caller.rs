@@ -218,9 +218,8 @@ impl MeshCaller {
             return Err(CallError::NoTimeLeft);
         }
         let deadline = Instant::now() + Duration::from_millis(budget_ms);
-        let candidates = tokio::time::timeout_at(deadline, self.candidates(target))
-            .await
-            .map_err(|_| CallError::NoTimeLeft)??;
+        let candidates =
+            tokio::time::timeout_at(deadline, self.candidates(target)).await.map_err(|_| CallError::NoTimeLeft)??;
         for candidate in &candidates {
             // The checks the callee would make, made here so a doomed call is never sent.
             scope.context().next_hop(scope.agent(), budget_ms).admit(&candidate.name).map_err(CallError::Rejected)?;
@@ -323,8 +322,11 @@ impl MeshCaller {
     ) -> Result<http::Request<bytes::Bytes>, CallError> {
         let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
         let context = scope.context().next_hop(scope.agent(), left_ms);
-        let mut request = json_request(Method::POST, endpoint, Some(task))
-            .map_err(|source| CallError::Failed { agent: endpoint.to_owned(), attempts: 0, source })?;
+        let mut request = json_request(Method::POST, endpoint, Some(task)).map_err(|source| CallError::Failed {
+            agent: endpoint.to_owned(),
+            attempts: 0,
+            source,
+        })?;
         for (name, value) in context.to_headers() {
             if let Ok(value) = HeaderValue::from_str(&value) {
                 request.headers_mut().insert(HeaderName::from_static(name), value);
@@ -352,7 +354,8 @@ fn is_transient(error: &ClientError) -> bool {
     match error {
         ClientError::Transport { source, .. } => !matches!(source, TransportError::Timeout { .. }),
         ClientError::Status { status, body, .. } => {
-            let refused_call = body.as_ref().is_some_and(|b| b.error_code.starts_with("CALL_") && b.error_code != "CALL_BUSY");
+            let refused_call =
+                body.as_ref().is_some_and(|b| b.error_code.starts_with("CALL_") && b.error_code != "CALL_BUSY");
             !refused_call && matches!(status, 429 | 500 | 502 | 503)
         }
         ClientError::Decode { .. } | ClientError::InvalidUrl { .. } => false,

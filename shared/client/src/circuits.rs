@@ -10,8 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use serde::{Deserialize, Serialize};
-use tower::{Layer, ServiceExt};
 use tower::util::BoxCloneService;
+use tower::{Layer, ServiceExt};
 use tower_resilience::circuitbreaker::{
     CircuitBreakerError, CircuitBreakerHandle, CircuitBreakerLayer, CircuitState, FnClassifier,
 };

@@ -59,7 +59,11 @@ impl Discovery {
 
     /// One agent for `capability`: round-robin among the healthy ones, else any registered one.
     pub async fn agent_for(&self, capability: &str) -> Result<AgentSummary, DiscoveryError> {
-        self.candidates(capability).await?.into_iter().next().ok_or_else(|| DiscoveryError::NoAgent(capability.to_owned()))
+        self.candidates(capability)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| DiscoveryError::NoAgent(capability.to_owned()))
     }
 
     /// Every agent for `capability` in the order to try them: the healthy ones first, starting

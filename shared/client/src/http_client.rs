@@ -97,5 +97,6 @@ pub fn decode_json<T: DeserializeOwned>(url: &str, response: &Response<Bytes>) -
             body: serde_json::from_slice(response.body()).ok(),
         });
     }
-    serde_json::from_slice(response.body()).map_err(|e| ClientError::Decode { url: url.to_owned(), reason: e.to_string() })
+    serde_json::from_slice(response.body())
+        .map_err(|e| ClientError::Decode { url: url.to_owned(), reason: e.to_string() })
 }

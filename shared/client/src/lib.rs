@@ -23,8 +23,8 @@ pub use caller::{
     RETRY_DELAY_MAX_MS_DEFAULT, RETRY_DELAY_MIN_MS_DEFAULT, Target,
 };
 pub use circuits::{
-    CIRCUIT_CONSECUTIVE_FAILURES_DEFAULT, CIRCUIT_OPEN_MS_DEFAULT, CircuitReport, CircuitSettings, CircuitWord, Circuits,
-    Passage,
+    CIRCUIT_CONSECUTIVE_FAILURES_DEFAULT, CIRCUIT_OPEN_MS_DEFAULT, CircuitReport, CircuitSettings, CircuitWord,
+    Circuits, Passage,
 };
 pub use discovery::{Discovery, DiscoveryError};
 pub use http_client::{ClientError, HttpClient, decode_json, json_request};

@@ -10,7 +10,7 @@ use mesh_client::{
     BoxFuture, CallError, CallScope, CallerSettings, CircuitSettings, CircuitWord, Circuits, Discovery, HttpClient,
     MeshCaller, Passage, RegistryClient, Target, Transport, TransportError,
 };
-use mesh_protocol::call::{CALL_CHAIN_HEADER, CALL_DEADLINE_MS_HEADER, CALL_DEPTH_HEADER, CallContext};
+use mesh_protocol::call::{CALL_CHAIN_HEADER, CALL_DEADLINE_MS_HEADER, CallContext};
 use mesh_protocol::seed::TaskRequest;
 use serde_json::json;
 
@@ -105,7 +105,10 @@ impl Transport for Script {
                         ),
                     });
                 }
-                return Ok(json_response(StatusCode::OK, json!({"status": "success", "capability": "work", "agents": agents})));
+                return Ok(json_response(
+                    StatusCode::OK,
+                    json!({"status": "success", "capability": "work", "agents": agents}),
+                ));
             }
             let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
             script.log.lock().unwrap().push((host.clone(), header(CALL_CHAIN_HEADER), header(CALL_DEADLINE_MS_HEADER)));
@@ -159,7 +162,8 @@ fn scope(chain: &[&str], deadline_ms: Option<u64>) -> CallScope {
 async fn a_failing_replica_is_retried_on_the_next_one_with_the_context_in_headers() {
     let script = Scripted::new(&[("w1", Behaviour::Refuse), ("w2", Behaviour::Answer)]);
     let caller = caller(&script, settings());
-    let answered = caller.call(&scope(&["origin"], Some(5_000)), &Target::capability("work"), &task(), None).await.unwrap();
+    let answered =
+        caller.call(&scope(&["origin"], Some(5_000)), &Target::capability("work"), &task(), None).await.unwrap();
     assert_eq!(answered.agent.name, "w2");
     assert_eq!(answered.attempts, 2);
     assert_eq!(script.called(), ["w1", "w2"]);
@@ -190,7 +194,9 @@ async fn a_full_bulkhead_answers_busy_at_once() {
     let caller = Arc::new(caller(&script, CallerSettings { outbound_calls_max: 1, ..settings() }));
     let first = {
         let caller = caller.clone();
-        tokio::spawn(async move { caller.call(&scope(&[], None), &Target::Agent("w1".into()), &task(), Some(1_000)).await })
+        tokio::spawn(
+            async move { caller.call(&scope(&[], None), &Target::Agent("w1".into()), &task(), Some(1_000)).await },
+        )
     };
     tokio::task::yield_now().await;
     while script.called().is_empty() {
@@ -278,5 +284,9 @@ async fn every_instance_open_fails_fast_and_the_registry_is_told() {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    assert_eq!(*script.reports.lock().unwrap(), ["/agents/w1/failures?url=http%3A%2F%2Fw1"], "reported once, when it opened");
+    assert_eq!(
+        *script.reports.lock().unwrap(),
+        ["/agents/w1/failures?url=http%3A%2F%2Fw1"],
+        "reported once, when it opened"
+    );
 }

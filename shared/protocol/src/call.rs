@@ -285,10 +285,9 @@ pub fn validate_tenant_id(tenant: &str) -> Result<(), String> {
 }
 
 fn decode_chain_entry(entry: &str) -> Result<String, CallRejection> {
-    percent_decode_str(entry.trim())
-        .decode_utf8()
-        .map(|name| name.into_owned())
-        .map_err(|_| CallRejection::Invalid(format!("{CALL_CHAIN_HEADER} entry {entry:?} is not percent-encoded UTF-8")))
+    percent_decode_str(entry.trim()).decode_utf8().map(|name| name.into_owned()).map_err(|_| {
+        CallRejection::Invalid(format!("{CALL_CHAIN_HEADER} entry {entry:?} is not percent-encoded UTF-8"))
+    })
 }
 
 #[cfg(test)]

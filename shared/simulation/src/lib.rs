@@ -20,6 +20,9 @@ use mesh_client::{BoxFuture, Transport, TransportError};
 const RESPONSE_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Pause after a failed accept, so a broken listener does not spin.
 const ACCEPT_RETRY_MS: u64 = 10;
+/// Time allowed to open a connection, as in the production transport: a host that is gone
+/// (crashed, partitioned) fails the attempt quickly instead of eating the whole call's time.
+const CONNECT_TIMEOUT_MS: u64 = 2_000;
 
 /// The client kit's transport on the simulated network: one HTTP/1 connection per request.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,7 +36,9 @@ impl Transport for SimTransport {
     ) -> BoxFuture<'static, Result<Response<Bytes>, TransportError>> {
         Box::pin(async move {
             let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-            tokio::time::timeout(timeout, exchange(request)).await.map_err(|_| TransportError::Timeout { timeout_ms })?
+            tokio::time::timeout(timeout, exchange(request))
+                .await
+                .map_err(|_| TransportError::Timeout { timeout_ms })?
         })
     }
 }
@@ -42,8 +47,10 @@ async fn exchange(request: Request<Bytes>) -> Result<Response<Bytes>, TransportE
     let (mut parts, body) = request.into_parts();
     let host = parts.uri.host().ok_or_else(|| TransportError::Other(format!("no host in {}", parts.uri)))?.to_owned();
     let port = parts.uri.port_u16().unwrap_or(80);
-    let stream = turmoil::net::TcpStream::connect((host.as_str(), port))
+    let connect = turmoil::net::TcpStream::connect((host.as_str(), port));
+    let stream = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
         .await
+        .map_err(|_| TransportError::Connect(format!("{host}:{port}: no connection within {CONNECT_TIMEOUT_MS} ms")))?
         .map_err(|e| TransportError::Connect(format!("{host}:{port}: {e}")))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -73,8 +80,13 @@ async fn exchange(request: Request<Bytes>) -> Result<Response<Bytes>, TransportE
 }
 
 /// A simulated TCP listener `axum::serve` can serve on.
-#[derive(Debug)]
 pub struct SimListener(turmoil::net::TcpListener);
+
+impl std::fmt::Debug for SimListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SimListener").field(&self.0.local_addr().ok()).finish()
+    }
+}
 
 impl SimListener {
     /// Listens on `port` of the current simulated host.
