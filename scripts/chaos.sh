@@ -8,7 +8,8 @@
 #   CHAOS_PORT_BASE (18000: registry, +1 orchestrator, +2 search, +3 second search replica,
 #   +10 entity extraction, +11 profile selection), CHAOS_SECONDS (60), CHAOS_CONCURRENCY (16),
 #   CHAOS_DEADLINE_MS (15000), CHAOS_HEALTH_INTERVAL_MS (2000, the registry's poll interval),
-#   CHAOS_PROFILE (release; `dev` for a debug build).
+#   CHAOS_PROFILE (release; `dev` for a debug build), CHAOS_SKIP_BUILD=1 to use binaries already
+#   built (e.g. by `cargo test --workspace --no-run`, which builds them in the dev profile).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -21,8 +22,10 @@ profile=${CHAOS_PROFILE:-release}
 target_dir=${CARGO_TARGET_DIR:-target}
 bin_dir="$target_dir/$([ "$profile" = dev ] && echo debug || echo "$profile")"
 
-cargo build --profile "$profile" --bin a2a-mesh --example chaos_load
-cargo build --profile "$profile" -p search --bin search
+if [ -z "${CHAOS_SKIP_BUILD:-}" ]; then
+    cargo build --profile "$profile" --bin a2a-mesh --example chaos_load
+    cargo build --profile "$profile" -p search --bin search
+fi
 
 work=$(mktemp -d)
 pids=()

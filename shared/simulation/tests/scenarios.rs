@@ -31,6 +31,10 @@ const REGISTRY_URL: &str = "http://registry:80";
 const SIM_DURATION_S: u64 = 120;
 const LATENCY_MIN_MS: u64 = 1;
 const LATENCY_MAX_MS: u64 = 20;
+/// Simulated time one step advances: coarser steps make long scenarios cheap to run.
+const TICK_MS: u64 = 5;
+/// Extra time a timed assertion allows: two network hops at most latency, plus step rounding.
+const TIMING_SLACK_MS: u64 = 2 * LATENCY_MAX_MS + 4 * TICK_MS;
 /// How long the agents' discovery caches trust an answer.
 const DISCOVERY_TTL_MS: u64 = 1_000;
 /// The time a worker agent takes to answer.
@@ -317,6 +321,7 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .simulation_duration(Duration::from_secs(SIM_DURATION_S))
+        .tick_duration(Duration::from_millis(TICK_MS))
         .min_message_latency(Duration::from_millis(LATENCY_MIN_MS))
         .max_message_latency(Duration::from_millis(LATENCY_MAX_MS))
         .build();
@@ -478,7 +483,7 @@ fn a_slow_callee_times_out_within_the_callers_deadline() {
         let Seen::Error { status, body } = &seen else { panic!("{}", seen.describe()) };
         assert_eq!((*status, body.error_code.as_str()), (504, "AGENT_TIMEOUT"), "{}", seen.describe());
         assert_eq!(body.status, mesh_protocol::error::FailureStatus::Timeout);
-        assert!(took < Duration::from_millis(300 + 2 * LATENCY_MAX_MS + 10), "took {took:?}");
+        assert!(took < Duration::from_millis(300 + TIMING_SLACK_MS), "took {took:?}");
         // The caller's own deadline caps what it asks of the callee.
         let before = client.elapsed();
         let seen = client
@@ -491,7 +496,7 @@ fn a_slow_callee_times_out_within_the_callers_deadline() {
             .await;
         let took = client.elapsed() - before;
         assert!(matches!(seen.error_code(), Some("AGENT_TIMEOUT" | "CALL_DEADLINE_EXCEEDED")), "{}", seen.describe());
-        assert!(took < Duration::from_millis(200 + 2 * LATENCY_MAX_MS + 10), "took {took:?}");
+        assert!(took < Duration::from_millis(200 + TIMING_SLACK_MS), "took {took:?}");
     });
 }
 
