@@ -26,6 +26,7 @@ if [ -z "${CHAOS_SKIP_BUILD:-}" ]; then
     cargo build --profile "$profile" --bin a2a-mesh --example chaos_load
     cargo build --profile "$profile" -p search --bin search
 fi
+bin_dir=$(cd "$bin_dir" && pwd)
 
 work=$(mktemp -d)
 pids=()
@@ -50,7 +51,7 @@ start_replica() {
     MESH_REGISTRY_PORT=$base MESH_ORCHESTRATOR_PORT=$((base + 1)) MESH_SEARCH_PORT=$((base + 2)) \
         MESH_ENTITY_EXTRACTION_PORT=$((base + 10)) MESH_PROFILE_SELECTION_PORT=$((base + 11)) \
         MESH_REGISTRY_HEALTH_CHECK_INTERVAL_MS=$health_interval_ms \
-        exec "$OLDPWD/$bin_dir/a2a-mesh" up >"$work/suite.log" 2>&1
+        exec "$bin_dir/a2a-mesh" up >"$work/suite.log" 2>&1
 ) &
 pids+=($!)
 
