@@ -112,11 +112,12 @@ async fn register(
     Ok(Json(StatusMessage::new("registered")))
 }
 
-/// Which instance a deregistration is for.
+/// Which instance of a name a request is about.
 #[derive(Debug, Deserialize, IntoParams)]
 struct InstanceQuery {
-    /// Remove the agent only while it is registered at this URL (a stopping instance sends its
-    /// own, so it never removes a replacement that took over its name).
+    /// The URL the instance is registered at: the request applies only while the name is still
+    /// registered there, so a stopping instance never removes a replacement that took over its
+    /// name, and a failure report about a replaced instance checks nothing.
     url: Option<String>,
 }
 
@@ -146,17 +147,9 @@ async fn deregister(
     Ok(Json(StatusMessage::new("deregistered")))
 }
 
-/// Which instance a failure report is about.
-#[derive(Debug, Deserialize, IntoParams)]
-struct ReportedInstance {
-    /// The base URL the caller reached the agent at; a report about an instance that has been
-    /// replaced since is refused (409) and nothing is checked.
-    url: Option<String>,
-}
-
 /// Report that calls to an agent are failing: the registry checks its health at once (rather
 /// than at the next poll), so a dead instance leaves the rotation now and a live one stays.
-#[utoipa::path(post, path = "/agents/{name}/failures", params(("name" = String, Path, description = "Agent name"), ReportedInstance), responses(
+#[utoipa::path(post, path = "/agents/{name}/failures", params(("name" = String, Path, description = "Agent name"), InstanceQuery), responses(
     (status = 200, description = "Health checked; the message says the result", body = StatusMessage),
     (status = 404, description = "No such agent", body = ErrorBody),
     (status = 409, description = "The name is registered at another URL now; nothing was checked", body = ErrorBody),
@@ -164,7 +157,7 @@ struct ReportedInstance {
 async fn report_failure(
     State(state): State<Arc<RegistryState>>,
     PathParam(name): PathParam<String>,
-    QueryParams(instance): QueryParams<ReportedInstance>,
+    QueryParams(instance): QueryParams<InstanceQuery>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
     let target = state.directory.poll_target(&name).ok_or_else(|| RegistryError::AgentNotFound(name.clone()))?;
     if let Some(url) = instance.url.as_deref().map(|u| u.trim_end_matches('/'))
