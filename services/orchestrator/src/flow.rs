@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
-use mesh_client::{CallError, CallScope, ClientError, MeshCaller, Target, reply_data};
+use mesh_client::{CallError, CallScope, MeshCaller, Target, reply_data};
 use mesh_protocol::agents::{
     AgentCall, EntityExtraction, Modality, ProfileSelection, ProfileSelectionRequest, QUERY_CHARS_MAX, QueryAnswer,
     QueryMetadata, QueryOptions, SearchProfile, SearchRequest, SearchResults, search_profiles,
@@ -170,10 +170,13 @@ impl Orchestrator {
             return Err(match search.failure {
                 // The search agent judged the request itself invalid (e.g. an unknown profile):
                 // the caller's mistake, not an outage.
-                Some(CallError::Failed {
-                    source: ClientError::Status { status: 400, body: Some(body), .. }, ..
-                }) if body.error_code == "TASK_INVALID_INPUT" => {
-                    AgentError::InvalidInput(format!("search refused the request: {}", body.error_message))
+                Some(error)
+                    if error
+                        .callee_error()
+                        .is_some_and(|(status, body)| status == 400 && body.error_code == "TASK_INVALID_INPUT") =>
+                {
+                    let message = error.callee_error().map(|(_, body)| body.error_message.clone()).unwrap_or_default();
+                    AgentError::InvalidInput(format!("search refused the request: {message}"))
                 }
                 Some(error) if error.is_timeout() => AgentError::Timeout(format!("search did not answer: {error}")),
                 // Refused for call safety (a cycle, the depth limit, a full bulkhead): said as such.
@@ -292,7 +295,7 @@ impl Orchestrator {
             let value = reply_data::<T>(endpoint, &answered.response).map_err(|source| CallError::Failed {
                 agent: answered.agent.name.clone(),
                 attempts: answered.attempts,
-                source,
+                source: Box::new(source),
             })?;
             Ok((answered, value))
         });

@@ -13,6 +13,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use http::{HeaderName, HeaderValue, Method};
 use mesh_protocol::call::{CallContext, CallRejection, call_timeout_ms};
+use mesh_protocol::error::ErrorBody;
 use mesh_protocol::registry::AgentSummary;
 use mesh_protocol::seed::{TaskRequest, TaskResponse};
 use tokio::sync::Semaphore;
@@ -131,9 +132,9 @@ pub enum CallError {
     /// Every instance's circuit is open.
     #[error("every instance of {target} is failing (circuits open)")]
     CircuitOpen { target: String },
-    /// The last attempt's failure, after `attempts` attempts.
+    /// The last attempt's failure, after `attempts` attempts (boxed: it is large).
     #[error("{source} (after {attempts} attempts)")]
-    Failed { agent: String, attempts: usize, source: ClientError },
+    Failed { agent: String, attempts: usize, source: Box<ClientError> },
 }
 
 impl CallError {
@@ -142,7 +143,7 @@ impl CallError {
         match self {
             Self::NoTimeLeft => true,
             Self::Failed { source, .. } => {
-                source.is_timeout() || matches!(source, ClientError::Status { status: 504, .. })
+                source.is_timeout() || matches!(**source, ClientError::Status { status: 504, .. })
             }
             _ => false,
         }
@@ -157,9 +158,22 @@ impl CallError {
             Self::Discovery(DiscoveryError::Registry { .. }) => "REGISTRY_UNAVAILABLE",
             Self::Discovery(_) => "AGENT_NOT_FOUND",
             Self::CircuitOpen { .. } => "AGENT_CIRCUIT_OPEN",
-            Self::Failed { source: ClientError::Status { body: Some(body), .. }, .. } => &body.error_code,
-            Self::Failed { .. } if self.is_timeout() => "AGENT_TIMEOUT",
-            Self::Failed { .. } => "AGENT_UNAVAILABLE",
+            Self::Failed { .. } => match self.callee_error() {
+                Some((_, body)) => &body.error_code,
+                None if self.is_timeout() => "AGENT_TIMEOUT",
+                None => "AGENT_UNAVAILABLE",
+            },
+        }
+    }
+
+    /// The status and error body the called agent answered with, when it answered with one.
+    pub fn callee_error(&self) -> Option<(u16, &ErrorBody)> {
+        match self {
+            Self::Failed { source, .. } => match source.as_ref() {
+                ClientError::Status { status, body: Some(body), .. } => Some((*status, body)),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -253,7 +267,7 @@ impl MeshCaller {
             }
             let Some((agent, outcome)) = sent else {
                 return Err(match last_failure {
-                    Some((agent, source)) => CallError::Failed { agent, attempts, source },
+                    Some((agent, source)) => CallError::Failed { agent, attempts, source: Box::new(source) },
                     None => CallError::CircuitOpen { target: describe(target) },
                 });
             };
@@ -261,7 +275,7 @@ impl MeshCaller {
             match outcome {
                 Ok(response) => return Ok(Answered { agent: agent.clone(), response, attempts }),
                 Err(source) if !is_transient(&source) || attempts >= self.settings.attempts_max.max(1) => {
-                    return Err(CallError::Failed { agent: agent.name.clone(), attempts, source });
+                    return Err(CallError::Failed { agent: agent.name.clone(), attempts, source: Box::new(source) });
                 }
                 Err(error) => {
                     tracing::debug!(agent = %agent.name, %error, attempts, "call failed; retrying elsewhere");
@@ -325,7 +339,7 @@ impl MeshCaller {
         let mut request = json_request(Method::POST, endpoint, Some(task)).map_err(|source| CallError::Failed {
             agent: endpoint.to_owned(),
             attempts: 0,
-            source,
+            source: Box::new(source),
         })?;
         for (name, value) in context.to_headers() {
             if let Ok(value) = HeaderValue::from_str(&value) {
@@ -372,7 +386,7 @@ fn describe(target: &Target) -> String {
 /// The deadline came: the last failure tells why, or there was no time for any attempt.
 fn out_of_time(last_failure: Option<(String, ClientError)>, attempts: usize) -> CallError {
     match last_failure {
-        Some((agent, source)) => CallError::Failed { agent, attempts, source },
+        Some((agent, source)) => CallError::Failed { agent, attempts, source: Box::new(source) },
         None => CallError::NoTimeLeft,
     }
 }
