@@ -25,11 +25,14 @@ enum Behaviour {
     Hang,
 }
 
+/// One request to an agent: the agent, and its call-chain and deadline headers.
+type Logged = (String, Option<String>, Option<String>);
+
 /// A transport answering the registry's discovery and each agent by a script, and logging requests.
 #[derive(Debug, Default)]
 struct Scripted {
     agents: Mutex<Vec<(&'static str, Behaviour)>>,
-    log: Mutex<Vec<(String, Option<String>, Option<String>)>>,
+    log: Mutex<Vec<Logged>>,
     /// Paths of the failure reports the registry got.
     reports: Mutex<Vec<String>>,
 }
