@@ -4,27 +4,26 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
-use mesh_client::{ClientError, HttpClient, post_task, reply_data};
+use mesh_client::{CallError, CallScope, MeshCaller, Target, reply_data};
 use mesh_protocol::agents::{
     AgentCall, EntityExtraction, Modality, ProfileSelection, ProfileSelectionRequest, QUERY_CHARS_MAX, QueryAnswer,
     QueryMetadata, QueryOptions, SearchProfile, SearchRequest, SearchResults, search_profiles,
 };
+use mesh_protocol::call::validate_tenant_id;
 use mesh_protocol::registry::AgentSummary;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::discovery::Discovery;
-
 pub const CAPABILITY_SEARCH: &str = "search";
 pub const CAPABILITY_PROFILE_SELECTION: &str = "profile_selection";
 pub const CAPABILITY_ENTITY_EXTRACTION: &str = "entity_extraction";
 /// Most results one query may ask for.
 const TOP_K_MAX: usize = 100;
-/// Longest accepted tenant id (seed 002 §8: an invalid tenant id is a 400).
-const TENANT_ID_CHARS_MAX: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FlowSettings {
@@ -37,8 +36,7 @@ pub struct FlowSettings {
 
 #[derive(Debug)]
 pub struct Orchestrator {
-    discovery: Discovery,
-    http: HttpClient,
+    caller: Arc<MeshCaller>,
     settings: FlowSettings,
 }
 
@@ -50,7 +48,7 @@ struct Outcome<T> {
     /// PARTIAL, each naming the capability.
     warnings: Vec<String>,
     /// Why the call failed.
-    failure: Option<ClientError>,
+    failure: Option<CallError>,
 }
 
 impl<T> Outcome<T> {
@@ -84,11 +82,17 @@ impl<T> Outcome<T> {
 }
 
 impl Orchestrator {
-    pub fn new(discovery: Discovery, http: HttpClient, settings: FlowSettings) -> Self {
-        Self { discovery, http, settings }
+    pub fn new(caller: Arc<MeshCaller>, settings: FlowSettings) -> Self {
+        Self { caller, settings }
     }
 
-    pub async fn answer(&self, query: &str, options: QueryOptions) -> Result<(QueryAnswer, Vec<String>), AgentError> {
+    /// Answers `query` for the call `scope` handles; every call to another agent derives from it.
+    pub async fn answer(
+        &self,
+        scope: &CallScope,
+        query: &str,
+        options: QueryOptions,
+    ) -> Result<(QueryAnswer, Vec<String>), AgentError> {
         let received = Instant::now();
         let query = query.trim();
         if query.is_empty() {
@@ -101,7 +105,7 @@ impl Orchestrator {
             )));
         }
         if let Some(tenant) = &options.tenant_id {
-            validate_tenant(tenant)?;
+            validate_tenant_id(tenant).map_err(AgentError::InvalidInput)?;
         }
         let top_k = options.top_k.unwrap_or(self.settings.top_k_default);
         if !(1..=TOP_K_MAX).contains(&top_k) {
@@ -112,16 +116,16 @@ impl Orchestrator {
         }
 
         // One search agent per query: the one whose card lists the profiles is the one searched.
-        let search_agent = self.discovery.agent_for(CAPABILITY_SEARCH).await;
+        let search_agent = self.caller.discovery().agent_for(CAPABILITY_SEARCH).await;
 
         // Planning: both planners at once.
         let planning_started = Instant::now();
         let entities =
-            self.call::<_, EntityExtraction>(CAPABILITY_ENTITY_EXTRACTION, None, query, None::<&()>, received);
+            self.call::<_, EntityExtraction>(scope, CAPABILITY_ENTITY_EXTRACTION, None, query, None::<&()>, received);
         let selection = async {
             match &options.profiles {
                 Some(_) => None,
-                None => Some(self.select_profiles(query, search_agent.as_ref().ok(), received).await),
+                None => Some(self.select_profiles(scope, query, search_agent.as_ref().ok(), received).await),
             }
         };
         let (entities, selection) = tokio::join!(entities, selection);
@@ -154,7 +158,8 @@ impl Orchestrator {
         let search_started = Instant::now();
         let search = match search_agent {
             Ok(agent) => {
-                self.call::<_, SearchResults>(CAPABILITY_SEARCH, Some(agent), query, Some(&request), received).await
+                self.call::<_, SearchResults>(scope, CAPABILITY_SEARCH, Some(agent), query, Some(&request), received)
+                    .await
             }
             Err(error) => Outcome::unavailable(CAPABILITY_SEARCH, error.to_string(), received),
         };
@@ -165,10 +170,17 @@ impl Orchestrator {
             return Err(match search.failure {
                 // The search agent judged the request itself invalid (e.g. an unknown profile):
                 // the caller's mistake, not an outage.
-                Some(ClientError::Status { status: 400, body: Some(body), .. }) => {
-                    AgentError::InvalidInput(format!("search refused the request: {}", body.error_message))
+                Some(error)
+                    if error
+                        .callee_error()
+                        .is_some_and(|(status, body)| status == 400 && body.error_code == "TASK_INVALID_INPUT") =>
+                {
+                    let message = error.callee_error().map(|(_, body)| body.error_message.clone()).unwrap_or_default();
+                    AgentError::InvalidInput(format!("search refused the request: {message}"))
                 }
                 Some(error) if error.is_timeout() => AgentError::Timeout(format!("search did not answer: {error}")),
+                // Refused for call safety (a cycle, the depth limit, a full bulkhead): said as such.
+                Some(error) if error.error_code().starts_with("CALL_") => AgentError::from(error),
                 Some(error) => AgentError::Unavailable(format!("search failed: {error}")),
                 None => AgentError::Unavailable(format!("search failed: {unreachable}")),
             });
@@ -198,6 +210,7 @@ impl Orchestrator {
     /// path (card, discovery, call) stays within the planning timeout.
     async fn select_profiles(
         &self,
+        scope: &CallScope,
         query: &str,
         search_agent: Option<&AgentSummary>,
         received: Instant,
@@ -210,7 +223,7 @@ impl Orchestrator {
             match available_profiles {
                 Ok(available_profiles) => {
                     let request = ProfileSelectionRequest { available_profiles };
-                    self.call(CAPABILITY_PROFILE_SELECTION, None, query, Some(&request), received).await
+                    self.call(scope, CAPABILITY_PROFILE_SELECTION, None, query, Some(&request), received).await
                 }
                 Err(reason) => Outcome::skipped(CAPABILITY_PROFILE_SELECTION, reason, received),
             }
@@ -226,7 +239,7 @@ impl Orchestrator {
     }
 
     async fn advertised_profiles(&self, agent: &AgentSummary) -> Result<Vec<SearchProfile>, String> {
-        let card = self.discovery.card(agent).await.map_err(|e| format!("no search agent card: {e}"))?;
+        let card = self.caller.discovery().card(agent).await.map_err(|e| format!("no search agent card: {e}"))?;
         search_profiles(&card).ok_or_else(|| format!("the card of {:?} lists no search profiles", agent.name))
     }
 
@@ -247,62 +260,64 @@ impl Orchestrator {
         profiles
     }
 
-    /// Sends the query (and `data`) to `agent`, or to one found for `capability`, and decodes
-    /// its answer; discovery and call together stay within the capability's timeout.
+    /// Sends the query (and `data`) to an agent for `capability` (`prefer` first: the search
+    /// agent whose card listed the profiles) through the mesh caller, which retries on other
+    /// replicas, and decodes its answer; the whole call stays within the capability's timeout.
     async fn call<D: Serialize + Sync, T: DeserializeOwned + Send>(
         &self,
+        scope: &CallScope,
         capability: &str,
-        agent: Option<AgentSummary>,
+        prefer: Option<AgentSummary>,
         query: &str,
         data: Option<&D>,
         received: Instant,
     ) -> Outcome<T> {
         let started_ms = ms(received.elapsed());
         let started = Instant::now();
-        let record =
-            |agent: Option<&AgentSummary>, status: &str, agent_time_ms: Option<f64>, error: Option<String>| AgentCall {
-                capability: capability.to_owned(),
-                agent: agent.map(|a| a.name.clone()),
-                status: status.to_owned(),
-                started_ms,
-                time_ms: ms(started.elapsed()),
-                agent_time_ms,
-                error,
-            };
+        let record = |agent: Option<&str>, status: &str, agent_time_ms: Option<f64>, error: Option<String>| AgentCall {
+            capability: capability.to_owned(),
+            agent: agent.map(str::to_owned),
+            status: status.to_owned(),
+            started_ms,
+            time_ms: ms(started.elapsed()),
+            agent_time_ms,
+            error,
+        };
         let timeout =
             if capability == CAPABILITY_SEARCH { self.settings.search_timeout } else { self.settings.planning_timeout };
-        let agent = match agent {
-            Some(agent) => agent,
-            None => match tokio::time::timeout(timeout, self.discovery.agent_for(capability)).await {
-                Ok(Ok(agent)) => agent,
-                Ok(Err(error)) => return Outcome::unavailable(capability, error.to_string(), received),
-                Err(_) => {
-                    let reason = format!("discovery took over {} ms", timeout.as_millis());
-                    return Outcome::unavailable(capability, reason, received);
-                }
-            },
-        };
         let data = data.and_then(|d| serde_json::to_value(d).ok()).filter(|v| v != &Value::Null);
         let task = TaskRequest::from_text(None, query, data);
-        let remaining = timeout.saturating_sub(started.elapsed());
-        let answer = post_task(&self.http, &agent.process_endpoint, &task, remaining).await;
-        let decoded = answer.and_then(|response| {
-            let value = reply_data::<T>(&agent.process_endpoint, &response)?;
-            Ok((response.status, response.metadata.processing_time_ms, response.warnings, value))
+        let target = Target::Capability { capability: capability.to_owned(), prefer: prefer.map(|a| a.name) };
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let answered = self.caller.call(scope, &target, &task, Some(timeout_ms)).await;
+        let decoded = answered.and_then(|answered| {
+            let endpoint = answered.agent.process_endpoint.as_str();
+            let value = reply_data::<T>(endpoint, &answered.response).map_err(|source| CallError::Failed {
+                agent: answered.agent.name.clone(),
+                attempts: answered.attempts,
+                source: Box::new(source),
+            })?;
+            Ok((answered, value))
         });
         match decoded {
-            Ok((status, agent_time_ms, their_warnings, value)) => {
-                let word = if status == ResponseStatus::Partial { "partial" } else { "success" };
-                let call = record(Some(&agent), word, Some(agent_time_ms), None);
-                let warnings = their_warnings.into_iter().map(|w| format!("{capability}: {w}")).collect();
+            Ok((answered, value)) => {
+                let response = answered.response;
+                let word = if response.status == ResponseStatus::Partial { "partial" } else { "success" };
+                let call = record(Some(&answered.agent.name), word, Some(response.metadata.processing_time_ms), None);
+                let warnings = response.warnings.into_iter().map(|w| format!("{capability}: {w}")).collect();
                 Outcome { value: Some(value), call, warnings, failure: None }
             }
+            Err(CallError::Discovery(error)) => Outcome::unavailable(capability, error.to_string(), received),
             Err(error) => {
                 let status = if error.is_timeout() { "timeout" } else { "error" };
                 let reason = error.to_string();
+                let agent = match &error {
+                    CallError::Failed { agent, .. } => Some(agent.as_str()),
+                    _ => None,
+                };
                 Outcome {
                     value: None,
-                    call: record(Some(&agent), status, None, Some(reason.clone())),
+                    call: record(agent, status, None, Some(reason.clone())),
                     warnings: vec![format!("{capability} failed ({status}): {reason}")],
                     failure: Some(error),
                 }
@@ -315,21 +330,9 @@ impl AgentHandler for Orchestrator {
     async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
         let options: QueryOptions = serde_json::from_value(Value::Object(task.data))
             .map_err(|e| AgentError::InvalidInput(format!("invalid query options: {e}")))?;
-        let (answer, warnings) = self.answer(&task.text, options).await?;
+        let (answer, warnings) = self.answer(&task.call, &task.text, options).await?;
         let data = serde_json::to_value(answer).map_err(|e| AgentError::Internal(e.to_string()))?;
         Ok(AgentReply { warnings, ..AgentReply::data(data) })
-    }
-}
-
-fn validate_tenant(tenant: &str) -> Result<(), AgentError> {
-    let valid = (1..=TENANT_ID_CHARS_MAX).contains(&tenant.chars().count())
-        && tenant.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
-    if valid {
-        Ok(())
-    } else {
-        Err(AgentError::InvalidInput(format!(
-            "tenant_id must be 1 to {TENANT_ID_CHARS_MAX} letters, digits, '_' or '-', not {tenant:?}"
-        )))
     }
 }
 

@@ -3,17 +3,17 @@
 //! with the fused results and what every agent did.
 
 pub mod config;
-mod discovery;
 mod flow;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use mesh_agent_kit::call_agent::{WithCallAgent, call_agent_skill};
 use mesh_agent_kit::{AgentApp, KitError};
-use mesh_client::{ClientError, HttpClient, RegistryClient};
+use mesh_client::{CallerSettings, ClientError, Discovery, HttpClient, MeshCaller, RegistryClient};
 use mesh_protocol::a2a::v1::AgentCard;
 
 pub use config::OrchestratorConfig;
-pub use discovery::{Discovery, DiscoveryError};
 pub use flow::{
     CAPABILITY_ENTITY_EXTRACTION, CAPABILITY_PROFILE_SELECTION, CAPABILITY_SEARCH, FlowSettings, Orchestrator,
 };
@@ -41,7 +41,9 @@ pub fn card() -> Result<AgentCard, serde_json::Error> {
 pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<AgentApp, StartError> {
     let registry_url = config.agent.registry_url.as_deref().ok_or(StartError::NoRegistry)?;
     let registry = RegistryClient::new(registry_url, http.clone())?;
-    let discovery = Discovery::new(registry, http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));
+    let discovery =
+        Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));
+    let caller = Arc::new(MeshCaller::new(http.clone(), registry, Arc::new(discovery), CallerSettings::default()));
     let settings = FlowSettings {
         planning_timeout: Duration::from_millis(config.planning_timeout_ms),
         search_timeout: Duration::from_millis(config.search_timeout_ms),
@@ -49,6 +51,9 @@ pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<Agen
         ensemble_below_confidence: config.ensemble_below_confidence,
         ensemble_profiles_max: config.ensemble_profiles_max,
     };
-    let orchestrator = Orchestrator::new(discovery, http.clone(), settings);
-    Ok(AgentApp::build(&config.agent, card()?, orchestrator, http).await?)
+    let orchestrator = Orchestrator::new(caller.clone(), settings);
+    // Its caller also serves the kit's `call_agent` skill: the same path the query flow takes.
+    let mut card = card()?;
+    card.skills.push(call_agent_skill());
+    Ok(AgentApp::build(&config.agent, card, WithCallAgent::new(orchestrator, caller), http).await?)
 }

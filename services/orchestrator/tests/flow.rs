@@ -115,11 +115,22 @@ struct Mesh {
     servers: Vec<Running>,
 }
 
+/// A search agent on the bundled sample, its index in memory (replicas do not share a directory)
+/// and without the embedding model: these tests are about the flow, not the ranking.
+fn search_config(agent: AgentConfig) -> search::SearchConfig {
+    search::SearchConfig {
+        agent,
+        data_dir: None,
+        dense: search::DenseConfig { enabled: false, ..Default::default() },
+        ..Default::default()
+    }
+}
+
 impl Mesh {
     /// A registry and a real search agent.
     async fn start() -> Self {
         let mut mesh = Self::without_search().await;
-        let config = search::SearchConfig { agent: mesh.agent_config(), ..Default::default() };
+        let config = search_config(mesh.agent_config());
         let search = search::build(&config, mesh.http.clone()).await.unwrap();
         mesh.add(search, "search").await;
         mesh
@@ -264,10 +275,7 @@ async fn answers_with_fused_results_and_what_every_agent_did() {
 #[tokio::test]
 async fn queries_rotate_over_search_replicas_and_use_the_replica_whose_card_they_read() {
     let mut mesh = Mesh::start().await;
-    let config = search::SearchConfig {
-        agent: AgentConfig { name: Some("search-2".into()), ..mesh.agent_config() },
-        ..Default::default()
-    };
+    let config = search_config(AgentConfig { name: Some("search-2".into()), ..mesh.agent_config() });
     let second = search::build(&config, mesh.http.clone()).await.unwrap();
     mesh.add(second, "search-2").await;
     mesh.add_real_planners().await;
@@ -424,4 +432,50 @@ async fn options_choose_profiles_and_top_k_and_bad_options_are_refused() {
     assert!(matches!(error, ClientError::Status { status: 400, .. }), "{error}");
     let error = mesh.ask(&orchestrator, "   ", None).await.unwrap_err();
     assert!(matches!(error, ClientError::Status { status: 400, .. }), "{error}");
+}
+
+#[tokio::test]
+async fn a_dead_search_replica_is_retried_elsewhere_its_circuit_opens_and_the_registry_is_told() {
+    let mut mesh = Mesh::start().await;
+    // A second replica registered by hand, so stopping it leaves its registration behind (a crash).
+    let config = search_config(AgentConfig { name: Some("search-2".into()), registry_url: None, ..mesh.agent_config() });
+    let second = search::build(&config, mesh.http.clone()).await.unwrap();
+    let registration = mesh_protocol::registry::Registration {
+        name: "search-2".into(),
+        url: second.url().to_owned(),
+        capabilities: vec!["search".into()],
+        health_endpoint: "/health".into(),
+        process_endpoint: "/tasks/send".into(),
+        agent_card_url: None,
+    };
+    mesh.servers.push(Running::spawn(second));
+    mesh.registry.register(&registration).await.unwrap();
+    let second = mesh.wait_healthy("search-2").await;
+    mesh.add_real_planners().await;
+    let orchestrator = mesh.orchestrator().await;
+    mesh.servers.remove(second).stop().await;
+
+    let mut used = Vec::new();
+    for _ in 0..8 {
+        // Answered every time; partial when the dead replica was the one whose card profile
+        // selection needed (selection is skipped then), complete otherwise.
+        let response = mesh.ask(&orchestrator, "show me robots playing soccer", None).await.unwrap();
+        let answer: QueryAnswer = reply_data(&orchestrator, &response).unwrap();
+        assert!(!answer.results.is_empty());
+        used.push(call(&answer, "search").agent.clone().unwrap());
+    }
+    assert!(used.iter().all(|agent| agent == "search"), "every query answered by the live replica: {used:?}");
+
+    let health: mesh_agent_kit::HealthReport =
+        mesh.http.get_json(&format!("{orchestrator}/health"), Duration::from_secs(5)).await.unwrap();
+    let circuit = health.circuits.iter().find(|c| c.agent == "search-2").expect("a circuit for search-2");
+    assert_eq!(circuit.state, mesh_client::CircuitWord::Open, "{:?}", health.circuits);
+    // The circuit opening told the registry, which checked at once rather than at its next poll.
+    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    while mesh.registry.agent("search-2").await.unwrap().health_status
+        != mesh_protocol::registry::HealthStatus::Unreachable
+    {
+        assert!(Instant::now() < deadline, "the registry never marked search-2 unreachable");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

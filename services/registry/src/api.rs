@@ -19,7 +19,7 @@ use mesh_protocol::registry::{
 use serde::Deserialize;
 use utoipa::{IntoParams, OpenApi};
 
-use crate::directory::Directory;
+use crate::directory::{Directory, health_word};
 use crate::error::RegistryError;
 use crate::health::{check_and_record, now_rfc3339};
 use crate::intake::{validate, verify_card};
@@ -42,7 +42,7 @@ pub struct RegistryState {
         title = "A2A mesh registry",
         description = "Agent registration, discovery by capability, round-robin picks among healthy agents, health polling."
     ),
-    paths(register, deregister, list_agents, get_agent, discover, pick, stats),
+    paths(register, deregister, report_failure, list_agents, get_agent, discover, pick, stats),
     components(schemas(
         Registration,
         StatusMessage,
@@ -66,6 +66,7 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
         .route("/agents", get(list_agents))
         .route("/agents/{name}", get(get_agent))
         .route("/agents/{name}", delete(deregister))
+        .route("/agents/{name}/failures", post(report_failure))
         .route("/capabilities/{capability}", get(discover))
         .route("/capabilities/{capability}/next", get(pick))
         .route("/stats", get(stats))
@@ -111,11 +112,12 @@ async fn register(
     Ok(Json(StatusMessage::new("registered")))
 }
 
-/// Which instance a deregistration is for.
+/// Which instance of a name a request is about.
 #[derive(Debug, Deserialize, IntoParams)]
 struct InstanceQuery {
-    /// Remove the agent only while it is registered at this URL (a stopping instance sends its
-    /// own, so it never removes a replacement that took over its name).
+    /// The URL the instance is registered at: the request applies only while the name is still
+    /// registered there, so a stopping instance never removes a replacement that took over its
+    /// name, and a failure report about a replaced instance checks nothing.
     url: Option<String>,
 }
 
@@ -143,6 +145,30 @@ async fn deregister(
     }
     tracing::info!(agent = %name, "deregistered");
     Ok(Json(StatusMessage::new("deregistered")))
+}
+
+/// Report that calls to an agent are failing: the registry checks its health at once (rather
+/// than at the next poll), so a dead instance leaves the rotation now and a live one stays.
+#[utoipa::path(post, path = "/agents/{name}/failures", params(("name" = String, Path, description = "Agent name"), InstanceQuery), responses(
+    (status = 200, description = "Health checked; the message says the result", body = StatusMessage),
+    (status = 404, description = "No such agent", body = ErrorBody),
+    (status = 409, description = "The name is registered at another URL now; nothing was checked", body = ErrorBody),
+))]
+async fn report_failure(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(name): PathParam<String>,
+    QueryParams(instance): QueryParams<InstanceQuery>,
+) -> Result<Json<StatusMessage>, RegistryError> {
+    let target = state.directory.poll_target(&name).ok_or_else(|| RegistryError::AgentNotFound(name.clone()))?;
+    if let Some(url) = instance.url.as_deref().map(|u| u.trim_end_matches('/'))
+        && url != target.url
+    {
+        return Err(RegistryError::ReportStale { name, url: url.to_owned(), current: target.url });
+    }
+    tracing::info!(agent = %name, "failure reported; checking health now");
+    check_and_record(&state.directory, &state.http, target, state.health_check_timeout).await;
+    let health = state.directory.get(&name)?.health_status;
+    Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }
 
 /// Every registered agent with its health.

@@ -18,25 +18,25 @@ use crate::store::AgentStore;
 #[derive(Debug)]
 pub struct Application {
     listener: TcpListener,
+    service: RegistryService,
+}
+
+/// The registry without a listener: its routes and its health poller, for serving on any network
+/// (the deterministic simulation serves it on a simulated one).
+#[derive(Debug, Clone)]
+pub struct RegistryService {
     router: axum::Router,
     state: Arc<RegistryState>,
     poll: PollSettings,
 }
 
-impl Application {
-    pub async fn build(config: &RegistryConfig) -> Result<Self, RegistryError> {
-        Self::build_with_client(config, HttpClient::with_reqwest().map_err(|e| RegistryError::Startup(e.to_string()))?)
-            .await
-    }
-
-    /// As [`Self::build`], with the outbound client given (tests swap the transport).
-    pub async fn build_with_client(config: &RegistryConfig, http: HttpClient) -> Result<Self, RegistryError> {
+impl RegistryService {
+    /// Opens the database, loads the registrations and builds the routes.
+    pub async fn open(config: &RegistryConfig, http: HttpClient) -> Result<Self, RegistryError> {
         let store = AgentStore::open(&config.database_url).await?;
         let agents = store.load_all().await?;
         tracing::info!(agents = agents.len(), "loaded registrations");
         let directory = Arc::new(Directory::new(agents));
-        let addr = format!("{}:{}", config.host, config.port);
-        let listener = TcpListener::bind(&addr).await.map_err(|source| RegistryError::Bind { addr, source })?;
         let state = Arc::new(RegistryState {
             directory,
             store,
@@ -56,7 +56,38 @@ impl Application {
             timeout: Duration::from_millis(config.health_check_timeout_ms),
             concurrency_max: config.health_check_concurrency_max,
         };
-        Ok(Self { listener, router, state, poll })
+        Ok(Self { router, state, poll })
+    }
+
+    /// The routes, with the shared layers.
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
+    }
+
+    /// Polls every agent's health forever, starting at once.
+    pub async fn poll_health(&self) {
+        poll_forever(self.state.directory.clone(), self.state.store.clone(), self.state.http.clone(), self.poll).await;
+    }
+
+    /// Stops using the database (shutdown does this last). Lookups go on from memory; writes
+    /// answer 503 from then on, which is how the simulation injects a storage fault.
+    pub async fn close_storage(&self) {
+        self.state.store.close().await;
+    }
+}
+
+impl Application {
+    pub async fn build(config: &RegistryConfig) -> Result<Self, RegistryError> {
+        Self::build_with_client(config, HttpClient::with_reqwest().map_err(|e| RegistryError::Startup(e.to_string()))?)
+            .await
+    }
+
+    /// As [`Self::build`], with the outbound client given (tests swap the transport).
+    pub async fn build_with_client(config: &RegistryConfig, http: HttpClient) -> Result<Self, RegistryError> {
+        let service = RegistryService::open(config, http).await?;
+        let addr = format!("{}:{}", config.host, config.port);
+        let listener = TcpListener::bind(&addr).await.map_err(|source| RegistryError::Bind { addr, source })?;
+        Ok(Self { listener, service })
     }
 
     pub fn port(&self) -> u16 {
@@ -73,15 +104,11 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), RegistryError> {
-        let poller = tokio::spawn(poll_forever(
-            self.state.directory.clone(),
-            self.state.store.clone(),
-            self.state.http.clone(),
-            self.poll,
-        ));
-        let served = serve(self.listener, self.router, shutdown).await;
+        let service = self.service.clone();
+        let poller = tokio::spawn(async move { service.poll_health().await });
+        let served = serve(self.listener, self.service.router(), shutdown).await;
         poller.abort();
-        self.state.store.close().await;
+        self.service.close_storage().await;
         served.map_err(|e| RegistryError::Startup(format!("server failed: {e}")))
     }
 }

@@ -256,7 +256,7 @@ fn record(entry: &Entry) -> AgentRecord {
     }
 }
 
-fn health_word(health: HealthStatus) -> &'static str {
+pub(crate) fn health_word(health: HealthStatus) -> &'static str {
     match health {
         HealthStatus::Unknown => "unknown",
         HealthStatus::Healthy => "healthy",

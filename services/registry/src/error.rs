@@ -12,6 +12,8 @@ pub enum RegistryError {
     AgentNotFound(String),
     #[error("{name:?} is registered at {current} now, not at {url}; nothing was removed")]
     InstanceReplaced { name: String, url: String, current: String },
+    #[error("{name:?} is registered at {current} now, not at {url}; the failure report is about another instance")]
+    ReportStale { name: String, url: String, current: String },
     #[error("no registered agent has the capability {0:?}")]
     CapabilityNotFound(String),
     #[error("cannot fetch the agent card at {url}: {reason}")]
@@ -34,7 +36,9 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::InvalidRegistration(_) => (StatusCode::BAD_REQUEST, "REGISTRATION_INVALID"),
             RegistryError::AgentNotFound(_) => (StatusCode::NOT_FOUND, "AGENT_NOT_FOUND"),
             RegistryError::CapabilityNotFound(_) => (StatusCode::NOT_FOUND, "CAPABILITY_NOT_FOUND"),
-            RegistryError::InstanceReplaced { .. } => (StatusCode::CONFLICT, "AGENT_INSTANCE_REPLACED"),
+            RegistryError::InstanceReplaced { .. } | RegistryError::ReportStale { .. } => {
+                (StatusCode::CONFLICT, "AGENT_INSTANCE_REPLACED")
+            }
             RegistryError::CardUnreachable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_UNREACHABLE"),
             RegistryError::CardInvalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_INVALID"),
             RegistryError::CardMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_MISMATCH"),

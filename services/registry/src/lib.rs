@@ -14,6 +14,6 @@ mod health;
 mod intake;
 mod store;
 
-pub use app::Application;
+pub use app::{Application, RegistryService};
 pub use config::{RegistryCli, RegistryConfig};
 pub use error::RegistryError;

@@ -92,3 +92,31 @@ async fn polls_are_bounded_and_one_slow_agent_does_not_hold_back_the_others() {
     assert_eq!(probe.max_in_flight.load(Ordering::SeqCst), 1, "never more than one health check at a time");
     registry.stop().await;
 }
+
+#[tokio::test]
+async fn a_failure_report_checks_the_agent_at_once_instead_of_at_the_next_poll() {
+    // Polls an hour apart: only the report can make the registry notice.
+    let registry = TestRegistry::start_with(|config| config.health_check_interval_ms = 3_600_000).await;
+    let agent = FakeAgent::start("search_agent").await;
+    let registration = agent.registration(&["search"]);
+    registry.client.register(&registration).await.unwrap();
+    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+
+    agent.answer_health(503);
+    let answer = registry.client.report_failure("search_agent", &registration.url).await.unwrap();
+    assert_eq!(answer.message, "health checked: unhealthy");
+    assert_eq!(health_of(&registry, "search_agent").await, HealthStatus::Unhealthy);
+    agent.answer_health(200);
+    let answer = registry.client.report_failure("search_agent", &registration.url).await.unwrap();
+    assert_eq!(answer.message, "health checked: healthy", "a live agent stays in rotation");
+
+    // About another instance, or an unknown agent: refused with a body, nothing checked.
+    let error = registry.client.report_failure("search_agent", "http://127.0.0.1:1").await.unwrap_err();
+    assert!(
+        matches!(&error, mesh_client::ClientError::Status { status: 409, body: Some(b), .. } if b.error_code == "AGENT_INSTANCE_REPLACED"),
+        "{error}"
+    );
+    let error = registry.client.report_failure("nobody", "http://127.0.0.1:1").await.unwrap_err();
+    assert!(matches!(&error, mesh_client::ClientError::Status { status: 404, .. }), "{error}");
+    registry.stop().await;
+}

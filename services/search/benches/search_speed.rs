@@ -84,7 +84,7 @@ async fn main() {
                 };
                 for (_, text) in &collection.queries {
                     let started = Instant::now();
-                    agent.search(text, &request).await.expect("search");
+                    agent.search(text, &request, None).await.expect("search");
                     samples_ms[run].push(started.elapsed().as_secs_f64() * 1000.0);
                 }
             }

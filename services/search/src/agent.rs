@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_protocol::agents::{ProfileRank, QUERY_CHARS_MAX, SearchHit, SearchRequest, SearchResults};
@@ -9,6 +9,10 @@ use serde_json::Value;
 use crate::error::SearchError;
 use crate::fusion::{Ranking, reciprocal_rank_fusion};
 use crate::index::{DENSE_PROFILE, SearchIndex};
+
+/// Time kept back from the caller's deadline for fusing and answering: profiles still ranking
+/// when only this much is left are left out of the answer.
+const FUSION_RESERVE_MS: u64 = 50;
 
 /// Limits and constants of one search agent.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,7 +42,15 @@ impl SearchAgent {
         self
     }
 
-    pub async fn search(&self, query: &str, request: &SearchRequest) -> Result<SearchResults, SearchError> {
+    /// Searches with every requested profile. With a `deadline` (the caller's), profiles still
+    /// ranking when it comes are left out and named in the warnings (a partial answer); an
+    /// answer needs one profile at least.
+    pub async fn search(
+        &self,
+        query: &str,
+        request: &SearchRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<(SearchResults, Vec<String>), SearchError> {
         let query = query.trim();
         if query.is_empty() {
             return Err(SearchError::EmptyQuery);
@@ -71,13 +83,23 @@ impl SearchAgent {
                 })
             })
             .collect();
-        let mut rankings = Vec::with_capacity(tasks.len());
+        let cutoff = deadline.map(|d| d.checked_sub(Duration::from_millis(FUSION_RESERVE_MS)).unwrap_or(d));
+        let (finished, late) = finished_by(profiles.iter().cloned().zip(tasks).collect(), cutoff).await;
+        let mut rankings = Vec::with_capacity(finished.len());
         let mut profile_time_ms = BTreeMap::new();
-        for task in tasks {
-            let (profile, hits, elapsed_ms) = task.await.map_err(|e| SearchError::Worker(e.to_string()))?;
+        for finished in finished {
+            let (profile, hits, elapsed_ms) = finished.map_err(|e| SearchError::Worker(e.to_string()))?;
             profile_time_ms.insert(profile.clone(), elapsed_ms);
             rankings.push(Ranking { profile, hits: hits? });
         }
+        if rankings.is_empty() {
+            return Err(SearchError::OutOfTime(late.join(", ")));
+        }
+        let warnings: Vec<String> = late
+            .iter()
+            .map(|profile| format!("profile {profile:?} did not finish before the deadline; left out"))
+            .collect();
+        let profiles: Vec<String> = rankings.iter().map(|r| r.profile.clone()).collect();
         let started = Instant::now();
         let fused = reciprocal_rank_fusion(&rankings, self.settings.rrf_k, top_k);
         let results = fused
@@ -101,13 +123,14 @@ impl SearchAgent {
                 })
             })
             .collect();
-        Ok(SearchResults {
+        let results = SearchResults {
             results,
             profiles_used: profiles,
             rrf_k: self.settings.rrf_k,
             profile_time_ms,
             fusion_time_ms: started.elapsed().as_secs_f64() * 1000.0,
-        })
+        };
+        Ok((results, warnings))
     }
 
     /// The requested profiles, deduplicated in order. When none is named: BM25 fused with the
@@ -141,8 +164,52 @@ impl AgentHandler for SearchAgent {
     async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
         let request: SearchRequest = serde_json::from_value(Value::Object(task.data))
             .map_err(|e| SearchError::InvalidParameters(e.to_string()))?;
-        let results = self.search(&task.text, &request).await?;
+        let deadline = task.call.time_left().map(|left| tokio::time::Instant::now() + left);
+        let (results, warnings) = self.search(&task.text, &request, deadline).await?;
         let data = serde_json::to_value(results).map_err(|e| AgentError::Internal(e.to_string()))?;
-        Ok(AgentReply::data(data))
+        Ok(AgentReply { warnings, ..AgentReply::data(data) })
+    }
+}
+
+/// Waits for each named task until `cutoff` (forever without one): the results of those that
+/// finished, in order, and the names of those that did not (left running; they end on their own).
+async fn finished_by<T>(
+    tasks: Vec<(String, tokio::task::JoinHandle<T>)>,
+    cutoff: Option<tokio::time::Instant>,
+) -> (Vec<Result<T, tokio::task::JoinError>>, Vec<String>) {
+    let mut finished = Vec::with_capacity(tasks.len());
+    let mut late = Vec::new();
+    for (name, task) in tasks {
+        match cutoff {
+            None => finished.push(task.await),
+            Some(cutoff) => match tokio::time::timeout_at(cutoff, task).await {
+                Ok(result) => finished.push(result),
+                Err(_) => late.push(name),
+            },
+        }
+    }
+    (finished, late)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn profiles_past_the_cutoff_are_named_and_left_out() {
+        let task = |delay_ms: u64| {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                delay_ms
+            })
+        };
+        let tasks = vec![("fast".to_owned(), task(10)), ("slow".to_owned(), task(5_000)), ("mid".to_owned(), task(40))];
+        let cutoff = tokio::time::Instant::now() + Duration::from_millis(100);
+        let (finished, late) = finished_by(tasks, Some(cutoff)).await;
+        let finished: Vec<u64> = finished.into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(finished, [10, 40]);
+        assert_eq!(late, ["slow"]);
+        let (finished, late) = finished_by(vec![("slow".to_owned(), task(5_000))], None).await;
+        assert_eq!((finished.len(), late.len()), (1, 0), "without a deadline every profile is waited for");
     }
 }

@@ -22,6 +22,8 @@ pub enum SearchError {
     InvalidParameters(String),
     #[error("a ranking task failed: {0}")]
     Worker(String),
+    #[error("no profile finished before the caller's deadline (still ranking: {0})")]
+    OutOfTime(String),
 }
 
 impl From<SearchError> for AgentError {
@@ -37,6 +39,7 @@ impl From<SearchError> for AgentError {
             | SearchError::IndexDirectory { .. }
             | SearchError::Embedding(_)
             | SearchError::Worker(_) => AgentError::Internal(error.to_string()),
+            SearchError::OutOfTime(_) => AgentError::Timeout(error.to_string()),
         }
     }
 }

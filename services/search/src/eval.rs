@@ -180,7 +180,7 @@ pub async fn evaluate(
         let mut latencies_ms = Vec::with_capacity(collection.queries.len());
         for (id, text) in &collection.queries {
             let started = Instant::now();
-            let results = agent.search(text, &request).await?;
+            let (results, _) = agent.search(text, &request, None).await?;
             latencies_ms.push(started.elapsed().as_secs_f64() * 1000.0);
             let ranked: Vec<String> = results.results.into_iter().map(|hit| hit.id).collect();
             let scores = score(&ranked, &collection.qrels[id]);

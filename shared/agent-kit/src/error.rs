@@ -3,6 +3,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mesh_protocol::error::{ErrorBody, FailureStatus};
 
+use crate::call_safety::call_failure_status;
+
 /// An HTTP error answer: a status and the mesh's JSON error body. Every crate's error enum maps
 /// into this, so no failure ever leaves a server as a bare status code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +46,10 @@ pub enum AgentError {
     /// A bug or an unexpected state: 500.
     #[error("{0}")]
     Internal(String),
+    /// A call to another agent was refused or failed (a cycle, the depth limit, a full bulkhead,
+    /// a timeout, ...); `code` says which, and picks the status.
+    #[error("{message}")]
+    Call { code: String, message: String },
 }
 
 impl From<AgentError> for ErrorResponse {
@@ -53,6 +59,7 @@ impl From<AgentError> for ErrorResponse {
             AgentError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "DEPENDENCY_UNAVAILABLE"),
             AgentError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "TASK_TIMEOUT"),
             AgentError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
+            AgentError::Call { code, .. } => (call_failure_status(code), code.as_str()),
         };
         ErrorResponse::new(status, code, error.to_string())
     }

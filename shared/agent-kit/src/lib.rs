@@ -5,9 +5,14 @@
 //! with the registry in the background and deregisters it on shutdown. [`http`] holds the pieces
 //! every mesh server shares (JSON errors for every failure, request ids, limits, graceful
 //! shutdown), which the registry uses too.
+//!
+//! Task calls are admitted by their call context first ([`call_safety`]: cycles, the depth limit,
+//! the caller's deadline), and any agent can offer the [`call_agent`] skill.
 
 mod agent;
 mod app;
+pub mod call_agent;
+pub mod call_safety;
 mod card;
 mod cli;
 mod error;

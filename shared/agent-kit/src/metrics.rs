@@ -6,6 +6,7 @@ use std::time::Instant;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use mesh_client::CircuitReport;
 use serde::{Deserialize, Serialize};
 
 /// Counters an operator reads from `/health`.
@@ -34,6 +35,9 @@ pub struct HealthReport {
     /// Agent-specific parts and their state (an index, a model), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub components: BTreeMap<String, serde_json::Value>,
+    /// The circuit breaker of every agent instance this one has called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub circuits: Vec<CircuitReport>,
 }
 
 impl std::fmt::Debug for ServiceMetrics {
@@ -104,6 +108,7 @@ impl ServiceMetrics {
                 .iter()
                 .map(|(name, probe)| (name.clone(), probe()))
                 .collect(),
+            circuits: Vec::new(),
         }
     }
 

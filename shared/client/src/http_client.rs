@@ -64,30 +64,39 @@ impl HttpClient {
         body: Option<&B>,
         timeout: Duration,
     ) -> Result<T, ClientError> {
-        let mut builder = Request::builder().method(method).uri(url).header(header::ACCEPT, "application/json");
-        let payload = match body {
-            Some(body) => {
-                builder = builder.header(header::CONTENT_TYPE, "application/json");
-                Bytes::from(serde_json::to_vec(body).map_err(|e| ClientError::Decode {
-                    url: url.to_owned(),
-                    reason: format!("cannot encode the request: {e}"),
-                })?)
-            }
-            None => Bytes::new(),
-        };
-        let request = builder
-            .body(payload)
-            .map_err(|e| ClientError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })?;
+        let request = json_request(method, url, body)?;
         let response = self.send(request, timeout).await?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(ClientError::Status {
-                url: url.to_owned(),
-                status: status.as_u16(),
-                body: serde_json::from_slice(response.body()).ok(),
-            });
-        }
-        serde_json::from_slice(response.body())
-            .map_err(|e| ClientError::Decode { url: url.to_owned(), reason: e.to_string() })
+        decode_json(url, &response)
     }
+}
+
+/// A request carrying `body` (if any) as JSON, accepting JSON.
+pub fn json_request<B: Serialize>(method: Method, url: &str, body: Option<&B>) -> Result<Request<Bytes>, ClientError> {
+    let mut builder = Request::builder().method(method).uri(url).header(header::ACCEPT, "application/json");
+    let payload = match body {
+        Some(body) => {
+            builder = builder.header(header::CONTENT_TYPE, "application/json");
+            Bytes::from(serde_json::to_vec(body).map_err(|e| ClientError::Decode {
+                url: url.to_owned(),
+                reason: format!("cannot encode the request: {e}"),
+            })?)
+        }
+        None => Bytes::new(),
+    };
+    builder.body(payload).map_err(|e| ClientError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })
+}
+
+/// Decodes a 2xx JSON answer; a non-2xx answer becomes [`ClientError::Status`] carrying the mesh
+/// error body when the server sent one.
+pub fn decode_json<T: DeserializeOwned>(url: &str, response: &Response<Bytes>) -> Result<T, ClientError> {
+    let status = response.status();
+    if !status.is_success() {
+        return Err(ClientError::Status {
+            url: url.to_owned(),
+            status: status.as_u16(),
+            body: serde_json::from_slice(response.body()).ok(),
+        });
+    }
+    serde_json::from_slice(response.body())
+        .map_err(|e| ClientError::Decode { url: url.to_owned(), reason: e.to_string() })
 }

@@ -50,6 +50,15 @@ impl RegistryClient {
         self.http.call_json::<(), _>(Method::DELETE, url.as_str(), None, self.timeout).await
     }
 
+    /// Tells the registry that calls to `name` at `instance_url` are failing, so it checks that
+    /// instance's health now instead of at its next poll (and stops routing to it if it is dead).
+    pub async fn report_failure(&self, name: &str, instance_url: &str) -> Result<StatusMessage, ClientError> {
+        let mut url = Url::parse(&self.url(&["agents", name, "failures"]))
+            .map_err(|e| ClientError::InvalidUrl { url: name.to_owned(), reason: e.to_string() })?;
+        url.query_pairs_mut().append_pair("url", instance_url);
+        self.http.call_json::<(), _>(Method::POST, url.as_str(), None, self.timeout).await
+    }
+
     pub async fn agents(&self) -> Result<AgentList, ClientError> {
         self.get(&["agents"]).await
     }

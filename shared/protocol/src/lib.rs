@@ -6,9 +6,13 @@
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope and the A2A error codes.
 //! - [`registry`]: the registry's own small JSON API (A2A defines no registry standard).
 //! - [`error`]: the JSON body every mesh HTTP error answers with.
+//! - [`call`]: the context every agent-to-agent call carries (chain, depth, deadline, ids).
+//! - [`envelope`]: seed 003's response envelope in one shape, for A2A task metadata.
 
 pub mod a2a;
 pub mod agents;
+pub mod call;
+pub mod envelope;
 pub mod error;
 pub mod jsonrpc;
 pub mod registry;

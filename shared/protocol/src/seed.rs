@@ -127,11 +127,38 @@ pub struct ResponseMetadata {
     pub request_id: Option<String>,
 }
 
+/// How sure the answering agent is of its result (seed 003's platform confidence levels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ConfidenceLevel {
+    High,
+    Medium,
+    Low,
+    Speculative,
+}
+
+impl ConfidenceLevel {
+    /// The level an answer gets when its agent names none: a complete answer is `HIGH`, a
+    /// partial one `MEDIUM`.
+    pub fn for_status(status: ResponseStatus) -> Self {
+        match status {
+            ResponseStatus::Success => Self::High,
+            ResponseStatus::Partial => Self::Medium,
+        }
+    }
+}
+
 /// Answer of `POST /tasks/send`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskResponse {
     pub id: String,
     pub status: ResponseStatus,
+    /// Required by seed 003 for SUCCESS and PARTIAL; answers from older agents lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence_level: Option<ConfidenceLevel>,
+    /// The request id of the call, echoed (seed 003); also in `metadata`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// The agent's reply, one message with role `agent`.
     pub messages: Vec<Message>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,0 +1,70 @@
+//! The receiving side of call safety (seed 000): every task call is admitted or refused from its
+//! call context before any work — a cycle (this agent already in the chain), a call at the depth
+//! limit, or a malformed context each get their own JSON error naming the chain — and an admitted
+//! call runs no longer than its caller waits.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use mesh_client::CallScope;
+use mesh_protocol::call::{CallContext, CallRejection};
+
+use crate::error::ErrorResponse;
+
+/// The HTTP status of a call refused or failed for a call-safety reason, by error code.
+pub fn call_failure_status(error_code: &str) -> StatusCode {
+    match error_code {
+        "CALL_CYCLE_DETECTED" => StatusCode::LOOP_DETECTED,
+        "CALL_DEPTH_EXCEEDED" | "CALL_CONTEXT_INVALID" => StatusCode::BAD_REQUEST,
+        "CALL_BUSY" | "AGENT_CIRCUIT_OPEN" | "AGENT_UNAVAILABLE" | "REGISTRY_UNAVAILABLE" => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        "CALL_DEADLINE_EXCEEDED" | "AGENT_TIMEOUT" => StatusCode::GATEWAY_TIMEOUT,
+        "AGENT_NOT_FOUND" => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_GATEWAY,
+    }
+}
+
+fn refused(rejection: &CallRejection) -> ErrorResponse {
+    ErrorResponse::new(call_failure_status(rejection.error_code()), rejection.error_code(), rejection.to_string())
+}
+
+/// Middleware for the task routes of the agent named by the state: reads the call context from
+/// the headers, refuses what must be refused, and otherwise hands the handler a [`CallScope`]
+/// (as a request extension) and cuts the call off when its caller's deadline passes.
+pub async fn admit_calls(State(agent): State<Arc<str>>, mut request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let context = CallContext::from_headers(|name| headers.get(name).and_then(|v| v.to_str().ok()))
+        .and_then(|context| context.admit(&agent).map(|()| context));
+    let context = match context {
+        Ok(context) => context,
+        Err(rejection) => {
+            tracing::warn!(agent = %agent, %rejection, "call refused");
+            return refused(&rejection).into_response();
+        }
+    };
+    let scope = CallScope::received(agent.as_ref(), context);
+    let left = scope.time_left();
+    request.extensions_mut().insert(scope);
+    let Some(left) = left else {
+        return next.run(request).await;
+    };
+    let expired = || {
+        ErrorResponse::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "CALL_DEADLINE_EXCEEDED",
+            format!("the caller's deadline ({} ms) passed before the answer was ready", left.as_millis()),
+        )
+        .into_response()
+    };
+    if left.is_zero() {
+        return expired();
+    }
+    match tokio::time::timeout(left, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => expired(),
+    }
+}

@@ -1,0 +1,392 @@
+//! Calls from one agent to another that cannot hang, loop or cascade (seeds 000 and 003).
+//!
+//! [`MeshCaller::call`] carries the [`CallContext`] in headers, gives the callee no more time
+//! than the caller has left (30 s by default, 300 s at most), refuses a cycle or a call past
+//! the depth limit before sending, bounds this agent's outbound calls (a bulkhead: a full one
+//! answers busy at once), retries transient failures with exponential backoff and jitter on the
+//! next healthy replica, keeps a circuit breaker per instance, and tells the registry when an
+//! instance's circuit opens so it checks that instance's health at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use http::{HeaderName, HeaderValue, Method};
+use mesh_protocol::call::{CallContext, CallRejection, call_timeout_ms};
+use mesh_protocol::error::ErrorBody;
+use mesh_protocol::registry::AgentSummary;
+use mesh_protocol::seed::{TaskRequest, TaskResponse};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::circuits::{CircuitReport, CircuitSettings, Circuits, Passage};
+use crate::discovery::{Discovery, DiscoveryError};
+use crate::http_client::{ClientError, HttpClient, decode_json, json_request};
+use crate::registry::RegistryClient;
+use crate::transport::TransportError;
+
+/// Outbound agent calls one agent may have in flight at once.
+pub const OUTBOUND_CALLS_MAX_DEFAULT: usize = 64;
+/// Attempts per call, the first included, across replicas.
+pub const CALL_ATTEMPTS_MAX_DEFAULT: usize = 3;
+/// First wait before a retry; it doubles each time, with jitter.
+pub const RETRY_DELAY_MIN_MS_DEFAULT: u64 = 20;
+/// Longest wait before a retry.
+pub const RETRY_DELAY_MAX_MS_DEFAULT: u64 = 500;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerSettings {
+    pub outbound_calls_max: usize,
+    pub attempts_max: usize,
+    pub retry_delay_min: Duration,
+    pub retry_delay_max: Duration,
+    pub circuits: CircuitSettings,
+    /// Seed of the retry jitter; `None` draws one (the simulation fixes it to replay a run).
+    pub jitter_seed: Option<u64>,
+}
+
+impl Default for CallerSettings {
+    fn default() -> Self {
+        Self {
+            outbound_calls_max: OUTBOUND_CALLS_MAX_DEFAULT,
+            attempts_max: CALL_ATTEMPTS_MAX_DEFAULT,
+            retry_delay_min: Duration::from_millis(RETRY_DELAY_MIN_MS_DEFAULT),
+            retry_delay_max: Duration::from_millis(RETRY_DELAY_MAX_MS_DEFAULT),
+            circuits: CircuitSettings::default(),
+            jitter_seed: None,
+        }
+    }
+}
+
+/// The call an agent is handling: who it is, the context the call came with, and when its
+/// caller stops waiting. Every call it makes while handling it derives from this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallScope {
+    agent: String,
+    context: CallContext,
+    deadline: Option<Instant>,
+}
+
+impl CallScope {
+    /// The scope of a call `agent` received with `context`, starting now.
+    pub fn received(agent: impl Into<String>, context: CallContext) -> Self {
+        let deadline = context.deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+        Self { agent: agent.into(), context, deadline }
+    }
+
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    pub fn context(&self) -> &CallContext {
+        &self.context
+    }
+
+    /// Time left before the caller stops waiting; `None` when it set no deadline.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline.map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    fn left_ms(&self) -> Option<u64> {
+        self.time_left().map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// Whom to call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The agent registered under this name.
+    Agent(String),
+    /// Any agent offering this capability, `prefer` first when it is one of them.
+    Capability { capability: String, prefer: Option<String> },
+}
+
+impl Target {
+    pub fn capability(capability: impl Into<String>) -> Self {
+        Self::Capability { capability: capability.into(), prefer: None }
+    }
+}
+
+/// An answer, and the instance that gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    pub agent: AgentSummary,
+    pub response: TaskResponse,
+    /// Attempts made, the successful one included.
+    pub attempts: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Refused before sending: the target is already in the chain, or the call would be too deep.
+    #[error("{0}")]
+    Rejected(CallRejection),
+    /// This agent already has its maximum of outbound calls in flight.
+    #[error("busy: {limit} outbound calls already in flight")]
+    Busy { limit: usize },
+    /// The caller's deadline leaves no time for this call.
+    #[error("no time left for the call (the caller's deadline has passed)")]
+    NoTimeLeft,
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// Every instance's circuit is open.
+    #[error("every instance of {target} is failing (circuits open)")]
+    CircuitOpen { target: String },
+    /// The last attempt's failure, after `attempts` attempts (boxed: it is large).
+    #[error("{source} (after {attempts} attempts)")]
+    Failed { agent: String, attempts: usize, source: Box<ClientError> },
+}
+
+impl CallError {
+    /// True when the call ran out of time, as opposed to failing.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Self::NoTimeLeft => true,
+            Self::Failed { source, .. } => {
+                source.is_timeout() || matches!(**source, ClientError::Status { status: 504, .. })
+            }
+            _ => false,
+        }
+    }
+
+    /// The `CATEGORY_SPECIFIC_ERROR` code of seed 003 for this failure.
+    pub fn error_code(&self) -> &str {
+        match self {
+            Self::Rejected(rejection) => rejection.error_code(),
+            Self::Busy { .. } => "CALL_BUSY",
+            Self::NoTimeLeft => "CALL_DEADLINE_EXCEEDED",
+            Self::Discovery(DiscoveryError::Registry { .. }) => "REGISTRY_UNAVAILABLE",
+            Self::Discovery(_) => "AGENT_NOT_FOUND",
+            Self::CircuitOpen { .. } => "AGENT_CIRCUIT_OPEN",
+            Self::Failed { .. } => match self.callee_error() {
+                Some((_, body)) => &body.error_code,
+                None if self.is_timeout() => "AGENT_TIMEOUT",
+                None => "AGENT_UNAVAILABLE",
+            },
+        }
+    }
+
+    /// The status and error body the called agent answered with, when it answered with one.
+    pub fn callee_error(&self) -> Option<(u16, &ErrorBody)> {
+        match self {
+            Self::Failed { source, .. } => match source.as_ref() {
+                ClientError::Status { status, body: Some(body), .. } => Some((*status, body)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Calls other agents on behalf of one agent; cheap to share (`Arc`), one per agent.
+#[derive(Debug)]
+pub struct MeshCaller {
+    discovery: Arc<Discovery>,
+    registry: RegistryClient,
+    circuits: Circuits,
+    bulkhead: Arc<Semaphore>,
+    settings: CallerSettings,
+}
+
+impl MeshCaller {
+    pub fn new(
+        http: HttpClient,
+        registry: RegistryClient,
+        discovery: Arc<Discovery>,
+        settings: CallerSettings,
+    ) -> Self {
+        Self {
+            discovery,
+            registry,
+            circuits: Circuits::new(http, settings.circuits),
+            bulkhead: Arc::new(Semaphore::new(settings.outbound_calls_max.max(1))),
+            settings,
+        }
+    }
+
+    pub fn discovery(&self) -> &Discovery {
+        &self.discovery
+    }
+
+    /// Every called instance's circuit, for `/health`.
+    pub fn circuits(&self) -> Vec<CircuitReport> {
+        self.circuits.report()
+    }
+
+    /// Sends `task` to `target` on behalf of the call `scope` handles, within `timeout_ms` (the
+    /// default when `None`), capped by what the caller has left.
+    pub async fn call(
+        &self,
+        scope: &CallScope,
+        target: &Target,
+        task: &TaskRequest,
+        timeout_ms: Option<u64>,
+    ) -> Result<Answered, CallError> {
+        let _permit = self
+            .bulkhead
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| CallError::Busy { limit: self.settings.outbound_calls_max })?;
+        let budget_ms = call_timeout_ms(timeout_ms, scope.left_ms());
+        if budget_ms == 0 {
+            return Err(CallError::NoTimeLeft);
+        }
+        let deadline = Instant::now() + Duration::from_millis(budget_ms);
+        let candidates =
+            tokio::time::timeout_at(deadline, self.candidates(target)).await.map_err(|_| CallError::NoTimeLeft)??;
+        for candidate in &candidates {
+            // The checks the callee would make, made here so a doomed call is never sent.
+            scope.context().next_hop(scope.agent(), budget_ms).admit(&candidate.name).map_err(CallError::Rejected)?;
+        }
+        let mut delays = self.backoff().build();
+        let mut last_failure: Option<(String, ClientError)> = None;
+        let mut attempts = 0;
+        let mut turn = 0;
+        loop {
+            // The next instance whose circuit lets the call through; open ones are skipped at once.
+            let mut sent = None;
+            for _ in 0..candidates.len() {
+                let agent = &candidates[turn % candidates.len()];
+                turn += 1;
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(out_of_time(last_failure, attempts));
+                }
+                let request = self.request(scope, task, &agent.process_endpoint, left)?;
+                let was_open = self.circuits.is_open(&agent.process_endpoint);
+                let outcome = match self.circuits.send(&agent.name, &agent.process_endpoint, request, left).await {
+                    Passage::Refused => continue,
+                    Passage::Answered(response) => decode_json::<TaskResponse>(&agent.process_endpoint, &response),
+                    Passage::Failed(error) => Err(error),
+                };
+                if !was_open && self.circuits.is_open(&agent.process_endpoint) {
+                    self.report_failure(agent);
+                }
+                sent = Some((agent, outcome));
+                break;
+            }
+            let Some((agent, outcome)) = sent else {
+                return Err(match last_failure {
+                    Some((agent, source)) => CallError::Failed { agent, attempts, source: Box::new(source) },
+                    None => CallError::CircuitOpen { target: describe(target) },
+                });
+            };
+            attempts += 1;
+            match outcome {
+                Ok(response) => return Ok(Answered { agent: agent.clone(), response, attempts }),
+                Err(source) if !is_transient(&source) || attempts >= self.settings.attempts_max.max(1) => {
+                    return Err(CallError::Failed { agent: agent.name.clone(), attempts, source: Box::new(source) });
+                }
+                Err(error) => {
+                    tracing::debug!(agent = %agent.name, %error, attempts, "call failed; retrying elsewhere");
+                    last_failure = Some((agent.name.clone(), error));
+                    let pause = delays.next().unwrap_or(self.settings.retry_delay_max);
+                    if Instant::now() + pause >= deadline {
+                        return Err(out_of_time(last_failure, attempts));
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    async fn candidates(&self, target: &Target) -> Result<Vec<AgentSummary>, CallError> {
+        let (capability, prefer) = match target {
+            Target::Agent(name) => return Ok(vec![self.discovery.named(name).await?]),
+            Target::Capability { capability, prefer } => (capability, prefer),
+        };
+        let agents = match prefer {
+            None => self.discovery.candidates(capability).await?,
+            Some(preferred) => {
+                // The preferred agent was picked in turn already: no second turn is taken.
+                let (healthy, others) = self.discovery.listed(capability).await?;
+                let mut agents: Vec<AgentSummary> = healthy.into_iter().chain(others).collect();
+                if let Some(at) = agents.iter().position(|a| &a.name == preferred) {
+                    let preferred = agents.remove(at);
+                    agents.insert(0, preferred);
+                }
+                agents
+            }
+        };
+        if agents.is_empty() {
+            return Err(DiscoveryError::NoAgent(capability.clone()).into());
+        }
+        Ok(agents)
+    }
+
+    fn backoff(&self) -> ExponentialBuilder {
+        let builder = ExponentialBuilder::default()
+            .with_min_delay(self.settings.retry_delay_min)
+            .with_max_delay(self.settings.retry_delay_max)
+            .with_jitter()
+            .without_max_times();
+        match self.settings.jitter_seed {
+            Some(seed) => builder.with_jitter_seed(seed),
+            None => builder,
+        }
+    }
+
+    /// The task as a request to `endpoint`, carrying the next hop's context with `left` as its deadline.
+    fn request(
+        &self,
+        scope: &CallScope,
+        task: &TaskRequest,
+        endpoint: &str,
+        left: Duration,
+    ) -> Result<http::Request<bytes::Bytes>, CallError> {
+        let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        let context = scope.context().next_hop(scope.agent(), left_ms);
+        let mut request = json_request(Method::POST, endpoint, Some(task)).map_err(|source| CallError::Failed {
+            agent: endpoint.to_owned(),
+            attempts: 0,
+            source: Box::new(source),
+        })?;
+        for (name, value) in context.to_headers() {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                request.headers_mut().insert(HeaderName::from_static(name), value);
+            }
+        }
+        Ok(request)
+    }
+
+    /// Asks the registry to check `agent` now, in the background: the call does not wait for it.
+    fn report_failure(&self, agent: &AgentSummary) {
+        let registry = self.registry.clone();
+        let (name, url) = (agent.name.clone(), agent.url.clone());
+        tracing::warn!(agent = %name, %url, "circuit opened; reporting the instance to the registry");
+        tokio::spawn(async move {
+            if let Err(error) = registry.report_failure(&name, &url).await {
+                tracing::debug!(agent = %name, %error, "the failure report did not reach the registry");
+            }
+        });
+    }
+}
+
+/// Failures another attempt (on another instance, or later) may not meet: no answer at all, or
+/// an instance saying it is failing or overloaded. A refusal of the call itself is final.
+fn is_transient(error: &ClientError) -> bool {
+    match error {
+        ClientError::Transport { source, .. } => !matches!(source, TransportError::Timeout { .. }),
+        ClientError::Status { status, body, .. } => {
+            let refused_call =
+                body.as_ref().is_some_and(|b| b.error_code.starts_with("CALL_") && b.error_code != "CALL_BUSY");
+            !refused_call && matches!(status, 429 | 500 | 502 | 503)
+        }
+        ClientError::Decode { .. } | ClientError::InvalidUrl { .. } => false,
+    }
+}
+
+fn describe(target: &Target) -> String {
+    match target {
+        Target::Agent(name) => format!("agent {name:?}"),
+        Target::Capability { capability, .. } => format!("capability {capability:?}"),
+    }
+}
+
+/// The deadline came: the last failure tells why, or there was no time for any attempt.
+fn out_of_time(last_failure: Option<(String, ClientError)>, attempts: usize) -> CallError {
+    match last_failure {
+        Some((agent, source)) => CallError::Failed { agent, attempts, source: Box::new(source) },
+        None => CallError::NoTimeLeft,
+    }
+}
