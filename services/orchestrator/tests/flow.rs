@@ -438,7 +438,8 @@ async fn options_choose_profiles_and_top_k_and_bad_options_are_refused() {
 async fn a_dead_search_replica_is_retried_elsewhere_its_circuit_opens_and_the_registry_is_told() {
     let mut mesh = Mesh::start().await;
     // A second replica registered by hand, so stopping it leaves its registration behind (a crash).
-    let config = search_config(AgentConfig { name: Some("search-2".into()), registry_url: None, ..mesh.agent_config() });
+    let config =
+        search_config(AgentConfig { name: Some("search-2".into()), registry_url: None, ..mesh.agent_config() });
     let second = search::build(&config, mesh.http.clone()).await.unwrap();
     let registration = mesh_protocol::registry::Registration {
         name: "search-2".into(),
