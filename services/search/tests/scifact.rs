@@ -15,13 +15,16 @@ use search::eval::{
 };
 use search::{DENSE_PROFILE, DenseConfig, IndexLocation, SearchIndex, index_directory, load_encoder};
 
-/// Floors a little under what each run measures on the train split today.
+/// BM25's floors sit a little under what it measures on the train split (nDCG@10 0.695,
+/// Recall@100 0.932, MRR@10 0.663). The dense and fused floors sit under the published figures
+/// for this model and this collection (test split: dense 0.645, fused 0.717), with the fusion also
+/// required to beat BM25 alone.
 const BM25_NDCG_AT_10_FLOOR: f64 = 0.68;
 const BM25_RECALL_AT_100_FLOOR: f64 = 0.92;
 const BM25_MRR_AT_10_FLOOR: f64 = 0.65;
-const DENSE_NDCG_AT_10_FLOOR: f64 = 0.0;
-const FUSED_NDCG_AT_10_FLOOR: f64 = 0.0;
-const FUSED_RECALL_AT_100_FLOOR: f64 = 0.0;
+const DENSE_NDCG_AT_10_FLOOR: f64 = 0.58;
+const FUSED_NDCG_AT_10_FLOOR: f64 = 0.68;
+const FUSED_RECALL_AT_100_FLOOR: f64 = 0.92;
 
 fn scifact_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("MESH_SCIFACT_DIR")

@@ -136,7 +136,7 @@ impl AgentApp {
             metrics.set_registration(RegistrationState::Pending);
         }
         for (name, probe) in extras.components {
-            metrics.add_component(name, move || probe());
+            metrics.add_component(name, probe);
         }
         let mut router = agent_router(CardDocument::new(card)?, handler, metrics.clone());
         if extras.routes.has_routes() {
