@@ -23,8 +23,7 @@ use mesh_protocol::agents::{QueryAnswer, QueryOptions};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use search::eval::{RETRIEVED_PER_QUERY, eval_data_dir, evaluate, index_collection, load_beir};
 use search::{
-    DENSE_PROFILE, DenseStatus, IndexLocation, IngestAnswer, IngestReport, SearchConfig, SearchIndex, index_directory,
-    load_encoder, read_corpus,
+    DENSE_PROFILE, DenseStatus, IngestAnswer, IngestReport, SearchConfig, SearchIndex, open_index, read_corpus,
 };
 
 /// Time `ask` waits for the orchestrator; above its own planning and search timeouts.
@@ -164,13 +163,11 @@ async fn eval(dataset: &Path, split: &str, profiles: &[String], data_dir: &Path)
 /// Opens the index of `config` for a command-line run; fails when the dense profile is needed
 /// but its model cannot be had.
 async fn open_for_cli(config: &SearchConfig, dense_needed: bool) -> anyhow::Result<Arc<SearchIndex>> {
-    let (encoder, status) = load_encoder(&config.dense).await;
+    let (index, status) = open_index(config).await?;
     if let (true, DenseStatus::Unavailable { reason }) = (dense_needed, &status) {
         anyhow::bail!("the dense profile is unavailable: {reason}");
     }
-    let location = IndexLocation::Directory(index_directory(config.data_dir.as_deref().unwrap_or(Path::new("."))));
-    let threads = config.dense.threads();
-    Ok(Arc::new(tokio::task::block_in_place(|| SearchIndex::open(&location, encoder, threads))?))
+    Ok(index)
 }
 
 async fn ingest_into_data_dir(path: &Path, data_dir: Option<PathBuf>) -> anyhow::Result<()> {

@@ -15,13 +15,13 @@
 //! (under the user's cache folder), so vectors are computed once per machine; the throughput
 //! figures embed a fresh sample every run.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mesh_protocol::agents::SearchRequest;
-use search::eval::{eval_data_dir, index_collection, load_beir, quantile};
+use search::eval::{eval_data_dir, index_collection, load_beir, quantile, scifact_dir};
 use search::{
     DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory, load_encoder,
 };
@@ -33,13 +33,6 @@ const AGENT_START_TIMEOUT_MS: u64 = 120_000;
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn scifact_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("MESH_SCIFACT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/scifact")));
-    dir.join("corpus.jsonl").is_file().then_some(dir)
 }
 
 #[tokio::main(flavor = "multi_thread")]

@@ -142,8 +142,7 @@ async fn remove(
 async fn on_blocking_thread<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, SearchError> + Send + 'static,
 ) -> Result<T, ErrorResponse> {
-    let result = tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| Err(SearchError::Worker(e.to_string())));
-    result.map_err(|e| AgentError::from(e).into())
+    crate::on_blocking_thread(work).await.map_err(|e| AgentError::from(e).into())
 }
 
 fn not_found(id: &str) -> ErrorResponse {

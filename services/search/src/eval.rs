@@ -128,6 +128,15 @@ pub struct RunReport {
     pub latency_p99_ms: f64,
 }
 
+/// SciFact for the tests and benchmarks: `MESH_SCIFACT_DIR`, else `../shared/data/scifact` beside
+/// the repository; `None` where it is absent (they skip with a message).
+pub fn scifact_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("MESH_SCIFACT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/scifact")));
+    dir.join("corpus.jsonl").is_file().then_some(dir)
+}
+
 /// The data directory (the index in its `index` folder) a collection is evaluated in unless told
 /// otherwise: under the user's cache folder, by the collection folder's name, shared by `eval`,
 /// the tests and the benchmarks so the document vectors are computed once per machine.

@@ -90,28 +90,40 @@ pub async fn load_encoder(config: &DenseConfig) -> (Option<Arc<Encoder>>, DenseS
     }
 }
 
-/// Opens the index `config` names (loading the model first) and, when it holds no document
-/// yet, ingests the configured corpus or the bundled sample into it.
+/// Loads the model and opens the index `config` names (creating it when new), ingesting nothing.
 pub async fn open_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, DenseStatus), SearchError> {
     let (encoder, status) = load_encoder(&config.dense).await;
     let location = match &config.data_dir {
         Some(dir) => IndexLocation::Directory(index_directory(dir)),
         None => IndexLocation::Memory,
     };
-    let (corpus_path, threads) = (config.corpus_path.clone(), config.dense.threads());
-    let index = tokio::task::spawn_blocking(move || -> Result<SearchIndex, SearchError> {
-        let index = SearchIndex::open(&location, encoder, threads)?;
-        if index.is_empty() {
+    let threads = config.dense.threads();
+    let index = on_blocking_thread(move || SearchIndex::open(&location, encoder, threads)).await?;
+    Ok((Arc::new(index), status))
+}
+
+/// [`open_index`], then, when the index holds no document yet, ingests the configured corpus or
+/// the bundled sample into it: what an agent does at start.
+pub async fn open_or_seed_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, DenseStatus), SearchError> {
+    let (index, status) = open_index(config).await?;
+    if index.is_empty() {
+        let (seeded, corpus_path) = (index.clone(), config.corpus_path.clone());
+        on_blocking_thread(move || {
             let documents = read_corpus(corpus_path.as_deref())?;
             tracing::info!(documents = documents.len(), "ingesting the initial corpus into an empty index");
-            index.upsert(documents, &|_| {})?;
-        }
-        Ok(index)
-    })
-    .await
-    .map_err(|e| SearchError::Worker(e.to_string()))??;
+            seeded.upsert(documents, &|_| {})
+        })
+        .await?;
+    }
     tracing::info!(documents = index.len(), embedded = index.embedded(), "index ready");
-    Ok((Arc::new(index), status))
+    Ok((index, status))
+}
+
+/// Runs index work (reading files, computing vectors) on a blocking thread.
+async fn on_blocking_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SearchError> + Send + 'static,
+) -> Result<T, SearchError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| Err(SearchError::Worker(e.to_string())))
 }
 
 /// The documents of a JSON Lines file, or of the bundled sample when `path` is `None`.
@@ -145,7 +157,7 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
             SearchError::InvalidParameters(format!("rrf_k must be a positive number, not {}", config.rrf_k)).into()
         );
     }
-    let (index, dense) = open_index(config).await?;
+    let (index, dense) = open_or_seed_index(config).await?;
     let settings = SearchSettings {
         rrf_k: config.rrf_k,
         top_k_default: config.top_k_default,

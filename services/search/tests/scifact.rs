@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use search::eval::{
-    Collection, RunReport, eval_data_dir, evaluate, index_collection, load_beir, missing_judged_documents,
+    Collection, RunReport, eval_data_dir, evaluate, index_collection, load_beir, missing_judged_documents, scifact_dir,
 };
-use search::{DENSE_PROFILE, DenseConfig, IndexLocation, SearchIndex, index_directory, load_encoder};
+use search::{DENSE_PROFILE, SearchConfig, SearchIndex};
 
 /// BM25's floors sit a little under what it measures on the train split (nDCG@10 0.695,
 /// Recall@100 0.932, MRR@10 0.663). The dense and fused floors sit under the published figures
@@ -26,13 +26,6 @@ const DENSE_NDCG_AT_10_FLOOR: f64 = 0.58;
 const FUSED_NDCG_AT_10_FLOOR: f64 = 0.68;
 const FUSED_RECALL_AT_100_FLOOR: f64 = 0.90;
 
-fn scifact_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("MESH_SCIFACT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/scifact")));
-    dir.join("corpus.jsonl").is_file().then_some(dir)
-}
-
 fn index_dir(dataset: &Path) -> PathBuf {
     std::env::var_os("MESH_SCIFACT_INDEX_DIR").map(PathBuf::from).unwrap_or_else(|| eval_data_dir(dataset))
 }
@@ -42,14 +35,12 @@ fn run<'a>(reports: &'a [RunReport], name: &str) -> &'a RunReport {
 }
 
 async fn open_index(dataset: &Path, collection: &Collection) -> Arc<SearchIndex> {
-    let index_dir = index_dir(dataset);
-    let (encoder, status) = load_encoder(&DenseConfig::default()).await;
+    let config = SearchConfig { data_dir: Some(index_dir(dataset)), ..SearchConfig::default() };
+    let (index, status) = search::open_index(&config).await.expect("the test index opens");
     eprintln!("dense profile: {status:?}");
-    let location = IndexLocation::Directory(index_directory(&index_dir));
-    let index = SearchIndex::open(&location, encoder, DenseConfig::default().threads()).expect("the test index opens");
     let report = index_collection(&index, collection, &|_| {}).unwrap();
-    eprintln!("test index at {}: {report:?}", index_dir.display());
-    Arc::new(index)
+    eprintln!("test index in {}: {report:?}", index_dir(dataset).display());
+    index
 }
 
 #[tokio::test(flavor = "multi_thread")]
