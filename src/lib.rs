@@ -25,10 +25,12 @@ pub struct SuiteConfig {
 }
 
 impl SuiteConfig {
-    /// Every service on a free port (port 0), the registry's SQLite file and the search index in
-    /// `data_dir`, nothing read from the environment: for tests and benchmarks.
+    /// Every service on a free port (port 0), the registry's SQLite file, the agents' task store
+    /// (one file: its table holds every agent's tasks) and the search index in `data_dir`,
+    /// nothing read from the environment: for tests and benchmarks.
     pub fn ephemeral(data_dir: &Path) -> Self {
-        let agent = AgentConfig { port: 0, ..AgentConfig::default() };
+        let tasks = format!("sqlite://{}", data_dir.join("tasks.db").display());
+        let agent = AgentConfig { port: 0, task_store_url: Some(tasks), ..AgentConfig::default() };
         Self {
             registry: RegistryConfig {
                 port: 0,

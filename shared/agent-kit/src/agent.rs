@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router, middleware};
 use mesh_client::{CallScope, CircuitReport};
@@ -13,11 +12,13 @@ use mesh_protocol::seed::{
 };
 use serde_json::{Map, Value};
 
+use crate::a2a::{SeedTasks, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
 use crate::call_safety::admit_calls;
 use crate::card::CardDocument;
 use crate::error::{AgentError, ErrorResponse};
 use crate::http::{JsonBody, REQUEST_ID_HEADER};
 use crate::metrics::{self, HealthReport, ServiceMetrics};
+use mesh_tasks::TaskStore;
 
 /// A task as a handler sees it: the query text and data of the last user message, already
 /// validated, plus the whole conversation for agents that need it.
@@ -62,36 +63,71 @@ pub trait AgentHandler: Send + Sync + 'static {
 }
 
 struct AgentState<H> {
+    card: Arc<CardDocument>,
+    handler: Arc<H>,
+    engine: TaskEngine<SeedTasks<H>>,
+}
+
+/// The routes of an agent answering seed tasks: `POST /tasks/send`, the A2A bindings over the
+/// same handler and the same task store, the card and `/health`. Add
+/// [`crate::http::with_common_layers`] around it to serve it.
+pub fn agent_router<H: AgentHandler>(
     card: CardDocument,
     handler: H,
     metrics: Arc<ServiceMetrics>,
+    store: TaskStore,
+) -> Router {
+    let card = Arc::new(card);
+    let handler = Arc::new(handler);
+    let engine = TaskEngine::new(store, Arc::new(SeedTasks::new(handler.clone())));
+    let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
+    let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
+    let circuits = Arc::new(move || handler.circuits());
+    task_routes(seed.merge(a2a_router(engine, card.clone())), &card, metrics.clone())
+        .merge(card_and_health_routes(card, metrics, circuits))
 }
 
-/// The routes of an agent: `POST /tasks/send`, the card at its well-known path and at the legacy
-/// `/agent.json`, and `/health`. Add [`crate::http::with_common_layers`] around it to serve it.
-pub fn agent_router<H: AgentHandler>(card: CardDocument, handler: H, metrics: Arc<ServiceMetrics>) -> Router {
+/// The routes of an agent built on the task model directly ([`TaskHandler`]): the A2A bindings,
+/// the card and `/health`.
+pub fn task_agent_router<T: TaskHandler>(
+    card: CardDocument,
+    handler: T,
+    metrics: Arc<ServiceMetrics>,
+    store: TaskStore,
+) -> Router {
+    let card = Arc::new(card);
+    let engine = TaskEngine::new(store, Arc::new(handler));
+    task_routes(a2a_router(engine, card.clone()), &card, metrics.clone()).merge(card_and_health_routes(
+        card,
+        metrics,
+        Arc::new(Vec::new),
+    ))
+}
+
+/// Task calls are admitted by their call context (cycles, depth, deadline) and counted.
+fn task_routes(routes: Router, card: &CardDocument, metrics: Arc<ServiceMetrics>) -> Router {
     let name: Arc<str> = Arc::from(card.card().name.as_str());
-    let state = Arc::new(AgentState { card, handler, metrics: metrics.clone() });
-    let tasks = Router::new()
-        .route("/tasks/send", post(send_task::<H>))
+    routes
         .route_layer(middleware::from_fn_with_state(name, admit_calls))
         .route_layer(middleware::from_fn_with_state(metrics, metrics::track))
-        .with_state(state.clone());
-    let cards = Router::new()
-        .route("/.well-known/agent-card.json", get(serve_card::<H>))
-        .route("/agent.json", get(serve_card::<H>))
-        .route("/health", get(health::<H>))
-        .with_state(state);
-    tasks.merge(cards)
 }
 
-/// `GET /health`: the service counters, and the circuits of the agents this one calls.
-async fn health<H: AgentHandler>(State(state): State<Arc<AgentState<H>>>) -> Json<HealthReport> {
-    Json(HealthReport { circuits: state.handler.circuits(), ..state.metrics.report() })
-}
+type Circuits = Arc<dyn Fn() -> Vec<CircuitReport> + Send + Sync>;
 
-async fn serve_card<H: AgentHandler>(State(state): State<Arc<AgentState<H>>>, headers: HeaderMap) -> Response {
-    state.card.respond(&headers)
+fn card_and_health_routes(card: Arc<CardDocument>, metrics: Arc<ServiceMetrics>, circuits: Circuits) -> Router {
+    let serve_card = move |headers: HeaderMap| {
+        let card = card.clone();
+        async move { card.respond(&headers) }
+    };
+    // `GET /health`: the service counters, and the circuits of the agents this one calls.
+    let health = move || {
+        let (metrics, circuits) = (metrics.clone(), circuits.clone());
+        async move { Json(HealthReport { circuits: circuits(), ..metrics.report() }) }
+    };
+    Router::new()
+        .route("/.well-known/agent-card.json", get(serve_card.clone()))
+        .route("/agent.json", get(serve_card))
+        .route("/health", get(health))
 }
 
 async fn send_task<H: AgentHandler>(
@@ -123,7 +159,13 @@ async fn send_task<H: AgentHandler>(
             CallScope::received(state.card.card().name.as_str(), mesh_protocol::call::CallContext::default())
         }),
     };
-    let reply = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()))?;
+    let outcome = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()));
+    let record = seed_task(&task_id, &task.messages, outcome.as_ref());
+    if let Err(error) = state.engine.record("", &record).await {
+        // The answer stands; only its record is missing from the task store.
+        tracing::error!(task = %task_id, %error, "could not record the seed task");
+    }
+    let reply = outcome?;
     let status = if reply.warnings.is_empty() { ResponseStatus::Success } else { ResponseStatus::Partial };
     Ok(Json(TaskResponse {
         id: task_id,

@@ -9,7 +9,10 @@ use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROC
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
-use crate::agent::{AgentHandler, agent_router};
+use mesh_tasks::TaskStore;
+
+use crate::a2a::{TaskHandler, describe_interfaces};
+use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::card::CardDocument;
 use crate::http::{
     BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve, with_common_layers,
@@ -39,6 +42,14 @@ pub struct AgentConfig {
     pub registration_refresh_ms: u64,
     pub request_timeout_ms: u64,
     pub body_limit_bytes: usize,
+    /// Where the agent's A2A tasks are kept: `sqlite://PATH`, `postgres://...`, or
+    /// `sqlite::memory:` (gone at exit). Default: `sqlite://data/tasks/<agent name>.db` under the
+    /// working directory.
+    pub task_store_url: Option<String>,
+    /// Also write the A2A 0.3 top-level card fields (`url`, `preferredTransport`,
+    /// `protocolVersion`, `additionalInterfaces`) for 0.3 clients. On by default; strict 1.0
+    /// validators (the conformance kit) reject them.
+    pub legacy_card_fields: bool,
 }
 
 impl Default for AgentConfig {
@@ -52,6 +63,8 @@ impl Default for AgentConfig {
             registration_refresh_ms: REGISTRATION_REFRESH_MS_DEFAULT,
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+            task_store_url: None,
+            legacy_card_fields: true,
         }
     }
 }
@@ -66,6 +79,8 @@ pub enum KitError {
     Registry(#[from] ClientError),
     #[error("server failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("cannot open the task store: {0}")]
+    TaskStore(#[from] mesh_tasks::TaskError),
 }
 
 /// What an agent adds to the kit's routes and health report.
@@ -110,10 +125,36 @@ impl AgentApp {
     /// error bodies, and counted in `/health`) and health components.
     pub async fn build_with<H: AgentHandler>(
         config: &AgentConfig,
-        mut card: AgentCard,
+        card: AgentCard,
         handler: H,
         http: HttpClient,
         extras: AgentExtras,
+    ) -> Result<Self, KitError> {
+        Self::assemble(config, card, http, extras, |card, metrics, store| agent_router(card, handler, metrics, store))
+            .await
+    }
+
+    /// An agent built on the task model directly: a [`TaskHandler`] reports each turn of a task
+    /// (status changes, artifacts, questions back to the user) as it goes. It serves the A2A
+    /// bindings, the card and `/health`, but not the seed `POST /tasks/send`.
+    pub async fn build_tasks<T: TaskHandler>(
+        config: &AgentConfig,
+        card: AgentCard,
+        handler: T,
+        http: HttpClient,
+    ) -> Result<Self, KitError> {
+        Self::assemble(config, card, http, AgentExtras::default(), |card, metrics, store| {
+            task_agent_router(card, handler, metrics, store)
+        })
+        .await
+    }
+
+    async fn assemble(
+        config: &AgentConfig,
+        mut card: AgentCard,
+        http: HttpClient,
+        extras: AgentExtras,
+        routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore) -> axum::Router,
     ) -> Result<Self, KitError> {
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
@@ -122,7 +163,9 @@ impl AgentApp {
         if let Some(name) = &config.name {
             card.name = name.clone();
         }
-        card.url = Some(format!("{url}/"));
+        describe_interfaces(&mut card, &url, config.legacy_card_fields);
+        let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
+        let store = TaskStore::open(&store_url, &card.name).await?;
         let registration = match &config.registry_url {
             Some(registry_url) => Some((RegistryClient::new(registry_url, http)?, registration_for(&card, &url))),
             None => None,
@@ -138,7 +181,7 @@ impl AgentApp {
         for (name, probe) in extras.components {
             metrics.add_component(name, probe);
         }
-        let mut router = agent_router(CardDocument::new(card)?, handler, metrics.clone());
+        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store);
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
         }
@@ -201,6 +244,12 @@ impl AgentApp {
         };
         serve(self.listener, self.router, leave_then_drain).await.map_err(KitError::Serve)
     }
+}
+
+/// The default task store: a SQLite file per agent under `data/tasks/`.
+fn default_task_store_url(agent: &str) -> String {
+    let file: String = agent.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    format!("sqlite://data/tasks/{file}.db")
 }
 
 /// The registration an agent sends: its card's name, and its skill ids as capabilities.

@@ -12,7 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, StatusCode, header};
+use axum::http::{HeaderName, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -138,11 +138,13 @@ pub fn health_route(metrics: Arc<ServiceMetrics>) -> Router {
 }
 
 async fn route_not_found(request: Request) -> ErrorResponse {
-    ErrorResponse::new(
-        StatusCode::NOT_FOUND,
-        "ROUTE_NOT_FOUND",
-        format!("no route for {} {}", request.method(), request.uri().path()),
-    )
+    no_route(request.method(), request.uri().path())
+}
+
+/// The 404 of a path no route serves, also for routes that match only some of the paths their
+/// pattern covers (`/tasks/{id}:cancel` but not `/tasks/{anything}` on POST).
+pub(crate) fn no_route(method: &Method, path: &str) -> ErrorResponse {
+    ErrorResponse::new(StatusCode::NOT_FOUND, "ROUTE_NOT_FOUND", format!("no route for {method} {path}"))
 }
 
 async fn method_not_allowed(request: Request) -> ErrorResponse {

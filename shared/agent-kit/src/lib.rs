@@ -9,12 +9,14 @@
 //! Task calls are admitted by their call context first ([`call_safety`]: cycles, the depth limit,
 //! the caller's deadline), and any agent can offer the [`call_agent`] skill.
 
+pub mod a2a;
 mod agent;
 mod app;
 pub mod call_agent;
 pub mod call_safety;
 mod card;
 mod cli;
+pub mod conformance;
 mod error;
 pub mod http;
 mod metrics;
@@ -22,7 +24,8 @@ mod registration;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router};
+pub use a2a::{TaskEvents, TaskHandler, Turn};
+pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router, task_agent_router};
 pub use app::{AgentApp, AgentConfig, AgentExtras, KitError};
 pub use card::CardDocument;
 pub use cli::{AgentArgs, MainError};

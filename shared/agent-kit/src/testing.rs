@@ -26,9 +26,17 @@ pub const TASKS_PATH: &str = DEFAULT_PROCESS_PATH;
 /// The JSON content type, as requests carry it.
 pub const JSON: &str = "application/json";
 
+/// Task store of test agents: in memory, so tests leave no files behind.
+pub const MEMORY_TASK_STORE_URL: &str = mesh_storage::SQLITE_MEMORY_URL;
+
 /// Agent keys for a test: 127.0.0.1 on a free port, no registry.
 pub fn local_agent_config() -> AgentConfig {
-    AgentConfig { port: 0, registry_url: None, ..AgentConfig::default() }
+    AgentConfig {
+        port: 0,
+        registry_url: None,
+        task_store_url: Some(MEMORY_TASK_STORE_URL.into()),
+        ..AgentConfig::default()
+    }
 }
 
 /// An agent served in the background until dropped.
@@ -142,7 +150,7 @@ impl RunningAgent {
             .unwrap_or_else(|e| panic!("card of {}: {e}", self.url));
         assert_eq!(card.name, name);
         assert!(card.skills.iter().any(|s| s.id == skill), "{:?}", card.skills);
-        assert_eq!(card.url.as_deref(), Some(format!("{}/", self.url).as_str()));
+        assert_eq!(card.url.as_deref(), Some(self.url.as_str()));
         card
     }
 

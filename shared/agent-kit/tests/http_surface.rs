@@ -261,7 +261,7 @@ async fn reply_with_warnings_is_partial() {
 async fn card_is_served_at_both_paths_with_validators_and_revalidated_with_304() {
     let agent = Agent::with_defaults().await;
     let mut expected = card();
-    expected.url = Some(format!("{}/", agent.url));
+    mesh_agent_kit::a2a::describe_interfaces(&mut expected, &agent.url, true);
     let mut etags = Vec::new();
     for path in CARD_PATHS {
         let response = agent.get(path).await;
@@ -401,7 +401,9 @@ async fn task_without_a_usable_user_message_or_with_an_empty_id_is_400() {
 #[tokio::test]
 async fn unknown_route_is_404_and_wrong_method_is_405() {
     let agent = Agent::with_defaults().await;
-    for (method, path) in [(Method::GET, "/nope"), (Method::POST, "/tasks"), (Method::GET, "/tasks/send/extra")] {
+    for (method, path) in
+        [(Method::GET, "/nope"), (Method::POST, "/tasks/send/extra"), (Method::GET, "/tasks/send/extra")]
+    {
         let response = agent.request(method, path).send().await.unwrap();
         expect_error(response, StatusCode::NOT_FOUND, "ROUTE_NOT_FOUND").await;
     }

@@ -366,11 +366,11 @@ mod error_catalogue {
                 (-32602, 400, "INVALID_ARGUMENT"),
                 (-32603, 500, "INTERNAL"),
                 (-32001, 404, "NOT_FOUND"),
-                (-32002, 400, "FAILED_PRECONDITION"),
+                (-32002, 409, "FAILED_PRECONDITION"),
                 (-32003, 400, "FAILED_PRECONDITION"),
                 (-32004, 400, "FAILED_PRECONDITION"),
-                (-32005, 400, "INVALID_ARGUMENT"),
-                (-32006, 500, "INTERNAL"),
+                (-32005, 415, "INVALID_ARGUMENT"),
+                (-32006, 502, "INTERNAL"),
                 (-32007, 400, "FAILED_PRECONDITION"),
                 (-32008, 400, "FAILED_PRECONDITION"),
                 (-32009, 400, "FAILED_PRECONDITION"),
@@ -706,11 +706,15 @@ mod conversions {
 
     #[test]
     fn task_id_params_become_v1_requests() {
-        let params: v03::TaskQueryParams = serde_json::from_value(json!({"id": "t1", "historyLength": 0})).unwrap();
-        assert_eq!(
-            v1::GetTaskRequest::from(params),
-            v1::GetTaskRequest { tenant: None, id: "t1".to_owned(), history_length: Some(0) }
-        );
+        // 0.3 clients read a historyLength of 0 as no limit; 1.0's 0 would mean no history.
+        for (sent, asked) in [(json!(0), None), (json!(2), Some(2))] {
+            let params: v03::TaskQueryParams =
+                serde_json::from_value(json!({"id": "t1", "historyLength": sent})).unwrap();
+            assert_eq!(
+                v1::GetTaskRequest::from(params),
+                v1::GetTaskRequest { tenant: None, id: "t1".to_owned(), history_length: asked }
+            );
+        }
         let params: v03::TaskIdParams = serde_json::from_value(json!({"id": "t1", "metadata": {"a": 1}})).unwrap();
         assert_eq!(v1::SubscribeToTaskRequest::from(params.clone()).id, "t1");
         assert_eq!(

@@ -3,6 +3,8 @@
 //! message latency), with crashes, restarts, partitions, a registry outage and a storage fault.
 //! Every run records a trace of what the client saw; the same seed must give the same trace.
 
+use mesh_storage::SQLITE_MEMORY_URL;
+use mesh_tasks::TaskStore;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -306,13 +308,14 @@ fn open_registry(run_dir: &Path) -> RegistryService {
     std::fs::copy(prepared_database(), &database).expect("copy the registry database");
     let config =
         RegistryConfig { database_url: format!("sqlite://{}", database.display()), ..RegistryConfig::default() };
-    REGISTRY_RUNTIME
+    STORAGE_RUNTIME
         .block_on(RegistryService::open(&config, HttpClient::new(Arc::new(SimTransport))))
         .expect("open the registry")
 }
 
-/// The runtime the registries' databases are opened on, alive for the whole test binary.
-static REGISTRY_RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+/// The runtime the registries' and agents' databases are opened on, alive for the whole test
+/// binary.
+static STORAGE_RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
     tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("a runtime")
 });
 
@@ -347,8 +350,11 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
             continue;
         }
         let handled = shared.handled.iter().find(|(n, _)| *n == name).map(|(_, c)| c.clone()).unwrap_or_default();
+        // Like the registry's database, opened outside the simulation: its writer commits on the
+        // storage runtime, and seed calls do not wait for it.
+        let tasks = STORAGE_RUNTIME.block_on(TaskStore::open(SQLITE_MEMORY_URL, name)).expect("open a task store");
         sim.host(name, move || {
-            let handled = handled.clone();
+            let (handled, tasks) = (handled.clone(), tasks.clone());
             async move {
                 let http = HttpClient::new(Arc::new(SimTransport));
                 let registry = RegistryClient::new(REGISTRY_URL, http.clone())?;
@@ -362,7 +368,7 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
                 let worker = Worker { name, delay: Duration::from_millis(delay_ms), handled };
                 let handler = WithCallAgent::new(worker, caller);
                 let metrics = ServiceMetrics::new(name);
-                let router = agent_router(CardDocument::new(card(name, capability))?, handler, metrics);
+                let router = agent_router(CardDocument::new(card(name, capability))?, handler, metrics, tasks);
                 serve(PORT, with_common_layers(router, HttpLimits::default())).await?;
                 Ok(())
             }

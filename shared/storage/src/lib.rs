@@ -15,6 +15,12 @@ pub use sqlx::{AnyPool, Row};
 
 /// Connections kept per process; the mesh's writes are rare and short.
 const POOL_CONNECTIONS_MAX: u32 = 8;
+/// Wait before retrying migrations that raced another opener of the same SQLite file.
+const MIGRATION_RETRY_DELAY_MS: u64 = 200;
+/// Idle connections close after this long (sqlx's default).
+const POOL_IDLE_TIMEOUT_S: u64 = 600;
+/// Connections are replaced after this long (sqlx's default).
+const POOL_CONNECTION_LIFETIME_S: u64 = 1_800;
 /// Time a caller waits for a free connection before the store reports itself unavailable.
 const POOL_ACQUIRE_TIMEOUT_MS: u64 = 5_000;
 
@@ -51,6 +57,9 @@ impl Backend {
     }
 }
 
+/// An in-memory SQLite database, gone when the process ends: for tests and throwaway agents.
+pub const SQLITE_MEMORY_URL: &str = "sqlite::memory:";
+
 /// An open, migrated database.
 #[derive(Debug, Clone)]
 pub struct Database {
@@ -63,10 +72,16 @@ impl Database {
     pub async fn connect(url: &str, migrations: &Migrator) -> Result<Self, StorageError> {
         install_default_drivers();
         let backend = Backend::from_url(url)?;
+        let memory = url == SQLITE_MEMORY_URL;
         let url = match backend {
+            Backend::Sqlite if memory => url.to_owned(),
             Backend::Sqlite => prepare_sqlite(url)?,
             Backend::Postgres => url.to_owned(),
         };
+        // Every connection to `:memory:` opens a database of its own, so a memory database is
+        // one connection, kept open for the life of the pool.
+        let (connections_max, idle_timeout) =
+            if memory { (1, None) } else { (POOL_CONNECTIONS_MAX, Some(Duration::from_secs(POOL_IDLE_TIMEOUT_S))) };
         let pool = AnyPoolOptions::new()
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
@@ -78,12 +93,25 @@ impl Database {
                     Ok(())
                 })
             })
-            .max_connections(POOL_CONNECTIONS_MAX)
+            .max_connections(connections_max)
+            .min_connections(u32::from(memory))
+            .idle_timeout(idle_timeout)
+            .max_lifetime(idle_timeout.map(|_| Duration::from_secs(POOL_CONNECTION_LIFETIME_S)))
             .acquire_timeout(Duration::from_millis(POOL_ACQUIRE_TIMEOUT_MS))
             .connect(&url)
             .await
             .map_err(StorageError::Connect)?;
-        migrations.run(&pool).await?;
+        if let Err(error) = migrations.run(&pool).await {
+            // SQLite has no migration lock: processes (or agents of one process) opening one file
+            // at once race to record the same migration, and the loser fails. Once the winner
+            // has committed, running again finds the migration applied.
+            if backend != Backend::Sqlite {
+                return Err(error.into());
+            }
+            tracing::debug!(%error, "migration raced another opener; retrying");
+            tokio::time::sleep(Duration::from_millis(MIGRATION_RETRY_DELAY_MS)).await;
+            migrations.run(&pool).await?;
+        }
         tracing::info!(backend = ?backend, "database ready");
         Ok(Self { pool, backend })
     }

@@ -6,6 +6,7 @@
 //!   conversions to and from [`v1`], so 0.3 clients are served from the same model.
 
 pub mod v03;
+pub mod v03_rest;
 pub mod v1;
 
 /// Header (service parameter) carrying the protocol version a client speaks. Per the 1.0 spec a

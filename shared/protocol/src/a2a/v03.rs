@@ -661,7 +661,7 @@ impl From<MessageSendConfiguration> for v1::SendMessageConfiguration {
         Self {
             accepted_output_modes: config.accepted_output_modes,
             task_push_notification_config: config.push_notification_config.map(Into::into),
-            history_length: config.history_length,
+            history_length: unlimited_when_zero(config.history_length),
             return_immediately: config.blocking == Some(false),
         }
     }
@@ -702,8 +702,13 @@ impl From<v1::SendMessageRequest> for MessageSendParams {
 impl From<TaskQueryParams> for v1::GetTaskRequest {
     /// Drops `metadata`, which 1.0 `GetTask` does not have.
     fn from(params: TaskQueryParams) -> Self {
-        Self { tenant: None, id: params.id, history_length: params.history_length }
+        Self { tenant: None, id: params.id, history_length: unlimited_when_zero(params.history_length) }
     }
+}
+
+/// A 0.3 `historyLength` of 0 means no limit (as the 0.3 SDKs read it), where 1.0's means none.
+fn unlimited_when_zero(history_length: Option<i32>) -> Option<i32> {
+    history_length.filter(|&n| n != 0)
 }
 
 impl From<TaskIdParams> for v1::CancelTaskRequest {

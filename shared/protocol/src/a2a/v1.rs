@@ -145,10 +145,13 @@ impl Part {
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     /// Unique id chosen by the message's creator.
+    #[serde(alias = "message_id")]
     pub message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "context_id")]
     pub context_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "task_id")]
     pub task_id: Option<String>,
     pub role: Role,
     pub parts: Vec<Part>,
@@ -159,6 +162,7 @@ pub struct Message {
     pub extensions: Option<Vec<String>>,
     /// Other tasks this message refers to for context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "reference_task_ids")]
     pub reference_task_ids: Option<Vec<String>>,
 }
 
@@ -274,6 +278,7 @@ pub struct TaskPushNotificationConfig {
     pub id: Option<String>,
     /// Empty when sent inside a `SendMessage` configuration (the task does not exist yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "task_id")]
     pub task_id: Option<String>,
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,14 +293,18 @@ pub struct TaskPushNotificationConfig {
 pub struct SendMessageConfiguration {
     /// Media types the client accepts for response parts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(alias = "accepted_output_modes")]
     pub accepted_output_modes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "task_push_notification_config")]
     pub task_push_notification_config: Option<TaskPushNotificationConfig>,
     /// Most recent history messages to return; `None` means no limit, `Some(0)` none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
     /// Return as soon as the task exists instead of waiting for a terminal or interrupted state.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(alias = "return_immediately")]
     pub return_immediately: bool,
 }
 
@@ -340,6 +349,7 @@ pub struct GetTaskRequest {
     pub id: String,
     /// Most recent history messages to return; `None` means no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
 }
 
@@ -350,23 +360,29 @@ pub struct ListTasksRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "context_id")]
     pub context_id: Option<String>,
     /// Only tasks currently in this state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<TaskState>,
     /// 1..=100; the server's default is 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "page_size")]
     pub page_size: Option<i32>,
     /// `nextPageToken` of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "page_token")]
     pub page_token: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
     /// Only tasks whose status timestamp is at or after this RFC 3339 instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "status_timestamp_after")]
     pub status_timestamp_after: Option<String>,
     /// Include artifacts in the listed tasks (default false, to keep pages small).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "include_artifacts")]
     pub include_artifacts: Option<bool>,
 }
 

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Runs the A2A conformance kit (a2aproject/a2a-tck, branch 1.0-dev) against our example agent
+# over JSON-RPC and HTTP+JSON, then prints passed/failed/skipped counts per requirement level and
+# transport, read from the kit's own report files (reports/compatibility.json, junitreport.xml).
+#
+# The kit is fetched, never committed. Get it once, beside this clone:
+#   git clone --branch 1.0-dev https://github.com/a2aproject/a2a-tck.git ../a2a-tck
+#
+# Usage: scripts/tck.sh [AGENT_URL]
+# Settings by environment:
+#   TCK_DIR            the kit's checkout (default ../a2a-tck, else /work/tck)
+#   TCK_PYTHON         a Python with the kit installed; without it a virtualenv is made at
+#                      TCK_VENV (default $TCK_DIR/.venv) with `pip install -e $TCK_DIR`
+#   TCK_AGENT_URL      an agent already running (also the first argument): nothing is started
+#   TCK_AGENT_CMD      the command that starts the agent, `{port}` replaced by TCK_PORT (default:
+#                      cargo run --release -p mesh-agent-kit --example tck_agent -- --port {port})
+#   TCK_PORT           port of the started agent (18790)
+#   TCK_START_TIMEOUT_S how long to wait for its agent card (900: covers a cold release build)
+#   TCK_TRANSPORTS     the kit's --transport (jsonrpc,http_json)
+#   TCK_LEVELS         levels to run, one kit run each ("must"; e.g. "must should may")
+#   TCK_REPORTS_DIR    where each level's reports are copied (default: a new temporary dir)
+# Exits non-zero when a MUST requirement fails (or the MUST run itself fails).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+tck_dir=${TCK_DIR:-}
+if [ -z "$tck_dir" ]; then
+    for candidate in "$repo/../a2a-tck" /work/tck; do
+        if [ -f "$candidate/run_tck.py" ]; then
+            tck_dir=$candidate
+            break
+        fi
+    done
+fi
+if [ -z "$tck_dir" ] || [ ! -f "$tck_dir/run_tck.py" ]; then
+    echo "the conformance kit is not there (TCK_DIR=${tck_dir:-unset}); get it with:" >&2
+    echo "  git clone --branch 1.0-dev https://github.com/a2aproject/a2a-tck.git $repo/../a2a-tck" >&2
+    exit 2
+fi
+tck_dir=$(cd "$tck_dir" && pwd)
+if branch=$(git -C "$tck_dir" rev-parse --abbrev-ref HEAD 2>/dev/null) && [ "$branch" != 1.0-dev ]; then
+    echo "warning: $tck_dir is on branch $branch, not 1.0-dev" >&2
+fi
+
+python=${TCK_PYTHON:-}
+if [ -z "$python" ]; then
+    venv=${TCK_VENV:-$tck_dir/.venv}
+    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import tck, pytest_html' 2>/dev/null; then
+        echo "== installing the kit into $venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -e "$tck_dir"
+    fi
+    python=$venv/bin/python
+fi
+
+port=${TCK_PORT:-18790}
+transports=${TCK_TRANSPORTS:-jsonrpc,http_json}
+levels=${TCK_LEVELS:-must}
+start_timeout_s=${TCK_START_TIMEOUT_S:-900}
+reports=${TCK_REPORTS_DIR:-$(mktemp -d -t tck-reports.XXXXXX)}
+mkdir -p "$reports"
+
+agent_pid=
+cleanup() {
+    if [ -n "$agent_pid" ]; then
+        # The agent runs in its own session: end the whole group (cargo and the example it runs).
+        kill -TERM -- "-$agent_pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do
+            kill -0 "$agent_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL -- "-$agent_pid" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+url=${1:-${TCK_AGENT_URL:-}}
+if [ -z "$url" ]; then
+    url="http://127.0.0.1:$port"
+    default_cmd='cargo run --release -p mesh-agent-kit --example tck_agent -- --port {port}'
+    cmd=${TCK_AGENT_CMD:-$default_cmd}
+    placeholder='{port}'
+    cmd=${cmd//"$placeholder"/$port}
+    agent_log="$reports/agent.log"
+    echo "== starting the agent: $cmd (log: $agent_log)"
+    setsid bash -c "exec $cmd" >"$agent_log" 2>&1 &
+    agent_pid=$!
+    waited_s=0
+    until curl -fs -o /dev/null "$url/.well-known/agent-card.json"; do
+        if ! kill -0 "$agent_pid" 2>/dev/null; then
+            echo "the agent exited before serving its card; its log ends with:" >&2
+            tail -n 20 "$agent_log" >&2
+            exit 1
+        fi
+        if [ "$waited_s" -ge "$start_timeout_s" ]; then
+            echo "no agent card at $url after ${start_timeout_s}s" >&2
+            exit 1
+        fi
+        sleep 1
+        waited_s=$((waited_s + 1))
+    done
+fi
+echo "== agent at $url; kit at $tck_dir ($(git -C "$tck_dir" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+
+status=0
+for level in $levels; do
+    echo "== run_tck.py --level $level --transport $transports"
+    rm -rf "$tck_dir/reports"
+    set +e
+    (cd "$tck_dir" && "$python" run_tck.py --sut-host "$url" --transport "$transports" --level "$level") \
+        >"$reports/console-$level.log" 2>&1
+    kit_status=$?
+    set -e
+    grep -E '^[0-9]+ (passed|failed|skipped)|(passed|failed|skipped|deselected).* in [0-9.]+s' \
+        "$reports/console-$level.log" | tail -n 1 || true
+    if [ ! -f "$tck_dir/reports/compatibility.json" ]; then
+        echo "the kit wrote no report; its output ends with:" >&2
+        tail -n 30 "$reports/console-$level.log" >&2
+        status=1
+        continue
+    fi
+    cp -r "$tck_dir/reports" "$reports/$level"
+    if [ "$level" = must ] && [ "$kit_status" -ne 0 ]; then
+        status=1
+    fi
+done
+
+echo "== counts (reports in $reports)"
+"$python" - "$reports" $levels <<'PY' || status=1
+"""Counts per level and transport from the kit's reports.
+
+A requirement is judged per transport. The kit's compatibility.json keeps, per requirement and
+transport, only the verdict of the last test recorded, so a requirement marked FAIL is traced
+back to its failing JUnit test cases to tell which transports failed.
+"""
+import json
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from pathlib import Path
+
+TRANSPORTS = ("jsonrpc", "http_json", "grpc")
+
+
+def node_id(case):
+    parts = case.get("classname", "").split(".")
+    modules = [i for i, part in enumerate(parts) if part.startswith("test_")]
+    cut = modules[-1] + 1 if modules else len(parts)
+    return "::".join(["/".join(parts[:cut]) + ".py", *parts[cut:], case.get("name", "")])
+
+
+def transport_of(test_id):
+    name = test_id.rsplit("::", 1)[-1]
+    if "[" in name:
+        param = name[name.index("[") + 1 : -1]
+        for transport in TRANSPORTS:
+            if param == transport or param.endswith("-" + transport):
+                return transport
+    path = test_id.split("::", 1)[0]
+    for transport in (*TRANSPORTS, "agent_card"):
+        if f"/{transport}/" in path:
+            return transport
+    words = test_id.split("::", 1)[-1].lower()
+    if "jsonrpc" in words:
+        return "jsonrpc"
+    if "rest" in words or "http_json" in words:
+        return "http_json"
+    if "grpc" in words:
+        return "grpc"
+    return None
+
+
+failed_must = 0
+reports = Path(sys.argv[1])
+for level in sys.argv[2:]:
+    level_dir = reports / level
+    report_file = level_dir / "compatibility.json"
+    if not report_file.exists():
+        continue
+    report = json.loads(report_file.read_text())
+    failing_tests = set()
+    junit = level_dir / "junitreport.xml"
+    if junit.exists():
+        for case in ElementTree.parse(junit).getroot().iter("testcase"):
+            if any(child.tag in ("failure", "error") for child in case):
+                failing_tests.add(node_id(case))
+    wanted = level.upper()
+    verdicts = Counter()
+    by_transport = {}
+    failures = []
+    for req_id, req in sorted(report["per_requirement"].items()):
+        if req["level"] != wanted:
+            continue
+        verdicts[req["status"]] += 1
+        transports = dict(req["transports"])
+        if req["status"] == "FAIL":
+            failures.append((req_id, req["errors"][:1]))
+            culprits = {transport_of(t) for t in req["test_ids"] if t in failing_tests}
+            culprits.discard(None)
+            if not culprits:
+                # No failing JUnit case names a transport: blame those not skipped.
+                culprits = {t for t, verdict in transports.items() if verdict != "SKIPPED"}
+            for transport in culprits:
+                transports[transport] = "FAIL"
+        for transport, verdict in transports.items():
+            by_transport.setdefault(transport, Counter())[verdict] += 1
+    if wanted == "MUST":
+        failed_must += verdicts["FAIL"]
+    print(f"{wanted}: requirements passed {verdicts['PASS']}, failed {verdicts['FAIL']}, "
+          f"skipped {verdicts['SKIPPED']}, not tested by the kit {verdicts['NOT TESTED']}")
+    for transport in sorted(by_transport):
+        counts = by_transport[transport]
+        print(f"  {wanted:<6} {transport:<10} passed {counts['PASS']:>3}  failed {counts['FAIL']:>3}"
+              f"  skipped {counts['SKIPPED']:>3}")
+    for transport, counts in sorted(report["per_transport"].items()):
+        print(f"  {wanted:<6} {transport:<10} test results recorded by the kit: passed {counts['passed']},"
+              f" failed {counts['failed']}, skipped {counts['skipped']}, total {counts['total']}")
+    for req_id, errors in failures:
+        print(f"  FAIL {req_id}: {errors[0][:300] if errors else ''}")
+sys.exit(1 if failed_must else 0)
+PY
+exit "$status"

@@ -1,0 +1,594 @@
+//! `SendMessage` over JSON-RPC (issue #5): throughput and p50/p99 latency at concurrency 1, 16
+//! and 64 against three servers, interleaved in one run (A, B, C, A, B, C, ...) so drifts of
+//! the machine hit all three alike:
+//!
+//! - A: an echo agent on this kit (`AgentApp`), answering "echo: <text>", its tasks durable in a
+//!   SQLite file (a temporary one) as with an agent's default store;
+//! - B: the official Python SDK's echo agent (`a2a-sdk`, uvicorn, one worker);
+//! - C: a bare axum handler answering A's own response bytes: the floor HTTP and axum cost.
+//!
+//! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
+//! [--python PATH] [--python-agent SCRIPT]`
+//!
+//! Each server runs in its own process (A and C are this binary re-executed), so the load
+//! generator never shares a runtime with the server it measures. Every response is checked;
+//! failures are counted and reported, never counted as throughput.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::header::{CONTENT_TYPE, HOST};
+use axum::http::{Request, StatusCode};
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{SendRequest, handshake};
+use hyper_util::rt::TokioIo;
+use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
+use mesh_client::HttpClient;
+use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::seed::Part;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::net::TcpStream;
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+/// Concurrent requests (one keep-alive connection each) measured for every server.
+const CONCURRENCIES: [usize; 3] = [1, 16, 64];
+/// Measured time per cell (server × concurrency × round), unless `--seconds` says otherwise.
+const MEASURE_SECS_DEFAULT: u64 = 5;
+/// Rounds of the whole A, B, C sequence, unless `--rounds` says otherwise.
+const ROUNDS_DEFAULT: u32 = 2;
+/// Requests before each measured window, not recorded: connections, caches and the Python
+/// interpreter's hot paths warm up here.
+const WARM_UP_SECS: u64 = 1;
+/// Longest a single request may take before it counts as failed (and its connection is replaced).
+const REQUEST_TIMEOUT_SECS: u64 = 10;
+/// Longest a server may take to answer its first `SendMessage` after being started.
+const STARTUP_TIMEOUT_SECS: u64 = 30;
+/// Pause between readiness probes while a server starts.
+const STARTUP_POLL_MS: u64 = 100;
+/// Pause before reconnecting after a failed connection, so a dead server is not spun on.
+const RECONNECT_PAUSE_MS: u64 = 10;
+/// Speed goals of issue #5: A over B at concurrency 16, and A over C at every concurrency.
+const GOAL_A_OVER_B_AT_16: f64 = 50.0;
+const GOAL_A_OVER_C: f64 = 0.5;
+
+/// Set in a re-executed child to the server it must run (`agent-kit` or `bare-axum`).
+const SERVE_ENV: &str = "SEND_MESSAGE_BENCH_SERVE";
+/// Set in the agent-kit child to its task store: a SQLite file, durable as an agent's default.
+const TASK_STORE_ENV: &str = "SEND_MESSAGE_BENCH_TASK_STORE";
+/// Set in the bare-axum child to the exact response body it answers with.
+const BARE_BODY_ENV: &str = "SEND_MESSAGE_BENCH_BODY";
+/// Interpreter for B unless `--python` says otherwise.
+const PYTHON_ENV: &str = "MESH_A2A_PYTHON";
+const PYTHON_DEFAULT: &str = "/work/venv/a2a-interop/bin/python";
+/// B's agent script, kept with the interop tests, unless `--python-agent` says otherwise.
+const PYTHON_AGENT_DEFAULT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/interop/echo_agent.py");
+
+/// The text every request carries, and what every server must answer with.
+const ECHO_TEXT: &str = "hello a2a";
+const ECHO_REPLY: &str = "echo: hello a2a";
+const COMPLETED: &str = "TASK_STATE_COMPLETED";
+
+fn main() -> Result<(), BoxError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match std::env::var(SERVE_ENV) {
+        Ok(role) => runtime.block_on(serve_child(&role)),
+        Err(_) => runtime.block_on(run(Options::parse(std::env::args().skip(1))?)),
+    }
+}
+
+#[derive(Debug)]
+struct Options {
+    measure: Duration,
+    rounds: u32,
+    python: PathBuf,
+    python_agent: PathBuf,
+}
+
+impl Options {
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, BoxError> {
+        let python = std::env::var_os(PYTHON_ENV).map_or_else(|| PYTHON_DEFAULT.into(), PathBuf::from);
+        let mut options = Self {
+            measure: Duration::from_secs(MEASURE_SECS_DEFAULT),
+            rounds: ROUNDS_DEFAULT,
+            python,
+            python_agent: PYTHON_AGENT_DEFAULT.into(),
+        };
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--seconds" => options.measure = Duration::from_secs(value()?.parse()?),
+                "--rounds" => options.rounds = value()?.parse()?,
+                "--python" => options.python = value()?.into(),
+                "--python-agent" => options.python_agent = value()?.into(),
+                // Cargo passes `--bench` to every bench binary.
+                "--bench" => {}
+                _ => {
+                    return Err(format!(
+                        "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT"
+                    )
+                    .into());
+                }
+            }
+        }
+        if options.measure.is_zero() || options.rounds == 0 {
+            return Err("--seconds and --rounds must be at least 1".into());
+        }
+        Ok(options)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The servers
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    AgentKit,
+    PythonSdk,
+    BareAxum,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::AgentKit => "A agent kit",
+            Self::PythonSdk => "B Python SDK",
+            Self::BareAxum => "C bare axum",
+        }
+    }
+}
+
+/// A server process, killed when dropped (also when the benchmark fails half-way).
+#[derive(Debug)]
+struct Server {
+    kind: Kind,
+    addr: SocketAddr,
+    process: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// A or C: this binary re-executed as a server, given its one `setting` (variable, value) in
+/// the environment; it prints its address on its first line.
+fn start_rust(kind: Kind, setting: (&str, &str)) -> Result<Server, BoxError> {
+    let role = if kind == Kind::AgentKit { "agent-kit" } else { "bare-axum" };
+    let mut process = Command::new(std::env::current_exe()?)
+        .env(SERVE_ENV, role)
+        .env(setting.0, setting.1)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    let stdout = process.stdout.take().ok_or("no stdout from the server process")?;
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line.trim().parse().map_err(|e| format!("{role}: no address on its first line ({e}): {line:?}"))?;
+    Ok(Server { kind, addr, process })
+}
+
+/// B: the SDK's echo agent on a free port, or why it cannot run.
+fn start_python(options: &Options) -> Result<Server, String> {
+    let sdk = Command::new(&options.python).args(["-c", "import a2a, uvicorn"]).stderr(Stdio::null()).status();
+    if !sdk.is_ok_and(|status| status.success()) {
+        return Err(format!("{} cannot import a2a and uvicorn", options.python.display()));
+    }
+    if !options.python_agent.is_file() {
+        return Err(format!("no agent script at {}", options.python_agent.display()));
+    }
+    // The port is picked here and handed over; another process taking it meanwhile is unlikely
+    // and would show as a startup failure.
+    let addr = StdTcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?;
+    let process = Command::new(&options.python)
+        .arg(&options.python_agent)
+        .args(["--port", &addr.port().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", options.python.display()))?;
+    Ok(Server { kind: Kind::PythonSdk, addr, process })
+}
+
+/// Runs the server a child was re-executed for, until it is killed.
+async fn serve_child(role: &str) -> Result<(), BoxError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let router = match role {
+        "agent-kit" => return serve_agent_kit().await,
+        "bare-axum" => {
+            let body = Bytes::from(std::env::var(BARE_BODY_ENV)?);
+            // Takes the body as bytes so the request is read in full, as A reads it, and parses nothing.
+            Router::new().route(
+                "/",
+                post(move |_request: Bytes| {
+                    let body = body.clone();
+                    async move { ([(CONTENT_TYPE, "application/json")], body) }
+                }),
+            )
+        }
+        _ => return Err(format!("unknown {SERVE_ENV}={role}").into()),
+    };
+    announce(&listener.local_addr()?.to_string())?;
+    axum::serve(listener, router).await?;
+    Ok(())
+}
+
+async fn serve_agent_kit() -> Result<(), BoxError> {
+    let card: AgentCard = serde_json::from_value(json!({
+        "name": "Echo Agent",
+        "description": "Echoes text back",
+        "version": env!("CARGO_PKG_VERSION"),
+        "supportedInterfaces": [],
+        "capabilities": {"streaming": true, "pushNotifications": false},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "echo", "name": "Echo", "description": "Echo input", "tags": ["echo"]}]
+    }))?;
+    let config = AgentConfig {
+        port: 0,
+        registry_url: None,
+        task_store_url: Some(std::env::var(TASK_STORE_ENV)?),
+        ..AgentConfig::default()
+    };
+    let app = AgentApp::build(&config, card, Echo, HttpClient::with_reqwest()?).await?;
+    announce(app.url().trim_start_matches("http://"))?;
+    app.run_until_stopped(std::future::pending()).await?;
+    Ok(())
+}
+
+/// The first stdout line of a server child: the address the parent connects to.
+fn announce(addr: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{addr}")?;
+    stdout.flush()
+}
+
+/// A's handler: the same answer as the SDK's echo agent.
+#[derive(Debug)]
+struct Echo;
+
+impl AgentHandler for Echo {
+    async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        Ok(AgentReply { parts: vec![Part::Text { text: format!("echo: {}", task.text) }], ..AgentReply::default() })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The load generator
+
+/// The `SendMessage` request the official Python client sends (captured), with fresh ids: the
+/// servers keep tasks, and a repeated message id could be answered differently.
+fn send_message_body() -> Bytes {
+    let (message_id, request_id) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    Bytes::from(format!(
+        r#"{{"method":"SendMessage","params":{{"message":{{"messageId":"{message_id}","role":"ROLE_USER","parts":[{{"text":"{ECHO_TEXT}"}}]}},"configuration":{{}}}},"id":"{request_id}","jsonrpc":"2.0"}}"#
+    ))
+}
+
+/// The parts of a `SendMessage` answer that are checked; borrowed, so checking costs the load
+/// generator (which shares the cores with the server) as little as possible.
+#[derive(Debug, Deserialize)]
+struct Reply<'a> {
+    #[serde(borrow)]
+    result: Option<ReplyResult<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReplyResult<'a> {
+    #[serde(borrow)]
+    task: Option<ReplyTask<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReplyTask<'a> {
+    #[serde(borrow)]
+    status: ReplyStatus<'a>,
+    #[serde(borrow, default)]
+    artifacts: Vec<ReplyArtifact<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReplyStatus<'a> {
+    state: &'a str,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReplyArtifact<'a> {
+    #[serde(borrow)]
+    parts: Vec<ReplyPart<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReplyPart<'a> {
+    text: Option<&'a str>,
+}
+
+/// Why an answer does not count: not 200, not a JSON-RPC result holding a completed task, or
+/// not the echo.
+fn check(status: StatusCode, body: &[u8]) -> Result<(), String> {
+    let excerpt = || String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+    if status != StatusCode::OK {
+        return Err(format!("HTTP {status}: {}", excerpt()));
+    }
+    let reply: Reply = serde_json::from_slice(body).map_err(|e| format!("unparsed answer ({e}): {}", excerpt()))?;
+    let task = reply.result.and_then(|r| r.task).ok_or_else(|| format!("no result.task: {}", excerpt()))?;
+    if task.status.state != COMPLETED {
+        return Err(format!("task in state {}: {}", task.status.state, excerpt()));
+    }
+    let texts = task.artifacts.iter().flat_map(|a| &a.parts).filter_map(|p| p.text);
+    if !texts.into_iter().any(|text| text == ECHO_REPLY) {
+        return Err(format!("no artifact text {ECHO_REPLY:?}: {}", excerpt()));
+    }
+    Ok(())
+}
+
+/// One keep-alive HTTP/1.1 connection to a server, as one concurrent worker uses it.
+#[derive(Debug)]
+struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    host: String,
+}
+
+impl Connection {
+    async fn open(addr: SocketAddr) -> Result<Self, BoxError> {
+        let stream = TcpStream::connect(addr).await?;
+        // Requests are small and answered one at a time: Nagle would only add delay.
+        stream.set_nodelay(true)?;
+        let (sender, connection) = handshake(TokioIo::new(stream)).await?;
+        // Drives the connection; it ends when the sender is dropped.
+        tokio::spawn(connection);
+        Ok(Self { sender, host: addr.to_string() })
+    }
+
+    /// Sends one `SendMessage` and returns the answer's status and body.
+    async fn send(&mut self) -> Result<(StatusCode, Bytes), BoxError> {
+        let request = Request::post("/")
+            .header(HOST, &self.host)
+            .header(CONTENT_TYPE, "application/json")
+            .header("a2a-version", "1.0")
+            .body(Full::new(send_message_body()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status();
+        Ok((status, response.into_body().collect().await?.to_bytes()))
+    }
+}
+
+/// Sends one `SendMessage` on a new connection and returns the checked answer's body.
+async fn probe(addr: SocketAddr) -> Result<Bytes, String> {
+    let mut connection = Connection::open(addr).await.map_err(|e| e.to_string())?;
+    let (status, body) = connection.send().await.map_err(|e| e.to_string())?;
+    check(status, &body)?;
+    Ok(body)
+}
+
+/// Waits until `server` accepts connections (B needs seconds to start), then probes it once.
+async fn ready(server: &mut Server) -> Result<Bytes, BoxError> {
+    let label = server.kind.label();
+    let deadline = Instant::now() + Duration::from_secs(STARTUP_TIMEOUT_SECS);
+    while TcpStream::connect(server.addr).await.is_err() {
+        if let Some(exit) = server.process.try_wait()? {
+            return Err(format!("{label} exited at startup: {exit}").into());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{label} did not listen within {STARTUP_TIMEOUT_SECS} s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS)).await;
+    }
+    Ok(probe(server.addr).await.map_err(|e| format!("{label} answered SendMessage wrongly: {e}"))?)
+}
+
+/// What one worker, or one cell, or all rounds of a server at one concurrency measured.
+#[derive(Debug, Default)]
+struct Sample {
+    /// Latencies of the good answers inside the measured window, in nanoseconds.
+    latencies_ns: Vec<u64>,
+    errors: usize,
+    first_error: Option<String>,
+    /// Length of the measured window(s).
+    window: Duration,
+    /// Requests per second of each round, to show the spread.
+    round_rates: Vec<f64>,
+}
+
+impl Sample {
+    fn fail(&mut self, error: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(error);
+    }
+
+    fn absorb(&mut self, other: Self) {
+        self.latencies_ns.extend(other.latencies_ns);
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.latencies_ns.len() as f64 / self.window.as_secs_f64()
+    }
+
+    /// Nearest-rank percentile in milliseconds; `latencies_ns` must be sorted.
+    fn percentile_ms(&self, fraction: f64) -> f64 {
+        let rank = ((fraction * self.latencies_ns.len() as f64).ceil() as usize).max(1);
+        self.latencies_ns.get(rank - 1).map_or(f64::NAN, |&ns| ns as f64 / 1e6)
+    }
+}
+
+/// Runs `concurrency` workers against `addr`: a warm-up, then `measure` recorded.
+async fn measure_cell(addr: SocketAddr, concurrency: usize, measure: Duration) -> Sample {
+    let window_start = Instant::now() + Duration::from_secs(WARM_UP_SECS);
+    let window_end = window_start + measure;
+    let workers: Vec<_> = (0..concurrency).map(|_| tokio::spawn(worker(addr, window_start, window_end))).collect();
+    let mut cell = Sample { window: measure, ..Sample::default() };
+    for worker in workers {
+        match worker.await {
+            Ok(sample) => cell.absorb(sample),
+            Err(panic) => cell.fail(format!("worker failed: {panic}")),
+        }
+    }
+    cell
+}
+
+/// One concurrent client: requests back to back on one connection, replaced when it fails.
+/// Records the requests sent and answered inside [window_start, window_end].
+async fn worker(addr: SocketAddr, window_start: Instant, window_end: Instant) -> Sample {
+    let mut sample = Sample::default();
+    let mut connection: Option<Connection> = None;
+    let timeout = Duration::from_secs(REQUEST_TIMEOUT_SECS);
+    while Instant::now() < window_end {
+        let open = match connection.as_mut() {
+            Some(open) => open,
+            None => match Connection::open(addr).await {
+                Ok(opened) => connection.insert(opened),
+                Err(error) => {
+                    sample.fail(format!("connect: {error}"));
+                    tokio::time::sleep(Duration::from_millis(RECONNECT_PAUSE_MS)).await;
+                    continue;
+                }
+            },
+        };
+        let sent = Instant::now();
+        let answer = tokio::time::timeout(timeout, open.send()).await;
+        let answered = Instant::now();
+        let recorded = sent >= window_start && answered <= window_end;
+        let outcome = match answer {
+            Ok(Ok((status, body))) => check(status, &body),
+            Ok(Err(error)) => {
+                connection = None;
+                Err(format!("request: {error}"))
+            }
+            Err(_) => {
+                connection = None;
+                Err(format!("no answer within {REQUEST_TIMEOUT_SECS} s"))
+            }
+        };
+        match outcome {
+            Ok(()) if recorded => sample.latencies_ns.push(answered.duration_since(sent).as_nanos() as u64),
+            Ok(()) => {}
+            // Failures count wherever they happen: a server failing only in the warm-up is still failing.
+            Err(error) => sample.fail(error),
+        }
+    }
+    sample
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+
+async fn run(options: Options) -> Result<(), BoxError> {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "SendMessage (JSON-RPC, A2A 1.0) benchmark: {} s measured per cell after {WARM_UP_SECS} s of warm-up, {} round(s), \
+         concurrency {CONCURRENCIES:?}, one keep-alive HTTP/1.1 connection per concurrent request.",
+        options.measure.as_secs(),
+        options.rounds,
+    );
+    println!(
+        "This machine has {cores} logical core(s), shared by the load generator and the server under test \
+         (each server in its own process, A and C on multi-thread tokio runtimes, B on one uvicorn worker): \
+         absolute figures are what is left after the client's share; compare ratios."
+    );
+    println!(
+        "A keeps its tasks in a SQLite file (WAL), as an agent's default store does: each answer waits for its commit."
+    );
+
+    // Declared before the servers so it is removed after A has been stopped.
+    let tasks_dir = tempfile::tempdir()?;
+    let tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks.db").display());
+    let mut servers = Vec::new();
+    let mut a = start_rust(Kind::AgentKit, (TASK_STORE_ENV, &tasks_url))?;
+    let a_reply = ready(&mut a).await?;
+    servers.push(a);
+    let mut c = start_rust(Kind::BareAxum, (BARE_BODY_ENV, std::str::from_utf8(&a_reply)?))?;
+    let c_reply = ready(&mut c).await?;
+    assert_eq!(c_reply, a_reply, "C must answer A's bytes");
+    servers.push(c);
+    match start_python(&options) {
+        Ok(mut b) => {
+            ready(&mut b).await?;
+            servers.push(b);
+        }
+        Err(reason) => println!("B (the Python SDK) is not measured: {reason}. Running A and C only."),
+    }
+    servers.sort_by_key(|server| server.kind);
+    println!("C answers A's response, {} bytes: {}", a_reply.len(), String::from_utf8_lossy(&a_reply));
+
+    let mut results: BTreeMap<(Kind, usize), Sample> = BTreeMap::new();
+    for round in 1..=options.rounds {
+        for concurrency in CONCURRENCIES {
+            for server in &servers {
+                let cell = measure_cell(server.addr, concurrency, options.measure).await;
+                let rate = cell.rate();
+                eprintln!(
+                    "round {round}, c={concurrency:>2}, {:<12}: {rate:>9.0} req/s, {} error(s)",
+                    server.kind.label(),
+                    cell.errors
+                );
+                let total = results.entry((server.kind, concurrency)).or_default();
+                total.window += cell.window;
+                total.round_rates.push(rate);
+                total.absorb(cell);
+            }
+        }
+    }
+    report(&mut results);
+    Ok(())
+}
+
+fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
+    println!();
+    println!("| server | concurrency | req/s | p50 ms | p99 ms | errors | req/s per round |");
+    println!("|---|---:|---:|---:|---:|---:|---|");
+    for concurrency in CONCURRENCIES {
+        for ((kind, _), sample) in results.iter_mut().filter(|((_, c), _)| *c == concurrency) {
+            sample.latencies_ns.sort_unstable();
+            let rounds: Vec<String> = sample.round_rates.iter().map(|rate| format!("{rate:.0}")).collect();
+            println!(
+                "| {} | {concurrency} | {:.0} | {:.3} | {:.3} | {} | {} |",
+                kind.label(),
+                sample.rate(),
+                sample.percentile_ms(0.50),
+                sample.percentile_ms(0.99),
+                sample.errors,
+                rounds.join(", "),
+            );
+        }
+    }
+    println!();
+    println!("| concurrency | A/B req/s | A/C req/s |");
+    println!("|---:|---:|---:|");
+    let rate = |kind, concurrency| results.get(&(kind, concurrency)).map(Sample::rate);
+    let ratio = |over, concurrency| Some(rate(Kind::AgentKit, concurrency)? / rate(over, concurrency)?);
+    let shown = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+    for concurrency in CONCURRENCIES {
+        let (a_over_b, a_over_c) = (ratio(Kind::PythonSdk, concurrency), ratio(Kind::BareAxum, concurrency));
+        println!("| {concurrency} | {} | {} |", shown(a_over_b), shown(a_over_c));
+    }
+    println!();
+    let goal = |name: String, value: Option<f64>, floor: f64| match value {
+        Some(v) => println!("Goal {name} >= {floor}: {} ({v:.2}).", if v >= floor { "met" } else { "NOT met" }),
+        None => println!("Goal {name} >= {floor}: not measured."),
+    };
+    goal("A/B at c=16".to_owned(), ratio(Kind::PythonSdk, 16), GOAL_A_OVER_B_AT_16);
+    for concurrency in CONCURRENCIES {
+        goal(format!("A/C at c={concurrency}"), ratio(Kind::BareAxum, concurrency), GOAL_A_OVER_C);
+    }
+    for ((kind, concurrency), sample) in results.iter() {
+        if let Some(error) = &sample.first_error {
+            println!("{} at c={concurrency}: {} failed request(s), first: {error}", kind.label(), sample.errors);
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! The task engine: runs an agent's [`TaskHandler`] for each message, keeps the tasks that are
+//! still running (or waiting for input) in memory with their subscribers, and saves every change
+//! to the [`TaskStore`]. Both protocol bindings, in both protocol versions, are thin layers over
+//! the operations here.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use futures::FutureExt;
+use mesh_client::CallScope;
+use mesh_protocol::a2a::v1::{
+    Artifact, CancelTaskRequest, GetTaskRequest, JsonObject, ListTasksRequest, ListTasksResponse, Message, Role,
+    SendMessageRequest, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use mesh_tasks::model::{accepts_messages, add_user_message, apply, now_timestamp, state_name, trim_history};
+use mesh_tasks::{TaskError, TaskStore, history_length};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// What an agent built on the task model implements: one turn of a task, started by a user
+/// message, reported through `events` until the task is finished or waits for the user.
+///
+/// A turn that ends without a final state fails the task; a panic fails it too.
+pub trait TaskHandler: Send + Sync + 'static {
+    fn run(&self, turn: Turn, events: TaskEvents) -> impl Future<Output = ()> + Send;
+}
+
+/// One turn as a handler sees it.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    pub tenant: String,
+    pub task_id: String,
+    pub context_id: String,
+    /// The new user message, with its task and context ids filled in.
+    pub message: Message,
+    /// The task as it was before this message, when the message continues one.
+    pub previous: Option<Task>,
+    /// The request's metadata.
+    pub metadata: Option<JsonObject>,
+    /// The call being served (its chain and deadline); calls made for it derive from this.
+    pub call: CallScope,
+    /// Cancelled when a client cancels the task: stop working, the task is already `canceled`.
+    pub cancellation: CancellationToken,
+}
+
+/// A task is known by its tenant and id: tenants never see each other's tasks.
+type TaskKey = (String, String);
+
+/// A task that may still change: running a turn, or waiting for the user.
+#[derive(Debug)]
+struct LiveTask {
+    state: Mutex<LiveState>,
+    cancellation: CancellationToken,
+}
+
+#[derive(Debug)]
+struct LiveState {
+    task: Task,
+    /// `SubscribeToTask` streams, told every change after their first snapshot.
+    subscribers: Vec<mpsc::UnboundedSender<StreamResponse>>,
+    /// A turn is running: another message must wait for it to end.
+    running: bool,
+    /// The task reached a terminal state: events after it are dropped.
+    closed: bool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The state stays consistent across a panicking holder: every update is a plain assignment.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Debug)]
+struct Core {
+    store: TaskStore,
+    live: Mutex<HashMap<TaskKey, Arc<LiveTask>>>,
+}
+
+impl Core {
+    fn live(&self, key: &TaskKey) -> Option<Arc<LiveTask>> {
+        lock(&self.live).get(key).cloned()
+    }
+
+    async fn save(&self, tenant: &str, task: &Task, durable: bool) -> Result<(), TaskError> {
+        if durable { self.store.save(tenant, task).await } else { self.store.save_in_background(tenant, task).await }
+    }
+}
+
+/// What a turn's caller receives: the turn's events in order, first a [`StreamResponse::Task`]
+/// (or a single [`StreamResponse::Message`] when the agent answers without a task).
+pub type TurnEvents = mpsc::UnboundedReceiver<StreamResponse>;
+
+/// The engine of one agent. Cheap to clone.
+#[derive(Debug)]
+pub struct TaskEngine<H> {
+    core: Arc<Core>,
+    handler: Arc<H>,
+}
+
+impl<H> Clone for TaskEngine<H> {
+    fn clone(&self) -> Self {
+        Self { core: self.core.clone(), handler: self.handler.clone() }
+    }
+}
+
+impl<H: TaskHandler> TaskEngine<H> {
+    pub fn new(store: TaskStore, handler: Arc<H>) -> Self {
+        Self { core: Arc::new(Core { store, live: Mutex::new(HashMap::new()) }), handler }
+    }
+
+    pub fn store(&self) -> &TaskStore {
+        &self.core.store
+    }
+
+    /// Starts a turn for the request's message: a new task, or the next turn of the task it names.
+    pub async fn start(
+        &self,
+        tenant: &str,
+        request: SendMessageRequest,
+        call: CallScope,
+    ) -> Result<TurnEvents, TaskError> {
+        let SendMessageRequest { message, metadata, .. } = request;
+        check_user_message(&message)?;
+        let (live, previous, mut message) = match message.task_id.clone().filter(|id| !id.is_empty()) {
+            Some(task_id) => self.continue_task(tenant, &task_id, message).await?,
+            None => {
+                let context_id = message.context_id.clone().filter(|c| !c.is_empty()).unwrap_or_else(new_id);
+                let task = Task {
+                    id: new_id(),
+                    context_id,
+                    status: TaskStatus { state: TaskState::Submitted, message: None, timestamp: Some(now_timestamp()) },
+                    artifacts: Vec::new(),
+                    history: Vec::new(),
+                    metadata: None,
+                };
+                let live = Arc::new(LiveTask {
+                    state: Mutex::new(LiveState { task, subscribers: Vec::new(), running: true, closed: false }),
+                    cancellation: CancellationToken::new(),
+                });
+                (live, None, message)
+            }
+        };
+        let (task_id, context_id) = {
+            let mut state = lock(&live.state);
+            message.task_id = Some(state.task.id.clone());
+            message.context_id = Some(state.task.context_id.clone());
+            add_user_message(&mut state.task, message.clone());
+            (state.task.id.clone(), state.task.context_id.clone())
+        };
+        let (sender, events) = mpsc::unbounded_channel();
+        let previous_is_none = previous.is_none();
+        let turn = Turn {
+            tenant: tenant.to_owned(),
+            task_id,
+            context_id,
+            message,
+            previous,
+            metadata,
+            call,
+            cancellation: live.cancellation.clone(),
+        };
+        let sink = TaskEvents {
+            core: self.core.clone(),
+            key: (tenant.to_owned(), turn.task_id.clone()),
+            live,
+            caller: sender,
+            published: Arc::new(Mutex::new(false)),
+            new_task: previous_is_none,
+        };
+        let handler = self.handler.clone();
+        tokio::spawn(async move {
+            let run = std::panic::AssertUnwindSafe(handler.run(turn, sink.clone())).catch_unwind().await;
+            let reason = match run {
+                Ok(()) => "the agent ended its turn without a final state",
+                Err(_) => "the agent failed while working on the task",
+            };
+            sink.end_turn(reason).await;
+        });
+        Ok(events)
+    }
+
+    /// The live task a message continues, which must be waiting for input and not running.
+    async fn continue_task(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        message: Message,
+    ) -> Result<(Arc<LiveTask>, Option<Task>, Message), TaskError> {
+        let key = (tenant.to_owned(), task_id.to_owned());
+        let live = match self.core.live(&key) {
+            Some(live) => live,
+            None => {
+                let stored =
+                    self.core.store.get(tenant, task_id).await?.ok_or_else(|| TaskError::NotFound(task_id.into()))?;
+                if stored.status.state.is_terminal() {
+                    return Err(no_more_messages(&stored));
+                }
+                let live = Arc::new(LiveTask {
+                    state: Mutex::new(LiveState {
+                        task: stored,
+                        subscribers: Vec::new(),
+                        running: false,
+                        closed: false,
+                    }),
+                    cancellation: CancellationToken::new(),
+                });
+                lock(&self.core.live).entry(key).or_insert(live).clone()
+            }
+        };
+        let previous = {
+            let mut state = lock(&live.state);
+            let task = &state.task;
+            if let Some(context_id) = message.context_id.as_deref().filter(|c| !c.is_empty() && *c != task.context_id) {
+                return Err(TaskError::InvalidParams(format!(
+                    "message contextId {context_id} differs from the contextId {} of task {task_id}",
+                    task.context_id
+                )));
+            }
+            if state.closed || task.status.state.is_terminal() {
+                return Err(no_more_messages(task));
+            }
+            if state.running || !accepts_messages(task.status.state) {
+                return Err(TaskError::Unsupported(format!(
+                    "task {task_id} is still working on the previous message; send when it asks for input"
+                )));
+            }
+            state.running = true;
+            state.task.clone()
+        };
+        Ok((live, Some(previous), message))
+    }
+
+    /// The task with at most `history_length` recent messages: from memory while it may change,
+    /// from the store once it cannot.
+    pub async fn get(&self, tenant: &str, request: &GetTaskRequest) -> Result<Task, TaskError> {
+        let history_length = history_length(request.history_length)?;
+        let key = (tenant.to_owned(), request.id.clone());
+        let mut task = match self.core.live(&key) {
+            Some(live) => lock(&live.state).task.clone(),
+            None => self
+                .core
+                .store
+                .get(tenant, &request.id)
+                .await?
+                .ok_or_else(|| TaskError::NotFound(request.id.clone()))?,
+        };
+        trim_history(&mut task, history_length);
+        Ok(task)
+    }
+
+    pub async fn list(&self, tenant: &str, request: &ListTasksRequest) -> Result<ListTasksResponse, TaskError> {
+        self.core.store.list(tenant, request).await
+    }
+
+    /// Cancels a task that is not finished: it becomes `canceled` at once, its running turn is
+    /// told to stop, and its subscribers see the change.
+    pub async fn cancel(&self, tenant: &str, request: &CancelTaskRequest) -> Result<Task, TaskError> {
+        let key = (tenant.to_owned(), request.id.clone());
+        let live = match self.core.live(&key) {
+            Some(live) => live,
+            None => {
+                let stored = self
+                    .core
+                    .store
+                    .get(tenant, &request.id)
+                    .await?
+                    .ok_or_else(|| TaskError::NotFound(request.id.clone()))?;
+                if stored.status.state.is_terminal() {
+                    return Err(not_cancelable(&stored));
+                }
+                // Stored but not live: waiting for input before a restart, or orphaned by one.
+                Arc::new(LiveTask {
+                    state: Mutex::new(LiveState {
+                        task: stored,
+                        subscribers: Vec::new(),
+                        running: false,
+                        closed: false,
+                    }),
+                    cancellation: CancellationToken::new(),
+                })
+            }
+        };
+        let (task, update, subscribers) = {
+            let mut state = lock(&live.state);
+            if state.closed {
+                return Err(not_cancelable(&state.task));
+            }
+            state.closed = true;
+            let update = status_update(&state.task, TaskState::Canceled, None);
+            apply(&mut state.task, &update);
+            (state.task.clone(), update, std::mem::take(&mut state.subscribers))
+        };
+        live.cancellation.cancel();
+        let saved = self.core.save(tenant, &task, true).await;
+        lock(&self.core.live).remove(&key);
+        for subscriber in subscribers {
+            let _ = subscriber.send(update.clone());
+        }
+        saved.map(|()| task)
+    }
+
+    /// A stream of the task's changes, starting with the task as it is now. Finished tasks have
+    /// no changes to follow and are refused.
+    pub async fn subscribe(&self, tenant: &str, task_id: &str) -> Result<TurnEvents, TaskError> {
+        let key = (tenant.to_owned(), task_id.to_owned());
+        let live = match self.core.live(&key) {
+            Some(live) => live,
+            None => {
+                let stored =
+                    self.core.store.get(tenant, task_id).await?.ok_or_else(|| TaskError::NotFound(task_id.into()))?;
+                if stored.status.state.is_terminal() {
+                    return Err(finished(&stored));
+                }
+                let live = Arc::new(LiveTask {
+                    state: Mutex::new(LiveState {
+                        task: stored,
+                        subscribers: Vec::new(),
+                        running: false,
+                        closed: false,
+                    }),
+                    cancellation: CancellationToken::new(),
+                });
+                lock(&self.core.live).entry(key).or_insert(live).clone()
+            }
+        };
+        let mut state = lock(&live.state);
+        if state.closed {
+            return Err(finished(&state.task));
+        }
+        let (sender, events) = mpsc::unbounded_channel();
+        let _ = sender.send(StreamResponse::Task(state.task.clone()));
+        state.subscribers.push(sender);
+        Ok(events)
+    }
+
+    /// Records a task finished outside the engine (a seed `POST /tasks/send` call), so that the
+    /// same task model and store hold it. Its answer does not wait for the commit: the record is
+    /// bookkeeping of a stateless call (`GetTask` sees it at once all the same).
+    pub async fn record(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
+        self.core.save(tenant, task, false).await
+    }
+}
+
+/// What a blocking `SendMessage` answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Task(Task),
+    Message(Message),
+}
+
+/// Follows a turn to its answer: the agent's message, or the task once it is finished or waits
+/// for the user (or as soon as it exists, with `return_immediately`).
+pub async fn answer(mut events: TurnEvents, return_immediately: bool) -> Result<Answer, TaskError> {
+    let mut task: Option<Task> = None;
+    while let Some(event) = events.recv().await {
+        match (event, task.as_mut()) {
+            (StreamResponse::Message(message), None) => return Ok(Answer::Message(message)),
+            (StreamResponse::Task(snapshot), _) if return_immediately => return Ok(Answer::Task(snapshot)),
+            (StreamResponse::Task(snapshot), _) => task = Some(snapshot),
+            (event, Some(current)) => {
+                apply(current, &event);
+                if ends_stream(&event) {
+                    break;
+                }
+            }
+            (_, None) => {}
+        }
+    }
+    task.map(Answer::Task).ok_or_else(|| TaskError::Storage("the agent ended without an answer".into()))
+}
+
+/// Whether a stream closes after this event: a status that is final for now (terminal, or
+/// waiting on the user), or a message answer.
+pub fn ends_stream(event: &StreamResponse) -> bool {
+    match event {
+        StreamResponse::Message(_) => true,
+        StreamResponse::StatusUpdate(update) => {
+            update.status.state.is_terminal() || update.status.state.is_interrupted()
+        }
+        StreamResponse::Task(_) | StreamResponse::ArtifactUpdate(_) => false,
+    }
+}
+
+/// Whether the task is finished after this event (a message answer finishes the exchange).
+pub fn ends_task(event: &StreamResponse) -> bool {
+    match event {
+        StreamResponse::Message(_) => true,
+        StreamResponse::StatusUpdate(update) => update.status.state.is_terminal(),
+        StreamResponse::Task(_) | StreamResponse::ArtifactUpdate(_) => false,
+    }
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn not_cancelable(task: &Task) -> TaskError {
+    TaskError::NotCancelable { id: task.id.clone(), state: state_name(task.status.state) }
+}
+
+fn no_more_messages(task: &Task) -> TaskError {
+    TaskError::Unsupported(format!("task {} is {} and takes no more messages", task.id, state_name(task.status.state)))
+}
+
+fn finished(task: &Task) -> TaskError {
+    TaskError::Unsupported(format!(
+        "task {} is {}: a finished task has no updates to subscribe to",
+        task.id,
+        state_name(task.status.state)
+    ))
+}
+
+/// A message a turn can start from: from the user, with an id and content.
+fn check_user_message(message: &Message) -> Result<(), TaskError> {
+    if message.role != Role::User {
+        return Err(TaskError::InvalidParams("the message must come from the user (ROLE_USER)".into()));
+    }
+    if message.message_id.is_empty() {
+        return Err(TaskError::InvalidParams("message.messageId must not be empty".into()));
+    }
+    if message.parts.is_empty() {
+        return Err(TaskError::InvalidParams("message.parts must contain at least one part".into()));
+    }
+    Ok(())
+}
+
+fn status_update(task: &Task, state: TaskState, message: Option<Message>) -> StreamResponse {
+    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: TaskStatus { state, message, timestamp: Some(now_timestamp()) },
+        metadata: None,
+    })
+}
+
+/// Why an event was not taken: the task is finished (say, canceled meanwhile) or the turn already
+/// answered with a message. A handler may stop when it sees this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the task takes no more events")]
+pub struct TaskClosed;
+
+/// Where a handler reports its turn. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TaskEvents {
+    core: Arc<Core>,
+    key: TaskKey,
+    live: Arc<LiveTask>,
+    caller: mpsc::UnboundedSender<StreamResponse>,
+    /// Whether this turn has shown the task to its caller yet (or answered with a message).
+    published: Arc<Mutex<bool>>,
+    /// The turn started a task (rather than continuing one), so it may answer with a message.
+    new_task: bool,
+}
+
+impl TaskEvents {
+    pub fn task_id(&self) -> &str {
+        &self.key.1
+    }
+
+    /// Answers with a message and no task. Only as the turn's first event of a new task.
+    pub fn reply(&self, message: Message) -> Result<(), TaskClosed> {
+        let mut published = lock(&self.published);
+        let mut state = lock(&self.live.state);
+        if *published || state.closed || !self.new_task {
+            return Err(TaskClosed);
+        }
+        *published = true;
+        state.closed = true;
+        let _ = self.caller.send(StreamResponse::Message(message));
+        Ok(())
+    }
+
+    /// Moves the task to `state`, with an agent message saying why or asking the user.
+    pub async fn status(&self, state: TaskState, message: Option<&str>) -> Result<(), TaskClosed> {
+        let message = message.map(|text| self.agent_message(text));
+        self.status_with(state, message).await
+    }
+
+    /// [`Self::status`] with a message of any parts.
+    pub async fn status_with(&self, state: TaskState, message: Option<Message>) -> Result<(), TaskClosed> {
+        let update = status_update(&lock(&self.live.state).task, state, message);
+        self.emit(update).await
+    }
+
+    /// Adds an artifact, or a chunk of one (`append`), the last when `last_chunk`.
+    pub async fn artifact(&self, artifact: Artifact, append: bool, last_chunk: bool) -> Result<(), TaskClosed> {
+        let (task_id, context_id) = self.key_and_context();
+        let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+            task_id,
+            context_id,
+            artifact,
+            append,
+            last_chunk,
+            metadata: None,
+        });
+        self.emit(update).await
+    }
+
+    /// A message from the agent, with this turn's task and context.
+    pub fn agent_message(&self, text: &str) -> Message {
+        let (task_id, context_id) = self.key_and_context();
+        let mut message = Message::text(Role::Agent, new_id(), text);
+        message.task_id = Some(task_id);
+        message.context_id = Some(context_id);
+        message
+    }
+
+    fn key_and_context(&self) -> (String, String) {
+        (self.key.1.clone(), lock(&self.live.state).task.context_id.clone())
+    }
+
+    async fn emit(&self, event: StreamResponse) -> Result<(), TaskClosed> {
+        let (snapshot, first, ends_turn) = {
+            let mut published = lock(&self.published);
+            let mut state = lock(&self.live.state);
+            if state.closed {
+                return Err(TaskClosed);
+            }
+            let first = (!*published).then(|| state.task.clone());
+            *published = true;
+            apply(&mut state.task, &event);
+            let task_state = state.task.status.state;
+            state.closed = task_state.is_terminal();
+            let ends_turn = state.closed || task_state.is_interrupted();
+            if ends_turn {
+                state.running = false;
+            }
+            (state.task.clone(), first, ends_turn)
+        };
+        if let Some(first) = first {
+            lock(&self.core.live).entry(self.key.clone()).or_insert_with(|| self.live.clone());
+            let _ = self.caller.send(StreamResponse::Task(first));
+        }
+        // A turn's end is saved before anyone hears of it, so an answered task is a durable one.
+        if let Err(error) = self.core.save(&self.key.0, &snapshot, ends_turn).await {
+            tracing::error!(task = %self.key.1, %error, "could not save the task");
+        }
+        let mut state = lock(&self.live.state);
+        let _ = self.caller.send(event.clone());
+        state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+        if snapshot.status.state.is_terminal() {
+            // Dropping the senders ends the subscribers' streams.
+            state.subscribers.clear();
+            drop(state);
+            lock(&self.core.live).remove(&self.key);
+        }
+        Ok(())
+    }
+
+    /// After the handler returned (or panicked): a turn that did not reach a final state fails.
+    async fn end_turn(&self, reason: &str) {
+        let unfinished = {
+            let state = lock(&self.live.state);
+            !state.closed && !state.task.status.state.is_interrupted()
+        };
+        if unfinished {
+            let _ = self.status(TaskState::Failed, Some(reason)).await;
+        }
+        lock(&self.live.state).running = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_user_messages_with_ids_and_parts_start_turns() {
+        let ok = Message::text(Role::User, "m1", "hi");
+        assert!(check_user_message(&ok).is_ok());
+        let agent = Message { role: Role::Agent, ..ok.clone() };
+        let no_id = Message { message_id: String::new(), ..ok.clone() };
+        let no_parts = Message { parts: Vec::new(), ..ok };
+        for bad in [agent, no_id, no_parts] {
+            assert!(matches!(check_user_message(&bad), Err(TaskError::InvalidParams(_))), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The JSON-RPC 2.0 binding at `POST /`: 1.0 methods for 1.0 clients, 0.3 methods for 0.3 ones.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Extension, Json, Router};
+use futures::StreamExt;
+use mesh_client::CallScope;
+use mesh_protocol::a2a::v1::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, SubscribeToTaskRequest,
+};
+use mesh_protocol::a2a::v03;
+use mesh_protocol::jsonrpc::{A2aErrorCode, ErrorObject, Id, Response as RpcResponse, method};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::engine::{TaskEngine, TaskHandler};
+use super::{Failure, StreamEnd, Version, require_json, send_blocking as send, sse, tenant, until_final};
+
+pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>) -> Router {
+    Router::new().route("/", post(handle::<H>)).with_state(engine)
+}
+
+/// The request as far as it could be read, for shaping the answer.
+struct Call {
+    id: Id,
+    version: Version,
+    method: String,
+    params: Option<Value>,
+}
+
+async fn handle<H: TaskHandler>(
+    State(engine): State<TaskEngine<H>>,
+    scope: Option<Extension<CallScope>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let call = match read_call(&headers, &body) {
+        Ok(call) => call,
+        Err((id, error)) => return Json(RpcResponse::<Value>::error(id, error)).into_response(),
+    };
+    let scope = scope.map(|Extension(scope)| scope).unwrap_or_else(super::seed::unscoped_call);
+    let (id, version) = (call.id.clone(), call.version);
+    match dispatch(&engine, &headers, call, scope).await {
+        Ok(reply) => reply,
+        Err(failure) => Json(RpcResponse::<Value>::error(id, error_object(version, failure))).into_response(),
+    }
+}
+
+/// The JSON-RPC error for a failure, in the version's shape: 1.0 carries `ErrorInfo` details,
+/// 0.3 an explicit `"data": null`, as each SDK writes them.
+fn error_object(version: Version, failure: Failure) -> ErrorObject {
+    match failure.code {
+        // Protocol-level errors carry no data in either version.
+        A2aErrorCode::ParseError | A2aErrorCode::InvalidRequest | A2aErrorCode::MethodNotFound => {
+            ErrorObject::new(failure.code, failure.message)
+        }
+        _ if version == Version::V1 => ErrorObject::with_error_info(failure.code, failure.message),
+        _ => ErrorObject::with_null_data(failure.code, failure.message),
+    }
+}
+
+/// Reads the envelope: content type, JSON, the JSON-RPC request shape.
+fn read_call(headers: &HeaderMap, body: &[u8]) -> Result<Call, (Id, ErrorObject)> {
+    require_json(headers).map_err(|failure| (Id::Null, ErrorObject::with_error_info(failure.code, failure.message)))?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| (Id::Null, ErrorObject::new(A2aErrorCode::ParseError, format!("invalid JSON: {e}"))))?;
+    let invalid = |id: Id, why: &str| (id, ErrorObject::new(A2aErrorCode::InvalidRequest, why.to_owned()));
+    let Value::Object(mut object) = value else {
+        return Err(invalid(Id::Null, "a JSON-RPC request must be a JSON object (batches are not supported)"));
+    };
+    let id = match object.remove("id") {
+        None | Some(Value::Null) => Id::Null,
+        Some(Value::String(id)) => Id::String(id),
+        Some(Value::Number(id)) => Id::Number(id),
+        Some(_) => return Err(invalid(Id::Null, "the request id must be a string, a number or null")),
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(id, "\"jsonrpc\" must be \"2.0\""));
+    }
+    let Some(Value::String(method)) = object.remove("method") else {
+        return Err(invalid(id, "\"method\" must be a string"));
+    };
+    let version = match method.as_str() {
+        m if is_v03_method(m) => Version::V03,
+        _ => Version::V1,
+    };
+    Ok(Call { id, version, method, params: object.remove("params") })
+}
+
+fn is_v03_method(name: &str) -> bool {
+    name.contains('/')
+}
+
+fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, Failure> {
+    let params = params.ok_or_else(|| Failure::invalid_params("\"params\" is missing"))?;
+    serde_json::from_value(params).map_err(|e| Failure::invalid_params(format!("invalid params: {e}")))
+}
+
+fn reply<T: Serialize>(id: Id, result: T) -> Response {
+    Json(RpcResponse::result(id, result)).into_response()
+}
+
+/// Each event as a JSON-RPC response to the request, for SSE.
+fn stream_reply<T: Serialize>(id: Id, events: impl futures::Stream<Item = T> + Send + 'static) -> Response {
+    sse(events.map(move |event| {
+        serde_json::to_string(&RpcResponse::result(id.clone(), event)).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "could not serialize a stream event");
+            String::new()
+        })
+    }))
+}
+
+async fn dispatch<H: TaskHandler>(
+    engine: &TaskEngine<H>,
+    headers: &HeaderMap,
+    call: Call,
+    scope: CallScope,
+) -> Result<Response, Failure> {
+    use method::{v1, v03 as m03};
+    let Call { id, version, method, params: raw } = call;
+    let known_v1 = [
+        v1::SEND_MESSAGE,
+        v1::SEND_STREAMING_MESSAGE,
+        v1::GET_TASK,
+        v1::LIST_TASKS,
+        v1::CANCEL_TASK,
+        v1::SUBSCRIBE_TO_TASK,
+        v1::CREATE_TASK_PUSH_NOTIFICATION_CONFIG,
+        v1::GET_TASK_PUSH_NOTIFICATION_CONFIG,
+        v1::LIST_TASK_PUSH_NOTIFICATION_CONFIGS,
+        v1::DELETE_TASK_PUSH_NOTIFICATION_CONFIG,
+        v1::GET_EXTENDED_AGENT_CARD,
+    ];
+    let known_v03 = [
+        m03::MESSAGE_SEND,
+        m03::MESSAGE_STREAM,
+        m03::TASKS_GET,
+        m03::TASKS_CANCEL,
+        m03::TASKS_RESUBSCRIBE,
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_SET,
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_GET,
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_LIST,
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_DELETE,
+        m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD,
+    ];
+    if !known_v1.contains(&method.as_str()) && !known_v03.contains(&method.as_str()) {
+        return Err(Failure::new(A2aErrorCode::MethodNotFound, format!("method {method:?} not found")));
+    }
+    Version::require(headers, version)?;
+    match method.as_str() {
+        v1::SEND_MESSAGE => {
+            let request: SendMessageRequest = params(raw)?;
+            let tenant = tenant(request.tenant.as_deref())?;
+            let answer = send(engine, &tenant, request, scope).await?;
+            Ok(reply(id, answer))
+        }
+        v1::SEND_STREAMING_MESSAGE => {
+            let request: SendMessageRequest = params(raw)?;
+            let tenant = tenant(request.tenant.as_deref())?;
+            let events = engine.start(&tenant, request, scope).await?;
+            Ok(stream_reply(id, until_final(events, StreamEnd::TurnEnd)))
+        }
+        v1::GET_TASK => {
+            let request: GetTaskRequest = params(raw)?;
+            Ok(reply(id, engine.get(&tenant(request.tenant.as_deref())?, &request).await?))
+        }
+        v1::LIST_TASKS => {
+            // Every filter is optional, so no params at all lists everything.
+            let request: ListTasksRequest = match raw {
+                None | Some(Value::Null) => ListTasksRequest::default(),
+                raw => params(raw)?,
+            };
+            Ok(reply(id, engine.list(&tenant(request.tenant.as_deref())?, &request).await?))
+        }
+        v1::CANCEL_TASK => {
+            let request: CancelTaskRequest = params(raw)?;
+            Ok(reply(id, engine.cancel(&tenant(request.tenant.as_deref())?, &request).await?))
+        }
+        v1::SUBSCRIBE_TO_TASK => {
+            let request: SubscribeToTaskRequest = params(raw)?;
+            let events = engine.subscribe(&tenant(request.tenant.as_deref())?, &request.id).await?;
+            Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd)))
+        }
+        m03::MESSAGE_SEND => {
+            let request: v03::MessageSendParams = params(raw)?;
+            let answer = send(engine, "", request.into(), scope).await?;
+            Ok(reply(id, v03::SendMessageResult::from(answer)))
+        }
+        m03::MESSAGE_STREAM => {
+            let request: v03::MessageSendParams = params(raw)?;
+            let events = engine.start("", request.into(), scope).await?;
+            Ok(stream_reply(id, until_final(events, StreamEnd::TurnEnd).map(v03::StreamEvent::from)))
+        }
+        m03::TASKS_GET => {
+            let request: v03::TaskQueryParams = params(raw)?;
+            Ok(reply(id, v03::Task::from(engine.get("", &request.into()).await?)))
+        }
+        m03::TASKS_CANCEL => {
+            let request: v03::TaskIdParams = params(raw)?;
+            Ok(reply(id, v03::Task::from(engine.cancel("", &request.into()).await?)))
+        }
+        m03::TASKS_RESUBSCRIBE => {
+            let request: v03::TaskIdParams = params(raw)?;
+            let request: SubscribeToTaskRequest = request.into();
+            let events = engine.subscribe("", &request.id).await?;
+            Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd).map(v03::StreamEvent::from)))
+        }
+        v1::GET_EXTENDED_AGENT_CARD | m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD => Err(Failure::new(
+            A2aErrorCode::ExtendedAgentCardNotConfigured,
+            A2aErrorCode::ExtendedAgentCardNotConfigured.default_message(),
+        )),
+        _ => Err(Failure::new(
+            A2aErrorCode::PushNotificationNotSupported,
+            A2aErrorCode::PushNotificationNotSupported.default_message(),
+        )),
+    }
+}

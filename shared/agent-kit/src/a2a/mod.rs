@@ -1,0 +1,263 @@
+//! The A2A protocol surface of every agent: JSON-RPC 2.0 at `POST /` and the HTTP+JSON binding,
+//! each in A2A 1.0 and 0.3, with Server-Sent Events for streams, all over one [`TaskEngine`].
+//!
+//! Versions follow the spec: the `A2A-Version` header names the client's version and a request
+//! without it is a 0.3 request. JSON-RPC serves 1.0 methods (`SendMessage`, ...) to 1.0 clients
+//! and 0.3 methods (`message/send`, ...) to 0.3 clients; HTTP+JSON serves 1.0 at the root and
+//! 0.3 under `/v1/`. A request in the other version's form is answered `VersionNotSupported`
+//! (-32009), as the official SDK does.
+
+pub mod engine;
+mod jsonrpc;
+mod rest;
+pub(crate) mod seed;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use mesh_client::CallScope;
+use mesh_protocol::a2a::v1::{AgentCard, AgentInterface, SendMessageRequest, SendMessageResponse, StreamResponse};
+use mesh_protocol::a2a::{PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERSION_HEADER, binding, v03};
+use mesh_protocol::jsonrpc::{A2aErrorCode, version_not_supported_message};
+use mesh_tasks::TaskError;
+
+pub use engine::{Answer, TaskClosed, TaskEngine, TaskEvents, TaskHandler, Turn, TurnEvents, answer};
+pub use seed::SeedTasks;
+
+/// Seconds between SSE keep-alive comments, so proxies do not close a quiet stream.
+const SSE_KEEP_ALIVE_S: u64 = 15;
+
+/// The protocol version a request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    V1,
+    V03,
+}
+
+impl Version {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::V1 => PROTOCOL_VERSION_1_0,
+            Self::V03 => PROTOCOL_VERSION_0_3,
+        }
+    }
+
+    /// The version named by the request's `A2A-Version` header (absent: 0.3); `Err` carries an
+    /// unsupported value. `1`, `1.0` and `1.0.x` all mean 1.0.
+    fn of(headers: &HeaderMap) -> Result<Self, String> {
+        let Some(value) = headers.get(VERSION_HEADER) else {
+            return Ok(Self::V03);
+        };
+        let value = value.to_str().map_err(|_| "(not text)".to_owned())?.trim();
+        if value.is_empty() {
+            return Ok(Self::V03);
+        }
+        let mut numbers = value.split('.');
+        match (numbers.next(), numbers.next().unwrap_or("0")) {
+            (Some("1"), "0") => Ok(Self::V1),
+            (Some("0"), "3") => Ok(Self::V03),
+            _ => Err(value.to_owned()),
+        }
+    }
+
+    /// Checks that a request in the form of `expected` came from a client speaking it.
+    fn require(headers: &HeaderMap, expected: Self) -> Result<(), Failure> {
+        let requested = match Self::of(headers) {
+            Ok(version) if version == expected => return Ok(()),
+            Ok(version) => version.as_str().to_owned(),
+            Err(unsupported) => unsupported,
+        };
+        Err(Failure::new(
+            A2aErrorCode::VersionNotSupported,
+            version_not_supported_message(&requested, expected.as_str()),
+        ))
+    }
+}
+
+/// An A2A error answer before it is put in one binding's shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failure {
+    code: A2aErrorCode,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: A2aErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+
+    fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(A2aErrorCode::InvalidParams, message)
+    }
+}
+
+impl From<TaskError> for Failure {
+    fn from(error: TaskError) -> Self {
+        if let TaskError::Storage(detail) = &error {
+            // Storage details are for the operator's log, not for clients.
+            tracing::error!(%detail, "task storage failed");
+            return Self::new(error.code(), "the agent could not store the task");
+        }
+        let message = match error.code() {
+            // The SDK's exact words, which clients match on.
+            A2aErrorCode::TaskNotFound | A2aErrorCode::TaskNotCancelable => error.code().default_message().to_owned(),
+            _ => error.to_string(),
+        };
+        Self::new(error.code(), message)
+    }
+}
+
+/// Checks that the request body is declared JSON (`application/json` or any `+json` type).
+fn require_json(headers: &HeaderMap) -> Result<(), Failure> {
+    let content_type = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if essence == "application/json" || essence.ends_with("+json") {
+        return Ok(());
+    }
+    Err(Failure::new(
+        A2aErrorCode::ContentTypeNotSupported,
+        format!("content type {content_type:?} is not JSON: send application/json"),
+    ))
+}
+
+/// A blocking send: the agent's answer as `SendMessage` returns it, its history trimmed as asked.
+async fn send_blocking<H: TaskHandler>(
+    engine: &TaskEngine<H>,
+    tenant: &str,
+    request: SendMessageRequest,
+    scope: CallScope,
+) -> Result<SendMessageResponse, Failure> {
+    let configuration = request.configuration.clone().unwrap_or_default();
+    let history_length = mesh_tasks::history_length(configuration.history_length)?;
+    let events = engine.start(tenant, request, scope).await?;
+    Ok(match answer(events, configuration.return_immediately).await? {
+        Answer::Message(message) => SendMessageResponse::Message(message),
+        Answer::Task(mut task) => {
+            mesh_tasks::model::trim_history(&mut task, history_length);
+            SendMessageResponse::Task(task)
+        }
+    })
+}
+
+/// A tenant id as the mesh accepts it (letters, digits, `_`, `-`), or `""` for none.
+fn tenant(requested: Option<&str>) -> Result<String, Failure> {
+    let tenant = requested.unwrap_or_default();
+    if tenant.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        Ok(tenant.to_owned())
+    } else {
+        Err(Failure::invalid_params(format!("tenant {tenant:?} may hold only letters, digits, '_' and '-'")))
+    }
+}
+
+/// Where a stream ends: a message stream (`SendStreamingMessage`) when the task is finished or
+/// waits for the user; a subscription only when the task is finished, so it follows a task
+/// across the user's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamEnd {
+    TurnEnd,
+    TaskEnd,
+}
+
+/// A stream of a turn's (or a subscription's) events that ends after the final one.
+fn until_final(events: TurnEvents, end: StreamEnd) -> impl Stream<Item = StreamResponse> + Send {
+    futures::stream::unfold((events, false), move |(mut events, done)| async move {
+        if done {
+            return None;
+        }
+        let event = events.recv().await?;
+        let done = match end {
+            StreamEnd::TurnEnd => engine::ends_stream(&event),
+            StreamEnd::TaskEnd => engine::ends_task(&event),
+        };
+        Some((event, (events, done)))
+    })
+}
+
+/// Server-Sent Events, one JSON document per event.
+fn sse<S: Stream<Item = String> + Send + 'static>(documents: S) -> Response {
+    use futures::StreamExt;
+    let events = documents.map(|json| Ok::<_, Infallible>(Event::default().data(json)));
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(SSE_KEEP_ALIVE_S)))
+        .into_response()
+}
+
+/// Fills in how the card reaches the agent: JSON-RPC and HTTP+JSON at `url`, in 1.0 and in 0.3
+/// (1.0 first: clients take the first interface of a binding), plus, with `legacy_fields`, the
+/// 0.3 top-level fields old clients read; streaming is always on.
+pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool) {
+    // Without a trailing slash: clients append paths (`{url}/message:send`) to it.
+    let root = url.trim_end_matches('/').to_owned();
+    let interface = |binding: &str, version: &str| AgentInterface {
+        url: root.clone(),
+        protocol_binding: binding.to_owned(),
+        tenant: None,
+        protocol_version: version.to_owned(),
+    };
+    card.supported_interfaces = vec![
+        interface(binding::JSONRPC, PROTOCOL_VERSION_1_0),
+        interface(binding::HTTP_JSON, PROTOCOL_VERSION_1_0),
+        interface(binding::JSONRPC, PROTOCOL_VERSION_0_3),
+        interface(binding::HTTP_JSON, PROTOCOL_VERSION_0_3),
+    ];
+    card.capabilities.streaming = Some(true);
+    card.capabilities.push_notifications = Some(false);
+    if !legacy_fields {
+        return;
+    }
+    card.url = Some(root.clone());
+    card.preferred_transport = Some(binding::JSONRPC.to_owned());
+    card.protocol_version = Some(PROTOCOL_VERSION_0_3.to_owned());
+    card.additional_interfaces =
+        Some(vec![v03::AgentInterface { transport: binding::HTTP_JSON.to_owned(), url: root }]);
+}
+
+/// The A2A routes of an agent over `engine`.
+pub fn a2a_router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<crate::card::CardDocument>) -> Router {
+    jsonrpc::router(engine.clone()).merge(rest::router(engine, card))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(version: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(version) = version {
+            headers.insert(VERSION_HEADER, HeaderValue::from_str(version).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn a_missing_version_header_means_0_3() {
+        assert_eq!(Version::of(&headers(None)), Ok(Version::V03));
+        assert_eq!(Version::of(&headers(Some("1.0"))), Ok(Version::V1));
+        assert_eq!(Version::of(&headers(Some("1"))), Ok(Version::V1));
+        assert_eq!(Version::of(&headers(Some("1.0.1"))), Ok(Version::V1));
+        assert_eq!(Version::of(&headers(Some("0.3"))), Ok(Version::V03));
+        assert_eq!(Version::of(&headers(Some("2.0"))), Err("2.0".to_owned()));
+    }
+
+    #[test]
+    fn the_wrong_version_is_refused_with_the_sdk_message() {
+        let failure = Version::require(&headers(None), Version::V1).unwrap_err();
+        assert_eq!(failure.code, A2aErrorCode::VersionNotSupported);
+        assert_eq!(failure.message, "A2A version '0.3' is not supported by this handler. Expected version '1.0'.");
+        assert!(Version::require(&headers(Some("1.0")), Version::V1).is_ok());
+    }
+
+    #[test]
+    fn tenants_are_checked() {
+        assert_eq!(tenant(None), Ok(String::new()));
+        assert_eq!(tenant(Some("team_a-1")), Ok("team_a-1".to_owned()));
+        assert!(tenant(Some("../etc")).is_err());
+    }
+}

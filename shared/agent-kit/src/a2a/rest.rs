@@ -1,0 +1,317 @@
+//! The HTTP+JSON binding: 1.0 at the root (optionally under `/{tenant}/`), 0.3 under `/v1/`.
+//! Errors are AIP-193 bodies (`{"error": {"code", "status", "message", "details"}}`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Extension, Json, Router};
+use futures::StreamExt;
+use mesh_client::CallScope;
+use mesh_protocol::a2a::v1::{CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, TaskState};
+use mesh_protocol::a2a::{v03, v03_rest};
+use mesh_protocol::jsonrpc::{A2aErrorCode, RestErrorBody};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::engine::{TaskEngine, TaskHandler};
+use super::{Failure, StreamEnd, Version, require_json, send_blocking, sse, tenant, until_final};
+use crate::card::CardDocument;
+use crate::http::no_route;
+
+#[derive(Debug)]
+struct Rest<H> {
+    engine: TaskEngine<H>,
+    card: Arc<CardDocument>,
+}
+
+type Shared<H> = State<Arc<Rest<H>>>;
+
+impl axum::response::IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(RestErrorBody::new(self.code, self.message))).into_response()
+    }
+}
+
+pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<CardDocument>) -> Router {
+    let mut router = Router::new();
+    for prefix in ["", "/{tenant}"] {
+        router = router
+            .route(&format!("{prefix}/message:send"), post(send_v1::<H>))
+            .route(&format!("{prefix}/message:stream"), post(stream_v1::<H>))
+            .route(&format!("{prefix}/tasks"), get(list_v1::<H>))
+            .route(&format!("{prefix}/tasks/{{target}}"), get(task_v1::<H>).post(task_v1::<H>))
+            .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs"), any(push_configs))
+            .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs/{{config}}"), any(push_configs))
+            .route(&format!("{prefix}/extendedAgentCard"), get(extended_card));
+    }
+    router
+        .route("/v1/message:send", post(send_v03::<H>))
+        .route("/v1/message:stream", post(stream_v03::<H>))
+        .route("/v1/tasks/{target}", get(task_v03::<H>).post(task_v03::<H>))
+        .route("/v1/tasks/{target}/pushNotificationConfigs", any(push_configs))
+        .route("/v1/tasks/{target}/pushNotificationConfigs/{config}", any(push_configs))
+        .route("/v1/card", get(card_v03::<H>))
+        .with_state(Arc::new(Rest { engine, card }))
+}
+
+fn json<T: Serialize>(value: T) -> Response {
+    Json(value).into_response()
+}
+
+/// The JSON body, checked: a JSON content type, then JSON, then the expected shape.
+fn body<T: DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, Failure> {
+    require_json(headers)?;
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| Failure::new(A2aErrorCode::ParseError, format!("invalid JSON: {e}")))?;
+    serde_json::from_value(value).map_err(|e| Failure::invalid_params(format!("invalid request body: {e}")))
+}
+
+fn path_tenant(path: &HashMap<String, String>) -> Result<String, Failure> {
+    tenant(path.get("tenant").map(String::as_str))
+}
+
+fn scope_of(scope: Option<Extension<CallScope>>) -> CallScope {
+    scope.map(|Extension(scope)| scope).unwrap_or_else(super::seed::unscoped_call)
+}
+
+/// The query string as pairs; later duplicates win.
+fn query(raw: Option<String>) -> HashMap<String, String> {
+    url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()).into_owned().collect()
+}
+
+fn int_param(query: &HashMap<String, String>, name: &str) -> Result<Option<i32>, Failure> {
+    query
+        .get(name)
+        .map(|v| v.parse().map_err(|_| Failure::invalid_params(format!("{name} must be an integer, not {v:?}"))))
+        .transpose()
+}
+
+async fn send_v1<H: TaskHandler>(
+    State(rest): Shared<H>,
+    Path(path): Path<HashMap<String, String>>,
+    scope: Option<Extension<CallScope>>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    Version::require(&headers, Version::V1)?;
+    let mut request: SendMessageRequest = body(&headers, &bytes)?;
+    let tenant = tenant_of(&path, request.tenant.as_deref())?;
+    request.tenant = None;
+    Ok(json(send_blocking(&rest.engine, &tenant, request, scope_of(scope)).await?))
+}
+
+/// The tenant from the path prefix, or else the one the body names.
+fn tenant_of(path: &HashMap<String, String>, named: Option<&str>) -> Result<String, Failure> {
+    match path.contains_key("tenant") {
+        true => path_tenant(path),
+        false => tenant(named),
+    }
+}
+
+async fn stream_v1<H: TaskHandler>(
+    State(rest): Shared<H>,
+    Path(path): Path<HashMap<String, String>>,
+    scope: Option<Extension<CallScope>>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    Version::require(&headers, Version::V1)?;
+    let request: SendMessageRequest = body(&headers, &bytes)?;
+    let tenant = tenant_of(&path, request.tenant.as_deref())?;
+    let events = rest.engine.start(&tenant, request, scope_of(scope)).await?;
+    Ok(sse(until_final(events, StreamEnd::TurnEnd).map(|event| to_json(&event))))
+}
+
+fn to_json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "could not serialize a stream event");
+        String::new()
+    })
+}
+
+async fn list_v1<H: TaskHandler>(
+    State(rest): Shared<H>,
+    Path(path): Path<HashMap<String, String>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, Failure> {
+    Version::require(&headers, Version::V1)?;
+    let query = query(raw);
+    let status = query
+        .get("status")
+        .map(|s| {
+            serde_json::from_value::<TaskState>(serde_json::Value::String(s.clone()))
+                .map_err(|_| Failure::invalid_params(format!("status {s:?} is not a task state (TASK_STATE_...)")))
+        })
+        .transpose()?;
+    let include_artifacts = query
+        .get("includeArtifacts")
+        .map(|v| {
+            v.parse::<bool>()
+                .map_err(|_| Failure::invalid_params(format!("includeArtifacts must be true or false, not {v:?}")))
+        })
+        .transpose()?;
+    let request = ListTasksRequest {
+        tenant: None,
+        context_id: query.get("contextId").cloned(),
+        status,
+        page_size: int_param(&query, "pageSize")?,
+        page_token: query.get("pageToken").cloned(),
+        history_length: int_param(&query, "historyLength")?,
+        status_timestamp_after: query.get("statusTimestampAfter").cloned(),
+        include_artifacts,
+    };
+    Ok(json(rest.engine.list(&path_tenant(&path)?, &request).await?))
+}
+
+async fn task_v1<H: TaskHandler>(
+    State(rest): Shared<H>,
+    Path(path): Path<HashMap<String, String>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, Failure> {
+    let target = path.get("target").map(String::as_str).unwrap_or_default();
+    let Some(operation) = TaskOperation::parse(target, &method) else {
+        return Ok(no_route(&method, uri.path()).into_response());
+    };
+    Version::require(&headers, Version::V1)?;
+    let tenant = path_tenant(&path)?;
+    match operation {
+        TaskOperation::Get(id) => {
+            let history_length = int_param(&query(raw), "historyLength")?;
+            let request = GetTaskRequest { tenant: None, id: id.to_owned(), history_length };
+            Ok(json(rest.engine.get(&tenant, &request).await?))
+        }
+        TaskOperation::Cancel(id) => {
+            let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata: None };
+            Ok(json(rest.engine.cancel(&tenant, &request).await?))
+        }
+        TaskOperation::Subscribe(id) => {
+            let events = rest.engine.subscribe(&tenant, id).await?;
+            Ok(sse(until_final(events, StreamEnd::TaskEnd).map(|event| to_json(&event))))
+        }
+    }
+}
+
+/// What `/tasks/{target}` asks for: `GET {id}`, `POST {id}:cancel` or `{id}:subscribe` (GET as
+/// the spec has it, POST as the 0.3 SDK sends it).
+#[derive(Debug, PartialEq)]
+enum TaskOperation<'a> {
+    Get(&'a str),
+    Cancel(&'a str),
+    Subscribe(&'a str),
+}
+
+impl<'a> TaskOperation<'a> {
+    /// `None` for any other target or method, which is then no route at all (404), as elsewhere.
+    fn parse(target: &'a str, method: &Method) -> Option<Self> {
+        let (id, action) = match target.rsplit_once(':') {
+            Some((id, action)) => (id, Some(action)),
+            None => (target, None),
+        };
+        match (action, method) {
+            (None, &Method::GET) => Some(Self::Get(id)),
+            (Some("cancel"), &Method::POST) => Some(Self::Cancel(id)),
+            (Some("subscribe"), &Method::GET | &Method::POST) => Some(Self::Subscribe(id)),
+            _ => None,
+        }
+    }
+}
+
+async fn push_configs() -> Failure {
+    Failure::new(
+        A2aErrorCode::PushNotificationNotSupported,
+        A2aErrorCode::PushNotificationNotSupported.default_message(),
+    )
+}
+
+async fn extended_card() -> Failure {
+    Failure::new(
+        A2aErrorCode::ExtendedAgentCardNotConfigured,
+        A2aErrorCode::ExtendedAgentCardNotConfigured.default_message(),
+    )
+}
+
+async fn send_v03<H: TaskHandler>(
+    State(rest): Shared<H>,
+    scope: Option<Extension<CallScope>>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    Version::require(&headers, Version::V03)?;
+    let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
+    let answer = send_blocking(&rest.engine, "", request.into(), scope_of(scope)).await?;
+    Ok(json(v03_rest::SendMessageResponse::from(answer)))
+}
+
+async fn stream_v03<H: TaskHandler>(
+    State(rest): Shared<H>,
+    scope: Option<Extension<CallScope>>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    Version::require(&headers, Version::V03)?;
+    let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
+    let events = rest.engine.start("", request.into(), scope_of(scope)).await?;
+    Ok(sse(until_final(events, StreamEnd::TurnEnd).map(|event| to_json(&v03_rest::StreamResponse::from(event)))))
+}
+
+async fn task_v03<H: TaskHandler>(
+    State(rest): Shared<H>,
+    Path(target): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, Failure> {
+    let Some(operation) = TaskOperation::parse(&target, &method) else {
+        return Ok(no_route(&method, uri.path()).into_response());
+    };
+    Version::require(&headers, Version::V03)?;
+    match operation {
+        TaskOperation::Get(id) => {
+            let history_length = int_param(&query(raw), "historyLength")?;
+            let request = v03::TaskQueryParams { id: id.to_owned(), history_length, metadata: None };
+            Ok(json(v03_rest::Task::from(rest.engine.get("", &request.into()).await?)))
+        }
+        TaskOperation::Cancel(id) => {
+            let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata: None };
+            Ok(json(v03_rest::Task::from(rest.engine.cancel("", &request).await?)))
+        }
+        TaskOperation::Subscribe(id) => {
+            let events = rest.engine.subscribe("", id).await?;
+            Ok(
+                sse(until_final(events, StreamEnd::TaskEnd)
+                    .map(|event| to_json(&v03_rest::StreamResponse::from(event)))),
+            )
+        }
+    }
+}
+
+async fn card_v03<H: TaskHandler>(State(rest): Shared<H>, headers: HeaderMap) -> Response {
+    rest.card.respond(&headers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_targets_split_at_the_last_colon_and_match_their_method() {
+        assert_eq!(TaskOperation::parse("abc", &Method::GET), Some(TaskOperation::Get("abc")));
+        assert_eq!(TaskOperation::parse("abc:cancel", &Method::POST), Some(TaskOperation::Cancel("abc")));
+        assert_eq!(TaskOperation::parse("a:b:subscribe", &Method::GET), Some(TaskOperation::Subscribe("a:b")));
+        assert_eq!(TaskOperation::parse("a:b:subscribe", &Method::POST), Some(TaskOperation::Subscribe("a:b")));
+        assert_eq!(TaskOperation::parse("abc", &Method::POST), None);
+        assert_eq!(TaskOperation::parse("abc:cancel", &Method::GET), None);
+        assert_eq!(TaskOperation::parse("abc:pause", &Method::POST), None);
+    }
+}

@@ -1,0 +1,205 @@
+//! The seed task format and the A2A task model meet here: an [`AgentHandler`] (which answers a
+//! seed task) runs as a [`TaskHandler`], and a seed `POST /tasks/send` call is recorded as an
+//! A2A task, so both land in one task model and one store.
+
+use std::sync::Arc;
+
+use mesh_client::CallScope;
+use mesh_protocol::a2a::v1::{self, Artifact, JsonObject, Task, TaskState, TaskStatus};
+use mesh_protocol::call::CallContext;
+use mesh_protocol::seed::{self, ResponseStatus};
+use serde_json::{Value, json};
+
+use super::engine::{TaskEvents, TaskHandler, Turn};
+use crate::agent::{AgentHandler, AgentReply, TaskInput};
+use crate::error::ErrorResponse;
+
+/// Name of the artifact holding a seed handler's reply.
+const REPLY_ARTIFACT_NAME: &str = "result";
+
+/// A call that arrived without the kit's admission layer: no chain, no deadline.
+pub(crate) fn unscoped_call() -> CallScope {
+    CallScope::received("", CallContext::default())
+}
+
+/// Runs a seed [`AgentHandler`] as an A2A task handler: the message's text and data become the
+/// task input, the reply one artifact, and a handler error a failed task whose status message
+/// carries the mesh error body.
+#[derive(Debug)]
+pub struct SeedTasks<H> {
+    handler: Arc<H>,
+}
+
+impl<H> SeedTasks<H> {
+    pub fn new(handler: Arc<H>) -> Self {
+        Self { handler }
+    }
+}
+
+impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
+    async fn run(&self, turn: Turn, events: TaskEvents) {
+        if events.status(TaskState::Working, None).await.is_err() {
+            return;
+        }
+        let mut history = turn.previous.map(|task| task.history).unwrap_or_default();
+        history.push(turn.message.clone());
+        let input = TaskInput {
+            task_id: turn.task_id,
+            request_id: None,
+            text: text_of(&turn.message.parts),
+            data: data_of(&turn.message.parts),
+            messages: history.iter().map(seed_message).collect(),
+            call: turn.call,
+        };
+        let outcome = tokio::select! {
+            outcome = self.handler.handle(input) => outcome,
+            // Canceled: the task is already marked so; stop working on it.
+            () = turn.cancellation.cancelled() => return,
+        };
+        match outcome {
+            Ok(reply) => {
+                if events.artifact(reply_artifact(&reply, events.task_id()), false, true).await.is_ok() {
+                    let _ = events.status(TaskState::Completed, None).await;
+                }
+            }
+            Err(error) => {
+                let body = ErrorResponse::from(error).body;
+                let mut message = events.agent_message(&body.error_message);
+                message.parts.push(v1::Part::data(json!(body)));
+                let _ = events.status_with(TaskState::Failed, Some(message)).await;
+            }
+        }
+    }
+}
+
+/// Text parts joined by newlines.
+fn text_of(parts: &[v1::Part]) -> String {
+    parts.iter().filter_map(v1::Part::as_text).collect::<Vec<_>>().join("\n")
+}
+
+/// Data parts that are JSON objects, merged (later keys win).
+fn data_of(parts: &[v1::Part]) -> serde_json::Map<String, Value> {
+    parts.iter().filter_map(|p| p.as_data().and_then(Value::as_object)).flat_map(|o| o.clone()).collect()
+}
+
+fn seed_message(message: &v1::Message) -> seed::Message {
+    let role = match message.role {
+        v1::Role::User => seed::Role::User,
+        v1::Role::Agent => seed::Role::Agent,
+    };
+    let parts = message
+        .parts
+        .iter()
+        .filter_map(|part| match (part.as_text(), part.as_data()) {
+            (Some(text), _) => Some(seed::Part::Text { text: text.to_owned() }),
+            (_, Some(data)) => Some(seed::Part::Data { data: data.clone() }),
+            // Files have no seed form; seed handlers never asked for them.
+            _ => None,
+        })
+        .collect();
+    seed::Message { role, parts }
+}
+
+fn a2a_part(part: &seed::Part) -> v1::Part {
+    match part {
+        seed::Part::Text { text } => v1::Part::text(text.clone()),
+        seed::Part::Data { data } => v1::Part::data(data.clone()),
+    }
+}
+
+/// The reply as an artifact; a partial reply says so in the artifact's metadata (seed 003).
+fn reply_artifact(reply: &AgentReply, task_id: &str) -> Artifact {
+    let metadata = (!reply.warnings.is_empty()).then(|| {
+        let mut metadata = JsonObject::new();
+        metadata.insert("status".into(), json!(ResponseStatus::Partial));
+        metadata.insert("warnings".into(), json!(reply.warnings));
+        metadata
+    });
+    Artifact {
+        artifact_id: format!("{task_id}-{REPLY_ARTIFACT_NAME}"),
+        name: Some(REPLY_ARTIFACT_NAME.to_owned()),
+        description: None,
+        parts: reply.parts.iter().map(a2a_part).collect(),
+        metadata,
+        extensions: None,
+    }
+}
+
+/// A seed call as an A2A task: the request's messages as history, then the reply as an artifact
+/// (completed) or the error body in the status message (failed).
+pub(crate) fn seed_task(
+    task_id: &str,
+    messages: &[seed::Message],
+    outcome: Result<&AgentReply, &ErrorResponse>,
+) -> Task {
+    let context_id = uuid::Uuid::new_v4().to_string();
+    let history = messages
+        .iter()
+        .map(|message| {
+            let role = match message.role {
+                seed::Role::User | seed::Role::System => v1::Role::User,
+                seed::Role::Agent | seed::Role::Assistant => v1::Role::Agent,
+            };
+            let mut a2a = v1::Message::text(role, uuid::Uuid::new_v4().to_string(), "");
+            a2a.parts = message.parts.iter().map(a2a_part).collect();
+            a2a.task_id = Some(task_id.to_owned());
+            a2a.context_id = Some(context_id.clone());
+            a2a
+        })
+        .collect();
+    let (state, artifacts, message) = match outcome {
+        Ok(reply) => (TaskState::Completed, vec![reply_artifact(reply, task_id)], None),
+        Err(error) => {
+            let mut message =
+                v1::Message::text(v1::Role::Agent, uuid::Uuid::new_v4().to_string(), &error.body.error_message);
+            message.parts.push(v1::Part::data(json!(error.body)));
+            (TaskState::Failed, Vec::new(), Some(message))
+        }
+    };
+    Task {
+        id: task_id.to_owned(),
+        context_id,
+        status: TaskStatus { state, message, timestamp: Some(mesh_tasks::model::now_timestamp()) },
+        artifacts,
+        history,
+        metadata: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_parts_become_task_input() {
+        let parts = vec![
+            v1::Part::text("robots"),
+            v1::Part::data(json!({"top_k": 5})),
+            v1::Part::text("soccer"),
+            v1::Part::data(json!({"top_k": 3, "modality": "video"})),
+        ];
+        assert_eq!(text_of(&parts), "robots\nsoccer");
+        assert_eq!(Value::Object(data_of(&parts)), json!({"top_k": 3, "modality": "video"}));
+    }
+
+    #[test]
+    fn a_partial_reply_is_marked_on_its_artifact() {
+        let reply = AgentReply { warnings: vec!["planner down".into()], ..AgentReply::data(json!({"a": 1})) };
+        let artifact = reply_artifact(&reply, "t1");
+        let metadata = Value::Object(artifact.metadata.unwrap());
+        assert_eq!(metadata, json!({"status": "PARTIAL", "warnings": ["planner down"]}));
+        assert!(reply_artifact(&AgentReply::data(json!(1)), "t1").metadata.is_none());
+    }
+
+    #[test]
+    fn a_failed_seed_call_keeps_its_error_body() {
+        let error = ErrorResponse::new(axum::http::StatusCode::BAD_REQUEST, "TASK_INVALID", "no query");
+        let messages = [seed::Message { role: seed::Role::User, parts: vec![seed::Part::Text { text: "q".into() }] }];
+        let task = seed_task("t9", &messages, Err(&error));
+        assert_eq!(task.status.state, TaskState::Failed);
+        let message = task.status.message.unwrap();
+        assert_eq!(message.parts[0].as_text(), Some("no query"));
+        assert_eq!(message.parts[1].as_data().unwrap()["error_code"], "TASK_INVALID");
+        assert_eq!(task.history[0].task_id.as_deref(), Some("t9"));
+    }
+}

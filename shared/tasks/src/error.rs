@@ -1,0 +1,42 @@
+use mesh_protocol::jsonrpc::A2aErrorCode;
+use mesh_storage::StorageError;
+
+/// What a task operation fails with; [`TaskError::code`] names the A2A error each is answered as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    #[error("task {0} not found")]
+    NotFound(String),
+    #[error("task {id} is {state} and cannot be canceled")]
+    NotCancelable { id: String, state: String },
+    /// The operation exists but not for this task now (e.g. a message to a finished task).
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    InvalidParams(String),
+    #[error("task storage failed: {0}")]
+    Storage(String),
+}
+
+impl TaskError {
+    pub fn code(&self) -> A2aErrorCode {
+        match self {
+            Self::NotFound(_) => A2aErrorCode::TaskNotFound,
+            Self::NotCancelable { .. } => A2aErrorCode::TaskNotCancelable,
+            Self::Unsupported(_) => A2aErrorCode::UnsupportedOperation,
+            Self::InvalidParams(_) => A2aErrorCode::InvalidParams,
+            Self::Storage(_) => A2aErrorCode::InternalError,
+        }
+    }
+}
+
+impl From<StorageError> for TaskError {
+    fn from(error: StorageError) -> Self {
+        Self::Storage(error.to_string())
+    }
+}
+
+impl From<sqlx::Error> for TaskError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Storage(error.to_string())
+    }
+}

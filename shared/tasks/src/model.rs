@@ -1,0 +1,183 @@
+//! How a task changes: events applied to its state, and the views clients ask for.
+
+use chrono::{SecondsFormat, Utc};
+use mesh_protocol::a2a::v1::{Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
+
+/// Now as an RFC 3339 UTC timestamp with microseconds (`2026-11-22T04:08:38.933199Z`), the form
+/// the official SDK writes. Fixed width, so comparing the strings compares the instants.
+pub fn now_timestamp() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Rewrites an RFC 3339 instant in the form of [`now_timestamp`], so that it compares with stored
+/// timestamps as text; `None` when it is not an RFC 3339 instant.
+pub fn normalize_timestamp(instant: &str) -> Option<String> {
+    chrono::DateTime::parse_from_rfc3339(instant)
+        .ok()
+        .map(|t| t.with_timezone(&Utc).to_rfc3339_opts(SecondsFormat::Micros, true))
+}
+
+/// The wire name of a state (`TASK_STATE_COMPLETED`), as stored for filtering.
+pub fn state_name(state: TaskState) -> String {
+    match serde_json::to_value(state) {
+        Ok(serde_json::Value::String(name)) => name,
+        // A unit enum always serializes to its string name.
+        _ => format!("{state:?}"),
+    }
+}
+
+/// Applies one event of the task's own stream to it. The current status message lives in
+/// `status.message` only (as the official SDK keeps it); when the status moves on, it joins the
+/// history, so the conversation stays whole. Artifact chunks either extend the artifact with the
+/// same id (`append`) or replace it.
+pub fn apply(task: &mut Task, event: &StreamResponse) {
+    match event {
+        StreamResponse::Task(snapshot) => *task = snapshot.clone(),
+        StreamResponse::Message(message) => task.history.push(message.clone()),
+        StreamResponse::StatusUpdate(update) => {
+            let replaced = std::mem::replace(&mut task.status, update.status.clone());
+            task.history.extend(replaced.message);
+        }
+        StreamResponse::ArtifactUpdate(update) => apply_artifact(&mut task.artifacts, update),
+    }
+}
+
+fn apply_artifact(artifacts: &mut Vec<Artifact>, update: &TaskArtifactUpdateEvent) {
+    let existing = artifacts.iter_mut().find(|a| a.artifact_id == update.artifact.artifact_id);
+    match existing {
+        Some(artifact) if update.append => artifact.parts.extend(update.artifact.parts.iter().cloned()),
+        Some(artifact) => *artifact = update.artifact.clone(),
+        None => artifacts.push(update.artifact.clone()),
+    }
+}
+
+/// Adds the user's next message: after the agent's status message it answers, which thereby
+/// joins the history first.
+pub fn add_user_message(task: &mut Task, message: Message) {
+    task.history.extend(task.status.message.take());
+    task.history.push(message);
+}
+
+/// Keeps the `history_length` most recent messages: `None` keeps all, `Some(0)` none.
+pub fn trim_history(task: &mut Task, history_length: Option<usize>) {
+    if let Some(keep) = history_length {
+        let drop = task.history.len().saturating_sub(keep);
+        task.history.drain(..drop);
+    }
+}
+
+/// Whether a task in `state` may take another user message: only while it waits for one.
+pub fn accepts_messages(state: TaskState) -> bool {
+    state.is_interrupted()
+}
+
+#[cfg(test)]
+mod tests {
+    use mesh_protocol::a2a::v1::{Part, Role, TaskStatus, TaskStatusUpdateEvent};
+
+    use super::*;
+
+    fn task() -> Task {
+        Task {
+            id: "t1".into(),
+            context_id: "c1".into(),
+            status: TaskStatus { state: TaskState::Submitted, message: None, timestamp: None },
+            artifacts: Vec::new(),
+            history: vec![Message::text(Role::User, "m1", "hi")],
+            metadata: None,
+        }
+    }
+
+    fn artifact_update(parts: &[&str], append: bool) -> StreamResponse {
+        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+            task_id: "t1".into(),
+            context_id: "c1".into(),
+            artifact: Artifact {
+                artifact_id: "a1".into(),
+                name: None,
+                description: None,
+                parts: parts.iter().map(|p| Part::text(*p)).collect(),
+                metadata: None,
+                extensions: None,
+            },
+            append,
+            last_chunk: false,
+            metadata: None,
+        })
+    }
+
+    #[test]
+    fn artifact_chunks_append_or_replace() {
+        let mut task = task();
+        apply(&mut task, &artifact_update(&["a"], false));
+        apply(&mut task, &artifact_update(&["b"], true));
+        assert_eq!(task.artifacts.len(), 1);
+        let texts: Vec<_> = task.artifacts[0].parts.iter().filter_map(Part::as_text).collect();
+        assert_eq!(texts, ["a", "b"]);
+        apply(&mut task, &artifact_update(&["c"], false));
+        let texts: Vec<_> = task.artifacts[0].parts.iter().filter_map(Part::as_text).collect();
+        assert_eq!(texts, ["c"]);
+    }
+
+    #[test]
+    fn a_status_message_joins_the_history_when_replaced() {
+        let mut task = task();
+        let question = Message::text(Role::Agent, "m2", "which city?");
+        apply(
+            &mut task,
+            &StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: "t1".into(),
+                context_id: "c1".into(),
+                status: TaskStatus {
+                    state: TaskState::InputRequired,
+                    message: Some(question.clone()),
+                    timestamp: None,
+                },
+                metadata: None,
+            }),
+        );
+        assert_eq!(task.status.state, TaskState::InputRequired);
+        assert_eq!(task.status.message.as_ref(), Some(&question));
+        assert_eq!(task.history.len(), 1, "the current status message is not yet history");
+        apply(
+            &mut task,
+            &StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: "t1".into(),
+                context_id: "c1".into(),
+                status: TaskStatus { state: TaskState::Working, message: None, timestamp: None },
+                metadata: None,
+            }),
+        );
+        assert_eq!(task.history.last(), Some(&question));
+        let answer = Message::text(Role::User, "m3", "Paris");
+        let mut asked = task.clone();
+        asked.status.message = Some(Message::text(Role::Agent, "m4", "when?"));
+        add_user_message(&mut asked, answer.clone());
+        let ids: Vec<_> = asked.history.iter().map(|m| m.message_id.as_str()).collect();
+        assert_eq!(ids, ["m1", "m2", "m4", "m3"]);
+        assert_eq!(asked.status.message, None);
+        assert!(!accepts_messages(task.status.state), "a working task takes no message");
+        assert!(accepts_messages(TaskState::InputRequired));
+    }
+
+    #[test]
+    fn history_keeps_the_most_recent() {
+        let mut task = task();
+        task.history.push(Message::text(Role::Agent, "m2", "hello"));
+        let mut all = task.clone();
+        trim_history(&mut all, None);
+        assert_eq!(all.history.len(), 2);
+        trim_history(&mut task, Some(1));
+        assert_eq!(task.history[0].message_id, "m2");
+        trim_history(&mut task, Some(0));
+        assert!(task.history.is_empty());
+    }
+
+    #[test]
+    fn timestamps_normalize_to_one_sortable_form() {
+        assert_eq!(normalize_timestamp("2026-11-22T05:08:38+01:00").as_deref(), Some("2026-11-22T04:08:38.000000Z"));
+        assert_eq!(normalize_timestamp("yesterday"), None);
+        assert_eq!(now_timestamp().len(), "2026-11-22T04:08:38.933199Z".len());
+        assert_eq!(state_name(TaskState::Completed), "TASK_STATE_COMPLETED");
+    }
+}

@@ -1,0 +1,328 @@
+//! The durable task store: one table for every agent and tenant, written by one group-commit
+//! writer so that many concurrent tasks cost one transaction, not one each.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, Task};
+use mesh_storage::{AnyPool, Database, Row};
+use sqlx::migrate::Migrator;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::TaskError;
+use crate::model::{normalize_timestamp, now_timestamp, state_name, trim_history};
+
+/// The tasks' own migration history, kept apart from other components' (the registry's) so that
+/// they can share one PostgreSQL database without each taking the other's migrations for
+/// missing ones.
+const MIGRATIONS_TABLE: &str = "_mesh_tasks_migrations";
+/// Most writes committed in one transaction; more wait for the next one.
+const WRITE_BATCH_MAX: usize = 512;
+/// Writes queued before writers wait (back-pressure instead of unbounded memory).
+const WRITE_QUEUE_MAX: usize = 8_192;
+/// `ListTasks` page size when the request names none, and the largest it may name (spec §3.1.4).
+pub const LIST_PAGE_SIZE_DEFAULT: usize = 50;
+pub const LIST_PAGE_SIZE_MAX: usize = 100;
+
+fn migrator() -> Migrator {
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator
+}
+
+/// One row to upsert, serialized by the caller so the writer only runs SQL.
+#[derive(Debug)]
+struct Write {
+    tenant: String,
+    id: String,
+    context_id: String,
+    state: String,
+    updated_at: String,
+    body: String,
+    /// Its place in the order of this store's writes, to tell it from later writes of the task.
+    sequence: u64,
+    /// Told the outcome once committed; `None` for writes nobody waits on.
+    done: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// Tasks of one agent, durable in SQLite or PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct TaskStore {
+    agent: String,
+    pool: AnyPool,
+    writes: mpsc::Sender<Write>,
+    pending: Arc<PendingWrites>,
+}
+
+/// The latest queued but not yet committed body of each task, so that a read right after a
+/// background save sees it (read-your-writes) rather than the state before.
+#[derive(Debug, Default)]
+struct PendingWrites {
+    next_sequence: AtomicU64,
+    bodies: Mutex<HashMap<(String, String), (u64, String)>>,
+}
+
+impl PendingWrites {
+    fn bodies(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (u64, String)>> {
+        // The map stays consistent whatever panicked while holding it: every change is one insert
+        // or remove.
+        self.bodies.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn queue(&self, tenant: &str, id: &str, body: &str) -> u64 {
+        let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
+        self.bodies().insert((tenant.to_owned(), id.to_owned()), (sequence, body.to_owned()));
+        sequence
+    }
+
+    fn get(&self, tenant: &str, id: &str) -> Option<String> {
+        self.bodies().get(&(tenant.to_owned(), id.to_owned())).map(|(_, body)| body.clone())
+    }
+
+    /// Forgets the batch's writes, unless a later write of the same task is still queued.
+    fn settled(&self, batch: &[Write]) {
+        let mut bodies = self.bodies();
+        for write in batch {
+            let key = (write.tenant.clone(), write.id.clone());
+            if bodies.get(&key).is_some_and(|(sequence, _)| *sequence == write.sequence) {
+                bodies.remove(&key);
+            }
+        }
+    }
+}
+
+impl TaskStore {
+    /// Opens (and migrates) the store at `database_url` for the agent named `agent`, and starts its
+    /// writer, which lives as long as the store has clones.
+    pub async fn open(database_url: &str, agent: &str) -> Result<Self, TaskError> {
+        let database = Database::connect(database_url, &migrator()).await?;
+        Ok(Self::with_database(&database, agent))
+    }
+
+    /// A store over an open database (the migrations must have run: see [`Self::open`]).
+    fn with_database(database: &Database, agent: &str) -> Self {
+        let (writes, queue) = mpsc::channel(WRITE_QUEUE_MAX);
+        let pending = Arc::new(PendingWrites::default());
+        tokio::spawn(write_batches(database.pool().clone(), agent.to_owned(), queue, pending.clone()));
+        Self { agent: agent.to_owned(), pool: database.pool().clone(), writes, pending }
+    }
+
+    /// Saves the task and returns once it is committed.
+    pub async fn save(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
+        let (done, committed) = oneshot::channel();
+        self.enqueue(tenant, task, Some(done)).await?;
+        committed.await.map_err(|_| TaskError::Storage("the task writer stopped".into()))?.map_err(TaskError::Storage)
+    }
+
+    /// Saves the task without waiting for the commit: for intermediate states and records, whose
+    /// loss in a crash only means the stored task shows an earlier state (or is missing). Later
+    /// saves of the same task commit after it, in order, and [`Self::get`] sees it at once.
+    pub async fn save_in_background(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
+        self.enqueue(tenant, task, None).await
+    }
+
+    async fn enqueue(
+        &self,
+        tenant: &str,
+        task: &Task,
+        done: Option<oneshot::Sender<Result<(), String>>>,
+    ) -> Result<(), TaskError> {
+        let body = serde_json::to_string(task).map_err(|e| TaskError::Storage(e.to_string()))?;
+        let write = Write {
+            tenant: tenant.to_owned(),
+            id: task.id.clone(),
+            context_id: task.context_id.clone(),
+            state: state_name(task.status.state),
+            updated_at: task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp),
+            sequence: self.pending.queue(tenant, &task.id, &body),
+            body,
+            done,
+        };
+        self.writes.send(write).await.map_err(|_| TaskError::Storage("the task writer stopped".into()))
+    }
+
+    /// The stored task, whole, as last saved (committed or still queued).
+    pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Task>, TaskError> {
+        if let Some(body) = self.pending.get(tenant, id) {
+            return parse(&body).map(Some);
+        }
+        let row = sqlx::query("SELECT body FROM a2a_tasks WHERE agent = $1 AND tenant = $2 AND id = $3")
+            .bind(&self.agent)
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| decode(&row)).transpose()
+    }
+
+    /// A page of tasks, most recently updated first, filtered as the request asks.
+    pub async fn list(&self, tenant: &str, request: &ListTasksRequest) -> Result<ListTasksResponse, TaskError> {
+        let page_size = page_size(request.page_size)?;
+        let history_length = history_length(request.history_length)?;
+        let mut filters = String::from("agent = $1 AND tenant = $2");
+        let mut binds = vec![self.agent.clone(), tenant.to_owned()];
+        if let Some(context_id) = &request.context_id {
+            bind(&mut filters, &mut binds, " AND context_id = ?", context_id.clone());
+        }
+        if let Some(state) = request.status {
+            bind(&mut filters, &mut binds, " AND state = ?", state_name(state));
+        }
+        if let Some(after) = &request.status_timestamp_after {
+            let after = normalize_timestamp(after).ok_or_else(|| {
+                TaskError::InvalidParams(format!("statusTimestampAfter {after:?} is not an RFC 3339 timestamp"))
+            })?;
+            bind(&mut filters, &mut binds, " AND updated_at >= ?", after);
+        }
+        let count_sql = format!("SELECT COUNT(*) AS n FROM a2a_tasks WHERE {filters}");
+        let count_binds = binds.len();
+        let mut page_filters = filters;
+        if let Some(token) = request.page_token.as_deref().filter(|t| !t.is_empty()) {
+            let (updated_at, id) = PageCursor::decode(token)?;
+            bind(&mut page_filters, &mut binds, " AND (updated_at < ?", updated_at.clone());
+            bind(&mut page_filters, &mut binds, " OR (updated_at = ?", updated_at);
+            bind(&mut page_filters, &mut binds, " AND id < ?))", id);
+        }
+        let page_sql = format!(
+            "SELECT body, updated_at, id FROM a2a_tasks WHERE {page_filters} ORDER BY updated_at DESC, id DESC LIMIT {}",
+            page_size + 1
+        );
+        // Audited: the SQL is built from fixed clauses only; every value is a bind parameter.
+        let mut count = sqlx::query(sqlx::AssertSqlSafe(count_sql));
+        for value in &binds[..count_binds] {
+            count = count.bind(value);
+        }
+        let total: i64 = count.fetch_one(&self.pool).await?.try_get("n")?;
+        let mut page = sqlx::query(sqlx::AssertSqlSafe(page_sql));
+        for value in &binds {
+            page = page.bind(value);
+        }
+        let rows = page.fetch_all(&self.pool).await?;
+        let next_page_token = match rows.get(page_size) {
+            Some(_) => {
+                let last = &rows[page_size - 1];
+                PageCursor::encode(&last.try_get::<String, _>("updated_at")?, &last.try_get::<String, _>("id")?)
+            }
+            None => String::new(),
+        };
+        let include_artifacts = request.include_artifacts.unwrap_or(false);
+        let mut tasks = Vec::with_capacity(rows.len().min(page_size));
+        for row in rows.iter().take(page_size) {
+            let mut task = decode(row)?;
+            trim_history(&mut task, history_length);
+            if !include_artifacts {
+                task.artifacts.clear();
+            }
+            tasks.push(task);
+        }
+        Ok(ListTasksResponse {
+            page_size: i32::try_from(page_size).unwrap_or(i32::MAX),
+            tasks,
+            next_page_token,
+            total_size: i32::try_from(total).unwrap_or(i32::MAX),
+        })
+    }
+}
+
+/// Appends a filter clause, its `?` numbered as the next bind parameter.
+fn bind(filters: &mut String, binds: &mut Vec<String>, clause: &str, value: String) {
+    binds.push(value);
+    filters.push_str(&clause.replace('?', &format!("${}", binds.len())));
+}
+
+fn decode(row: &sqlx::any::AnyRow) -> Result<Task, TaskError> {
+    parse(&row.try_get::<String, _>("body")?)
+}
+
+fn parse(body: &str) -> Result<Task, TaskError> {
+    serde_json::from_str(body).map_err(|e| TaskError::Storage(format!("a stored task does not parse: {e}")))
+}
+
+/// The page size a `ListTasks` request asks for, checked.
+fn page_size(requested: Option<i32>) -> Result<usize, TaskError> {
+    match requested {
+        None => Ok(LIST_PAGE_SIZE_DEFAULT),
+        Some(size) => usize::try_from(size).ok().filter(|s| (1..=LIST_PAGE_SIZE_MAX).contains(s)).ok_or_else(|| {
+            TaskError::InvalidParams(format!("pageSize must be between 1 and {LIST_PAGE_SIZE_MAX}, not {size}"))
+        }),
+    }
+}
+
+/// A request's `historyLength`, checked: absent means all, negative is an error.
+pub fn history_length(requested: Option<i32>) -> Result<Option<usize>, TaskError> {
+    requested
+        .map(|n| {
+            usize::try_from(n)
+                .map_err(|_| TaskError::InvalidParams(format!("historyLength must not be negative, not {n}")))
+        })
+        .transpose()
+}
+
+/// Where the next page starts: after the last task of this one in (updated_at, id) order. Sent
+/// hex-encoded so clients treat it as opaque.
+struct PageCursor;
+
+impl PageCursor {
+    fn encode(updated_at: &str, id: &str) -> String {
+        format!("{updated_at}\n{id}").bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn decode(token: &str) -> Result<(String, String), TaskError> {
+        let invalid = || TaskError::InvalidParams(format!("pageToken {token:?} is not one this server issued"));
+        let bytes = (0..token.len())
+            .step_by(2)
+            .map(|i| token.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(invalid)?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+        let (updated_at, id) = text.split_once('\n').ok_or_else(invalid)?;
+        Ok((updated_at.to_owned(), id.to_owned()))
+    }
+}
+
+/// The writer: takes what is queued (up to a batch), commits it in one transaction, tells the
+/// waiting savers, repeats. Under load, batches grow by themselves; alone, a write commits at once.
+async fn write_batches(pool: AnyPool, agent: String, mut queue: mpsc::Receiver<Write>, pending: Arc<PendingWrites>) {
+    let mut batch = Vec::with_capacity(WRITE_BATCH_MAX);
+    while queue.recv_many(&mut batch, WRITE_BATCH_MAX).await > 0 {
+        let result = commit(&pool, &agent, &batch).await.map_err(|e| e.to_string());
+        if let Err(error) = &result {
+            tracing::error!(%error, writes = batch.len(), "could not save tasks");
+        }
+        pending.settled(&batch);
+        for write in batch.drain(..) {
+            if let Some(done) = write.done {
+                // The saver may have gone (its client hung up); the write stands regardless.
+                let _ = done.send(result.clone());
+            }
+        }
+    }
+}
+
+async fn commit(pool: &AnyPool, agent: &str, batch: &[Write]) -> Result<(), sqlx::Error> {
+    // Only the last write of a task in the batch matters: the others would be overwritten anyway.
+    let last: HashMap<(&str, &str), usize> =
+        batch.iter().enumerate().map(|(i, w)| ((w.tenant.as_str(), w.id.as_str()), i)).collect();
+    let mut transaction = pool.begin().await?;
+    for (i, write) in batch.iter().enumerate() {
+        if last.get(&(write.tenant.as_str(), write.id.as_str())) != Some(&i) {
+            continue;
+        }
+        sqlx::query(
+            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (agent, tenant, id) DO UPDATE SET context_id = excluded.context_id, \
+             state = excluded.state, updated_at = excluded.updated_at, body = excluded.body",
+        )
+        .bind(agent)
+        .bind(&write.tenant)
+        .bind(&write.id)
+        .bind(&write.context_id)
+        .bind(&write.state)
+        .bind(&write.updated_at)
+        .bind(&write.body)
+        .execute(&mut *transaction)
+        .await?;
+    }
+    transaction.commit().await
+}

@@ -1,0 +1,144 @@
+//! The task store on SQLite (always) and PostgreSQL (when `MESH_TEST_POSTGRES_URL` is set).
+
+use mesh_protocol::a2a::v1::{ListTasksRequest, Message, Role, Task, TaskState, TaskStatus};
+use mesh_tasks::model::now_timestamp;
+use mesh_tasks::{TaskError, TaskStore};
+
+fn task(id: &str, context_id: &str, state: TaskState) -> Task {
+    Task {
+        id: id.into(),
+        context_id: context_id.into(),
+        status: TaskStatus { state, message: None, timestamp: Some(now_timestamp()) },
+        artifacts: Vec::new(),
+        history: vec![
+            Message::text(Role::User, format!("{id}-m1"), "hi"),
+            Message::text(Role::Agent, format!("{id}-m2"), "hello"),
+        ],
+        metadata: None,
+    }
+}
+
+async fn stores() -> Vec<(String, TaskStore, Option<tempfile::TempDir>)> {
+    let agent = format!("test-agent-{}", uuid::Uuid::new_v4());
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let mut stores = vec![("sqlite".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), Some(dir))];
+    match std::env::var("MESH_TEST_POSTGRES_URL") {
+        Ok(url) => stores.push(("postgres".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), None)),
+        Err(_) => eprintln!("MESH_TEST_POSTGRES_URL unset: the PostgreSQL variant is skipped"),
+    }
+    stores
+}
+
+#[tokio::test]
+async fn concurrent_saves_commit_and_read_back() {
+    for (backend, store, _dir) in stores().await {
+        let saves = (0..200).map(|i| {
+            let store = store.clone();
+            async move { store.save("", &task(&format!("t{i:03}"), "c1", TaskState::Completed)).await }
+        });
+        for result in futures::future::join_all(saves).await {
+            result.unwrap();
+        }
+        let read = store.get("", "t042").await.unwrap().expect("saved task");
+        let mut expected = task("t042", "c1", TaskState::Completed);
+        expected.status.timestamp.clone_from(&read.status.timestamp);
+        assert_eq!(read, expected, "{backend}");
+        assert_eq!(store.get("other-tenant", "t042").await.unwrap(), None, "{backend}: tenants are apart");
+        assert_eq!(store.get("", "missing").await.unwrap(), None);
+    }
+}
+
+#[tokio::test]
+async fn later_saves_of_a_task_win() {
+    for (backend, store, _dir) in stores().await {
+        store.save_in_background("", &task("t1", "c1", TaskState::Working)).await.unwrap();
+        store.save("", &task("t1", "c1", TaskState::Completed)).await.unwrap();
+        let read = store.get("", "t1").await.unwrap().unwrap();
+        assert_eq!(read.status.state, TaskState::Completed, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn a_background_save_is_read_back_before_and_after_its_commit() {
+    for (backend, store, _dir) in stores().await {
+        for state in [TaskState::Working, TaskState::InputRequired] {
+            store.save_in_background("tenant", &task("t2", "c2", state)).await.unwrap();
+            let read = store.get("tenant", "t2").await.unwrap().expect("the queued task");
+            assert_eq!(read.status.state, state, "{backend}");
+        }
+        assert_eq!(store.get("other", "t2").await.unwrap(), None, "{backend}: tenants stay apart");
+        // A waited-for save commits after the background ones; the store then reads the table.
+        store.save("tenant", &task("t3", "c2", TaskState::Completed)).await.unwrap();
+        let read = store.get("tenant", "t2").await.unwrap().expect("the committed task");
+        assert_eq!(read.status.state, TaskState::InputRequired, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn lists_page_through_every_task_once_and_filter() {
+    for (backend, store, _dir) in stores().await {
+        for i in 0..5 {
+            store.save("", &task(&format!("a{i}"), "ctx-a", TaskState::Completed)).await.unwrap();
+        }
+        store.save("", &task("b0", "ctx-b", TaskState::InputRequired)).await.unwrap();
+        store.save("t2", &task("c0", "ctx-a", TaskState::Completed)).await.unwrap();
+
+        let mut seen = Vec::new();
+        let mut request =
+            ListTasksRequest { context_id: Some("ctx-a".into()), page_size: Some(2), ..Default::default() };
+        loop {
+            let page = store.list("", &request).await.unwrap();
+            assert_eq!(page.total_size, 5, "{backend}");
+            assert!(page.tasks.len() <= 2);
+            seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            request.page_token = Some(page.next_page_token);
+        }
+        seen.sort();
+        assert_eq!(seen, ["a0", "a1", "a2", "a3", "a4"], "{backend}");
+
+        let waiting =
+            ListTasksRequest { status: Some(TaskState::InputRequired), history_length: Some(1), ..Default::default() };
+        let page = store.list("", &waiting).await.unwrap();
+        assert_eq!(page.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["b0"], "{backend}");
+        assert_eq!(page.tasks[0].history.len(), 1, "historyLength trims to the most recent");
+        assert_eq!(page.tasks[0].history[0].message_id, "b0-m2");
+
+        let future =
+            ListTasksRequest { status_timestamp_after: Some("2999-01-01T00:00:00Z".into()), ..Default::default() };
+        assert_eq!(store.list("", &future).await.unwrap().total_size, 0);
+        assert_eq!(store.list("t2", &ListTasksRequest::default()).await.unwrap().total_size, 1, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn bad_list_requests_are_invalid_params() {
+    for (_backend, store, _dir) in stores().await {
+        for request in [
+            ListTasksRequest { page_size: Some(0), ..Default::default() },
+            ListTasksRequest { page_size: Some(101), ..Default::default() },
+            ListTasksRequest { page_token: Some("zz".into()), ..Default::default() },
+            ListTasksRequest { history_length: Some(-1), ..Default::default() },
+            ListTasksRequest { status_timestamp_after: Some("yesterday".into()), ..Default::default() },
+        ] {
+            let error = store.list("", &request).await.unwrap_err();
+            assert!(matches!(error, TaskError::InvalidParams(_)), "{request:?}: {error:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn tasks_survive_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    {
+        let store = TaskStore::open(&url, "agent").await.unwrap();
+        store.save("", &task("kept", "c1", TaskState::Completed)).await.unwrap();
+    }
+    let store = TaskStore::open(&url, "agent").await.unwrap();
+    assert_eq!(store.get("", "kept").await.unwrap().unwrap().status.state, TaskState::Completed);
+    assert_eq!(TaskStore::open(&url, "another-agent").await.unwrap().get("", "kept").await.unwrap(), None);
+}
