@@ -76,9 +76,41 @@ struct Core {
     live: Mutex<HashMap<TaskKey, Arc<LiveTask>>>,
 }
 
+impl LiveTask {
+    fn new(task: Task, running: bool) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(LiveState { task, subscribers: Vec::new(), running, closed: false }),
+            cancellation: CancellationToken::new(),
+        })
+    }
+}
+
 impl Core {
     fn live(&self, key: &TaskKey) -> Option<Arc<LiveTask>> {
         lock(&self.live).get(key).cloned()
+    }
+
+    /// The task in memory, else as stored (waiting for input before a restart, or orphaned by
+    /// one), refused with `finished` when it is stored as terminal. A stored task is kept live
+    /// only when `keep` says so.
+    async fn live_or_stored(
+        &self,
+        key: &TaskKey,
+        keep: bool,
+        finished: fn(&Task) -> TaskError,
+    ) -> Result<Arc<LiveTask>, TaskError> {
+        if let Some(live) = self.live(key) {
+            return Ok(live);
+        }
+        let stored = self.store.get(&key.0, &key.1).await?.ok_or_else(|| TaskError::NotFound(key.1.clone()))?;
+        if stored.status.state.is_terminal() {
+            return Err(finished(&stored));
+        }
+        let live = LiveTask::new(stored, false);
+        Ok(match keep {
+            true => lock(&self.live).entry(key.clone()).or_insert(live).clone(),
+            false => live,
+        })
     }
 
     async fn save(&self, tenant: &str, task: &Task, durable: bool) -> Result<(), TaskError> {
@@ -133,11 +165,7 @@ impl<H: TaskHandler> TaskEngine<H> {
                     history: Vec::new(),
                     metadata: None,
                 };
-                let live = Arc::new(LiveTask {
-                    state: Mutex::new(LiveState { task, subscribers: Vec::new(), running: true, closed: false }),
-                    cancellation: CancellationToken::new(),
-                });
-                (live, None, message)
+                (LiveTask::new(task, true), None, message)
             }
         };
         let (task_id, context_id) = {
@@ -187,26 +215,7 @@ impl<H: TaskHandler> TaskEngine<H> {
         message: Message,
     ) -> Result<(Arc<LiveTask>, Option<Task>, Message), TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
-        let live = match self.core.live(&key) {
-            Some(live) => live,
-            None => {
-                let stored =
-                    self.core.store.get(tenant, task_id).await?.ok_or_else(|| TaskError::NotFound(task_id.into()))?;
-                if stored.status.state.is_terminal() {
-                    return Err(no_more_messages(&stored));
-                }
-                let live = Arc::new(LiveTask {
-                    state: Mutex::new(LiveState {
-                        task: stored,
-                        subscribers: Vec::new(),
-                        running: false,
-                        closed: false,
-                    }),
-                    cancellation: CancellationToken::new(),
-                });
-                lock(&self.core.live).entry(key).or_insert(live).clone()
-            }
-        };
+        let live = self.core.live_or_stored(&key, true, no_more_messages).await?;
         let previous = {
             let mut state = lock(&live.state);
             let task = &state.task;
@@ -256,30 +265,7 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// told to stop, and its subscribers see the change.
     pub async fn cancel(&self, tenant: &str, request: &CancelTaskRequest) -> Result<Task, TaskError> {
         let key = (tenant.to_owned(), request.id.clone());
-        let live = match self.core.live(&key) {
-            Some(live) => live,
-            None => {
-                let stored = self
-                    .core
-                    .store
-                    .get(tenant, &request.id)
-                    .await?
-                    .ok_or_else(|| TaskError::NotFound(request.id.clone()))?;
-                if stored.status.state.is_terminal() {
-                    return Err(not_cancelable(&stored));
-                }
-                // Stored but not live: waiting for input before a restart, or orphaned by one.
-                Arc::new(LiveTask {
-                    state: Mutex::new(LiveState {
-                        task: stored,
-                        subscribers: Vec::new(),
-                        running: false,
-                        closed: false,
-                    }),
-                    cancellation: CancellationToken::new(),
-                })
-            }
-        };
+        let live = self.core.live_or_stored(&key, false, not_cancelable).await?;
         let (task, update, subscribers) = {
             let mut state = lock(&live.state);
             if state.closed {
@@ -303,26 +289,7 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// no changes to follow and are refused.
     pub async fn subscribe(&self, tenant: &str, task_id: &str) -> Result<TurnEvents, TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
-        let live = match self.core.live(&key) {
-            Some(live) => live,
-            None => {
-                let stored =
-                    self.core.store.get(tenant, task_id).await?.ok_or_else(|| TaskError::NotFound(task_id.into()))?;
-                if stored.status.state.is_terminal() {
-                    return Err(finished(&stored));
-                }
-                let live = Arc::new(LiveTask {
-                    state: Mutex::new(LiveState {
-                        task: stored,
-                        subscribers: Vec::new(),
-                        running: false,
-                        closed: false,
-                    }),
-                    cancellation: CancellationToken::new(),
-                });
-                lock(&self.core.live).entry(key).or_insert(live).clone()
-            }
-        };
+        let live = self.core.live_or_stored(&key, true, finished).await?;
         let mut state = lock(&live.state);
         if state.closed {
             return Err(finished(&state.task));

@@ -99,11 +99,20 @@ async fn send_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
-    Version::require(&headers, Version::V1)?;
-    let mut request: SendMessageRequest = body(&headers, &bytes)?;
-    let tenant = tenant_of(&path, request.tenant.as_deref())?;
-    request.tenant = None;
+    let (tenant, request) = send_request(&path, &headers, &bytes)?;
     Ok(json(send_blocking(&rest.engine, &tenant, request, scope_of(scope)).await?))
+}
+
+/// The 1.0 `message:send` / `message:stream` request and the tenant it is for.
+fn send_request(
+    path: &HashMap<String, String>,
+    headers: &HeaderMap,
+    bytes: &Bytes,
+) -> Result<(String, SendMessageRequest), Failure> {
+    Version::require(headers, Version::V1)?;
+    let mut request: SendMessageRequest = body(headers, bytes)?;
+    let tenant = tenant_of(path, request.tenant.take().as_deref())?;
+    Ok((tenant, request))
 }
 
 /// The tenant from the path prefix, or else the one the body names.
@@ -121,9 +130,7 @@ async fn stream_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
-    Version::require(&headers, Version::V1)?;
-    let request: SendMessageRequest = body(&headers, &bytes)?;
-    let tenant = tenant_of(&path, request.tenant.as_deref())?;
+    let (tenant, request) = send_request(&path, &headers, &bytes)?;
     let events = rest.engine.start(&tenant, request, scope_of(scope)).await?;
     Ok(sse(until_final(events, StreamEnd::TurnEnd).map(|event| to_json(&event))))
 }
