@@ -40,6 +40,11 @@ use tokio::net::TcpStream;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
+/// The allocator the services run with (`a2a-mesh` links the search agent, which sets it), so A
+/// allocates as a deployed agent does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Concurrent requests (one keep-alive connection each) measured for every server.
 const CONCURRENCIES: [usize; 3] = [1, 16, 64];
 /// Measured time per cell (server × concurrency × round), unless `--seconds` says otherwise.

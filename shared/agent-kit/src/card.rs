@@ -14,6 +14,8 @@ pub struct CardDocument {
     card: AgentCard,
     json: Bytes,
     etag: HeaderValue,
+    /// When this document was rendered, as an HTTP date: the card changes only with a new one.
+    last_modified: HeaderValue,
 }
 
 impl CardDocument {
@@ -23,7 +25,9 @@ impl CardDocument {
         json.hash(&mut hasher);
         let etag = HeaderValue::try_from(format!("\"{:016x}\"", hasher.finish()))
             .expect("a quoted hex string is a valid header value");
-        Ok(Self { card, json, etag })
+        let last_modified = HeaderValue::try_from(chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+            .expect("an HTTP date is a valid header value");
+        Ok(Self { card, json, etag, last_modified })
     }
 
     pub fn card(&self) -> &AgentCard {
@@ -42,7 +46,11 @@ impl CardDocument {
             // If-None-Match uses the weak comparison (RFC 9110 §13.1.2): a `W/` prefix still matches.
             .map(|tag| tag.trim().trim_start_matches("W/"))
             .any(|tag| tag == "*" || tag == self.etag);
-        let headers = [(header::ETAG, self.etag.clone()), (header::CACHE_CONTROL, cache_control)];
+        let headers = [
+            (header::ETAG, self.etag.clone()),
+            (header::LAST_MODIFIED, self.last_modified.clone()),
+            (header::CACHE_CONTROL, cache_control),
+        ];
         if fresh {
             return (StatusCode::NOT_MODIFIED, headers).into_response();
         }

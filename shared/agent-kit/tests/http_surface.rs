@@ -15,7 +15,7 @@ use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::error::{ErrorBody, FailureStatus};
 use mesh_protocol::registry::Registration;
 use mesh_protocol::seed::{Message, Part, ResponseStatus, Role, TaskResponse};
-use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LAST_MODIFIED};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -268,6 +268,11 @@ async fn card_is_served_at_both_paths_with_validators_and_revalidated_with_304()
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         assert!(header(&response, "content-type").starts_with("application/json"), "{path}");
         assert!(header(&response, CACHE_CONTROL.as_str()).contains("max-age="), "{path}");
+        let last_modified = header(&response, LAST_MODIFIED.as_str());
+        assert!(
+            chrono::DateTime::parse_from_rfc2822(last_modified).is_ok(),
+            "{path}: an HTTP date, not {last_modified:?}"
+        );
         let etag = header(&response, ETAG.as_str()).to_owned();
         let served: AgentCard = response.json().await.expect("the card parses");
         assert_eq!(served, expected, "{path}");

@@ -88,6 +88,11 @@ impl Database {
                     if backend == Backend::Sqlite {
                         // Readers never block the writer, and a committed write survives a killed process.
                         sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+                        // With WAL, NORMAL syncs at checkpoints rather than at every commit: still
+                        // never corrupt, and a killed process loses nothing; only a power loss or
+                        // OS crash may take back the last commits. Every commit's fsync otherwise
+                        // bounds how fast tasks are answered.
+                        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
                         sqlx::query("PRAGMA busy_timeout = 5000").execute(&mut *conn).await?;
                     }
                     Ok(())

@@ -299,30 +299,50 @@ async fn write_batches(pool: AnyPool, agent: String, mut queue: mpsc::Receiver<W
     }
 }
 
+/// Rows per `INSERT` statement: one statement per chunk instead of one per row, since every
+/// statement is a round trip to the database (for SQLite, to its worker thread). 7 parameters
+/// per row stay far below either database's limit on parameters.
+const ROWS_PER_STATEMENT_MAX: usize = 128;
+
 async fn commit(pool: &AnyPool, agent: &str, batch: &[Write]) -> Result<(), sqlx::Error> {
-    // Only the last write of a task in the batch matters: the others would be overwritten anyway.
+    // Only the last write of a task in the batch matters: the others would be overwritten anyway
+    // (and one statement may not upsert a row twice).
     let last: HashMap<(&str, &str), usize> =
         batch.iter().enumerate().map(|(i, w)| ((w.tenant.as_str(), w.id.as_str()), i)).collect();
+    let rows: Vec<&Write> = batch
+        .iter()
+        .enumerate()
+        .filter(|(i, w)| last.get(&(w.tenant.as_str(), w.id.as_str())) == Some(i))
+        .map(|(_, w)| w)
+        .collect();
     let mut transaction = pool.begin().await?;
-    for (i, write) in batch.iter().enumerate() {
-        if last.get(&(write.tenant.as_str(), write.id.as_str())) != Some(&i) {
-            continue;
-        }
-        sqlx::query(
-            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+    for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
+        let placeholders: Vec<String> = (0..chunk.len())
+            .map(|row| {
+                let first = row * 7;
+                let numbered: Vec<String> = (1..=7).map(|column| format!("${}", first + column)).collect();
+                format!("({})", numbered.join(", "))
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body) VALUES {} \
              ON CONFLICT (agent, tenant, id) DO UPDATE SET context_id = excluded.context_id, \
              state = excluded.state, updated_at = excluded.updated_at, body = excluded.body",
-        )
-        .bind(agent)
-        .bind(&write.tenant)
-        .bind(&write.id)
-        .bind(&write.context_id)
-        .bind(&write.state)
-        .bind(&write.updated_at)
-        .bind(&write.body)
-        .execute(&mut *transaction)
-        .await?;
+            placeholders.join(", ")
+        );
+        // Audited: the SQL is built from numbered placeholders only; every value is bound.
+        let mut statement = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for write in chunk {
+            statement = statement
+                .bind(agent)
+                .bind(&write.tenant)
+                .bind(&write.id)
+                .bind(&write.context_id)
+                .bind(&write.state)
+                .bind(&write.updated_at)
+                .bind(&write.body);
+        }
+        statement.execute(&mut *transaction).await?;
     }
     transaction.commit().await
 }

@@ -40,6 +40,9 @@ async fn concurrent_saves_commit_and_read_back() {
         for result in futures::future::join_all(saves).await {
             result.unwrap();
         }
+        // More rows than one INSERT statement carries: every one of them lands.
+        let listed = store.list("", &ListTasksRequest::default()).await.unwrap();
+        assert_eq!(listed.total_size, 200, "{backend}");
         let read = store.get("", "t042").await.unwrap().expect("saved task");
         let mut expected = task("t042", "c1", TaskState::Completed);
         expected.status.timestamp.clone_from(&read.status.timestamp);
