@@ -15,16 +15,15 @@ use search::eval::{
 };
 use search::{DENSE_PROFILE, SearchConfig, SearchIndex};
 
-/// BM25's floors sit a little under what it measures on the train split (nDCG@10 0.695,
-/// Recall@100 0.932, MRR@10 0.663). The dense and fused floors sit under the published figures
-/// for this model and this collection (test split: dense 0.645, fused 0.717), with the fusion also
-/// required to beat BM25 alone.
+/// Each floor sits a little under what the train split measures (2026-11-23, this index):
+/// BM25 nDCG@10 0.695, Recall@100 0.932, MRR@10 0.663; dense nDCG@10 0.660; the fusion nDCG@10
+/// 0.713 and Recall@100 0.948. The fusion must also beat BM25 alone.
 const BM25_NDCG_AT_10_FLOOR: f64 = 0.68;
 const BM25_RECALL_AT_100_FLOOR: f64 = 0.92;
 const BM25_MRR_AT_10_FLOOR: f64 = 0.65;
-const DENSE_NDCG_AT_10_FLOOR: f64 = 0.58;
-const FUSED_NDCG_AT_10_FLOOR: f64 = 0.68;
-const FUSED_RECALL_AT_100_FLOOR: f64 = 0.90;
+const DENSE_NDCG_AT_10_FLOOR: f64 = 0.64;
+const FUSED_NDCG_AT_10_FLOOR: f64 = 0.70;
+const FUSED_RECALL_AT_100_FLOOR: f64 = 0.93;
 
 fn index_dir(dataset: &Path) -> PathBuf {
     std::env::var_os("MESH_SCIFACT_INDEX_DIR").map(PathBuf::from).unwrap_or_else(|| eval_data_dir(dataset))
