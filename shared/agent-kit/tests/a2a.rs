@@ -47,6 +47,13 @@ impl TaskHandler for Conversational {
         let text = turn.message.parts.iter().filter_map(|p| p.as_text()).collect::<String>();
         let _ = match text.as_str() {
             "ask" => events.status(TaskState::InputRequired, Some("which city?")).await,
+            // Asks, then goes on working a while before returning: the answer may start the
+            // next turn first.
+            "ask-then-linger" => {
+                let asked = events.status(TaskState::InputRequired, Some("which city?")).await;
+                tokio::time::sleep(Duration::from_millis(LINGER_MS)).await;
+                asked
+            }
             "wait" => {
                 let _ = events.status(TaskState::Working, None).await;
                 turn.cancellation.cancelled().await;
@@ -68,6 +75,9 @@ impl TaskHandler for Conversational {
         };
     }
 }
+
+/// How long the `ask-then-linger` turn goes on after asking.
+const LINGER_MS: u64 = 400;
 
 struct Served {
     url: String,
@@ -453,4 +463,30 @@ async fn tasks_outlive_the_agent() {
         agent.rpc(Some("1.0"), "SendMessage", json!({"message": message("Rome", json!({"taskId": asked_id}))})).await;
     assert_eq!(answered["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answered}");
     agent.stop().await;
+}
+
+#[tokio::test]
+async fn a_turn_that_returns_after_the_next_one_started_leaves_it_alone() {
+    let agent = task_agent(config()).await;
+    let asked = agent.rpc(Some("1.0"), "SendMessage", json!({"message": message("ask-then-linger", json!({}))})).await;
+    assert_eq!(asked["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    let id = asked["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // The next turn works until it is canceled; the first turn returns meanwhile.
+    let next = agent
+        .rpc(
+            Some("1.0"),
+            "SendMessage",
+            json!({"message": message("wait", json!({"taskId": id})), "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    assert!(next.get("result").is_some(), "{next}");
+    tokio::time::sleep(Duration::from_millis(2 * LINGER_MS)).await;
+    let got = agent.rpc(Some("1.0"), "GetTask", json!({"id": id})).await;
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_WORKING", "the first turn's end did not fail it: {got}");
+    // The running turn still owns the task: a third message is refused.
+    let third =
+        agent.rpc(Some("1.0"), "SendMessage", json!({"message": message("Paris", json!({"taskId": id}))})).await;
+    assert!(third.get("error").is_some(), "{third}");
+    let canceled = agent.rpc(Some("1.0"), "CancelTask", json!({"id": id})).await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
 }

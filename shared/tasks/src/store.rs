@@ -55,29 +55,47 @@ pub struct TaskStore {
     pending: Arc<PendingWrites>,
 }
 
-/// The latest queued but not yet committed body of each task, so that a read right after a
+/// The newest queued but not yet committed body of each task, so that a read right after a
 /// background save sees it (read-your-writes) rather than the state before.
 #[derive(Debug, Default)]
 struct PendingWrites {
     next_sequence: AtomicU64,
-    bodies: Mutex<HashMap<(String, String), (u64, String)>>,
+    bodies: Mutex<HashMap<(String, String), PendingBody>>,
+}
+
+#[derive(Debug)]
+struct PendingBody {
+    sequence: u64,
+    updated_at: String,
+    body: String,
 }
 
 impl PendingWrites {
-    fn bodies(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (u64, String)>> {
+    fn bodies(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingBody>> {
         // The map stays consistent whatever panicked while holding it: every change is one insert
         // or remove.
         self.bodies.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn queue(&self, tenant: &str, id: &str, body: &str) -> u64 {
+    /// Numbers a write and remembers its body, unless a newer state of the task is queued already
+    /// (as the table keeps the newer one: see [`commit`]).
+    fn queue(&self, tenant: &str, id: &str, updated_at: &str, body: &str) -> u64 {
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
-        self.bodies().insert((tenant.to_owned(), id.to_owned()), (sequence, body.to_owned()));
+        let pending = PendingBody { sequence, updated_at: updated_at.to_owned(), body: body.to_owned() };
+        let mut bodies = self.bodies();
+        let key = (tenant.to_owned(), id.to_owned());
+        if bodies.get(&key).is_none_or(|queued| queued.updated_at.as_str() <= updated_at) {
+            bodies.insert(key, pending);
+        }
         sequence
     }
 
-    fn get(&self, tenant: &str, id: &str) -> Option<String> {
-        self.bodies().get(&(tenant.to_owned(), id.to_owned())).map(|(_, body)| body.clone())
+    /// The queued state's time and body.
+    fn get(&self, tenant: &str, id: &str) -> Option<(String, String)> {
+        let bodies = self.bodies();
+        bodies
+            .get(&(tenant.to_owned(), id.to_owned()))
+            .map(|pending| (pending.updated_at.clone(), pending.body.clone()))
     }
 
     /// Forgets the batch's writes, unless a later write of the same task is still queued.
@@ -85,7 +103,7 @@ impl PendingWrites {
         let mut bodies = self.bodies();
         for write in batch {
             let key = (write.tenant.clone(), write.id.clone());
-            if bodies.get(&key).is_some_and(|(sequence, _)| *sequence == write.sequence) {
+            if bodies.get(&key).is_some_and(|pending| pending.sequence == write.sequence) {
                 bodies.remove(&key);
             }
         }
@@ -116,8 +134,9 @@ impl TaskStore {
     }
 
     /// Saves the task without waiting for the commit: for intermediate states and records, whose
-    /// loss in a crash only means the stored task shows an earlier state (or is missing). Later
-    /// saves of the same task commit after it, in order, and [`Self::get`] sees it at once.
+    /// loss in a crash only means the stored task shows an earlier state (or is missing).
+    /// [`Self::get`] sees it at once. Whatever order saves of one task reach the writer in, a
+    /// state older than the stored one (by its status timestamp) never replaces it.
     pub async fn save_in_background(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
         self.enqueue(tenant, task, None).await
     }
@@ -129,31 +148,39 @@ impl TaskStore {
         done: Option<oneshot::Sender<Result<(), String>>>,
     ) -> Result<(), TaskError> {
         let body = serde_json::to_string(task).map_err(|e| TaskError::Storage(e.to_string()))?;
-        let write = Write {
+        let updated_at = task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp);
+        // A place in the queue first: a caller that gives up while waiting for one leaves nothing
+        // behind that was never written.
+        let permit = self.writes.reserve().await.map_err(|_| TaskError::Storage("the task writer stopped".into()))?;
+        let sequence = self.pending.queue(tenant, &task.id, &updated_at, &body);
+        permit.send(Write {
             tenant: tenant.to_owned(),
             id: task.id.clone(),
             context_id: task.context_id.clone(),
             state: state_name(task.status.state),
-            updated_at: task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp),
-            sequence: self.pending.queue(tenant, &task.id, &body),
+            updated_at,
+            sequence,
             body,
             done,
-        };
-        self.writes.send(write).await.map_err(|_| TaskError::Storage("the task writer stopped".into()))
+        });
+        Ok(())
     }
 
-    /// The stored task, whole, as last saved (committed or still queued).
+    /// The stored task, whole: the newest of its committed and its queued states.
     pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Task>, TaskError> {
-        if let Some(body) = self.pending.get(tenant, id) {
-            return parse(&body).map(Some);
-        }
-        let row = sqlx::query("SELECT body FROM a2a_tasks WHERE agent = $1 AND tenant = $2 AND id = $3")
+        let row = sqlx::query("SELECT body, updated_at FROM a2a_tasks WHERE agent = $1 AND tenant = $2 AND id = $3")
             .bind(&self.agent)
             .bind(tenant)
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|row| decode(&row)).transpose()
+        let committed = row.map(|row| Ok::<_, TaskError>((row.try_get::<String, _>("updated_at")?, decode(&row)?)));
+        let committed = committed.transpose()?;
+        match (self.pending.get(tenant, id), committed) {
+            (Some((queued_at, body)), Some((committed_at, _))) if queued_at >= committed_at => parse(&body).map(Some),
+            (Some((_, body)), None) => parse(&body).map(Some),
+            (_, committed) => Ok(committed.map(|(_, task)| task)),
+        }
     }
 
     /// A page of tasks, most recently updated first, filtered as the request asks.
@@ -305,10 +332,15 @@ async fn write_batches(pool: AnyPool, agent: String, mut queue: mpsc::Receiver<W
 const ROWS_PER_STATEMENT_MAX: usize = 128;
 
 async fn commit(pool: &AnyPool, agent: &str, batch: &[Write]) -> Result<(), sqlx::Error> {
-    // Only the last write of a task in the batch matters: the others would be overwritten anyway
-    // (and one statement may not upsert a row twice).
-    let last: HashMap<(&str, &str), usize> =
-        batch.iter().enumerate().map(|(i, w)| ((w.tenant.as_str(), w.id.as_str()), i)).collect();
+    // Only the newest write of a task in the batch matters (by status time, then queue order):
+    // the others would be overwritten anyway, and one statement may not upsert a row twice.
+    let mut last: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, write) in batch.iter().enumerate() {
+        let newest = last.entry((write.tenant.as_str(), write.id.as_str())).or_insert(i);
+        if batch[*newest].updated_at <= write.updated_at {
+            *newest = i;
+        }
+    }
     let rows: Vec<&Write> = batch
         .iter()
         .enumerate()
@@ -327,7 +359,8 @@ async fn commit(pool: &AnyPool, agent: &str, batch: &[Write]) -> Result<(), sqlx
         let sql = format!(
             "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body) VALUES {} \
              ON CONFLICT (agent, tenant, id) DO UPDATE SET context_id = excluded.context_id, \
-             state = excluded.state, updated_at = excluded.updated_at, body = excluded.body",
+             state = excluded.state, updated_at = excluded.updated_at, body = excluded.body \
+             WHERE excluded.updated_at >= a2a_tasks.updated_at",
             placeholders.join(", ")
         );
         // Audited: the SQL is built from numbered placeholders only; every value is bound.

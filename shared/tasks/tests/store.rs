@@ -63,6 +63,22 @@ async fn later_saves_of_a_task_win() {
 }
 
 #[tokio::test]
+async fn an_older_state_saved_late_never_replaces_a_newer_one() {
+    for (backend, store, _dir) in stores().await {
+        let mut working = task("t4", "c4", TaskState::Working);
+        working.status.timestamp = Some("2026-11-23T10:00:00.000001Z".into());
+        let mut canceled = task("t4", "c4", TaskState::Canceled);
+        canceled.status.timestamp = Some("2026-11-23T10:00:00.000002Z".into());
+        store.save("", &canceled).await.unwrap();
+        // In one batch and in separate ones, queued and committed.
+        store.save_in_background("", &working).await.unwrap();
+        assert_eq!(store.get("", "t4").await.unwrap().unwrap().status.state, TaskState::Canceled, "{backend}");
+        store.save("", &working).await.unwrap();
+        assert_eq!(store.get("", "t4").await.unwrap().unwrap().status.state, TaskState::Canceled, "{backend}");
+    }
+}
+
+#[tokio::test]
 async fn a_background_save_is_read_back_before_and_after_its_commit() {
     for (backend, store, _dir) in stores().await {
         for state in [TaskState::Working, TaskState::InputRequired] {

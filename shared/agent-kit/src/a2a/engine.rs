@@ -63,6 +63,9 @@ struct LiveState {
     running: bool,
     /// The task reached a terminal state: events after it are dropped.
     closed: bool,
+    /// The number of the turn that owns the task; a later message starts the next one. An older
+    /// turn's late events and its end are then no longer the task's.
+    turn: u64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,7 +82,7 @@ struct Core {
 impl LiveTask {
     fn new(task: Task, running: bool) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(LiveState { task, subscribers: Vec::new(), running, closed: false }),
+            state: Mutex::new(LiveState { task, subscribers: Vec::new(), running, closed: false, turn: 0 }),
             cancellation: CancellationToken::new(),
         })
     }
@@ -90,13 +93,20 @@ impl Core {
         lock(&self.live).get(key).cloned()
     }
 
+    /// Forgets the live task under `key` if it is still `live` (not a later one under that key).
+    fn forget(&self, key: &TaskKey, live: &Arc<LiveTask>) {
+        let mut tasks = lock(&self.live);
+        if tasks.get(key).is_some_and(|current| Arc::ptr_eq(current, live)) {
+            tasks.remove(key);
+        }
+    }
+
     /// The task in memory, else as stored (waiting for input before a restart, or orphaned by
-    /// one), refused with `finished` when it is stored as terminal. A stored task is kept live
-    /// only when `keep` says so.
+    /// one) and from then on kept in memory, so that every operation on it shares one state;
+    /// refused with `finished` when it is stored as terminal.
     async fn live_or_stored(
         &self,
         key: &TaskKey,
-        keep: bool,
         finished: fn(&Task) -> TaskError,
     ) -> Result<Arc<LiveTask>, TaskError> {
         if let Some(live) = self.live(key) {
@@ -106,11 +116,7 @@ impl Core {
         if stored.status.state.is_terminal() {
             return Err(finished(&stored));
         }
-        let live = LiveTask::new(stored, false);
-        Ok(match keep {
-            true => lock(&self.live).entry(key.clone()).or_insert(live).clone(),
-            false => live,
-        })
+        Ok(lock(&self.live).entry(key.clone()).or_insert_with(|| LiveTask::new(stored, false)).clone())
     }
 
     async fn save(&self, tenant: &str, task: &Task, durable: bool) -> Result<(), TaskError> {
@@ -168,12 +174,12 @@ impl<H: TaskHandler> TaskEngine<H> {
                 (LiveTask::new(task, true), None, message)
             }
         };
-        let (task_id, context_id) = {
+        let (task_id, context_id, turn_number) = {
             let mut state = lock(&live.state);
             message.task_id = Some(state.task.id.clone());
             message.context_id = Some(state.task.context_id.clone());
             add_user_message(&mut state.task, message.clone());
-            (state.task.id.clone(), state.task.context_id.clone())
+            (state.task.id.clone(), state.task.context_id.clone(), state.turn)
         };
         let (sender, events) = mpsc::unbounded_channel();
         let previous_is_none = previous.is_none();
@@ -194,6 +200,7 @@ impl<H: TaskHandler> TaskEngine<H> {
             caller: sender,
             published: Arc::new(Mutex::new(false)),
             new_task: previous_is_none,
+            turn: turn_number,
         };
         let handler = self.handler.clone();
         tokio::spawn(async move {
@@ -215,7 +222,7 @@ impl<H: TaskHandler> TaskEngine<H> {
         message: Message,
     ) -> Result<(Arc<LiveTask>, Option<Task>, Message), TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
-        let live = self.core.live_or_stored(&key, true, no_more_messages).await?;
+        let live = self.core.live_or_stored(&key, no_more_messages).await?;
         let previous = {
             let mut state = lock(&live.state);
             let task = &state.task;
@@ -234,6 +241,7 @@ impl<H: TaskHandler> TaskEngine<H> {
                 )));
             }
             state.running = true;
+            state.turn += 1;
             state.task.clone()
         };
         Ok((live, Some(previous), message))
@@ -265,7 +273,7 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// told to stop, and its subscribers see the change.
     pub async fn cancel(&self, tenant: &str, request: &CancelTaskRequest) -> Result<Task, TaskError> {
         let key = (tenant.to_owned(), request.id.clone());
-        let live = self.core.live_or_stored(&key, false, not_cancelable).await?;
+        let live = self.core.live_or_stored(&key, not_cancelable).await?;
         let (task, update, subscribers) = {
             let mut state = lock(&live.state);
             if state.closed {
@@ -278,7 +286,7 @@ impl<H: TaskHandler> TaskEngine<H> {
         };
         live.cancellation.cancel();
         let saved = self.core.save(tenant, &task, true).await;
-        lock(&self.core.live).remove(&key);
+        self.core.forget(&key, &live);
         for subscriber in subscribers {
             let _ = subscriber.send(update.clone());
         }
@@ -289,7 +297,7 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// no changes to follow and are refused.
     pub async fn subscribe(&self, tenant: &str, task_id: &str) -> Result<TurnEvents, TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
-        let live = self.core.live_or_stored(&key, true, finished).await?;
+        let live = self.core.live_or_stored(&key, finished).await?;
         let mut state = lock(&live.state);
         if state.closed {
             return Err(finished(&state.task));
@@ -417,6 +425,8 @@ pub struct TaskEvents {
     published: Arc<Mutex<bool>>,
     /// The turn started a task (rather than continuing one), so it may answer with a message.
     new_task: bool,
+    /// Which of the task's turns this is (see [`LiveState::turn`]).
+    turn: u64,
 }
 
 impl TaskEvents {
@@ -480,7 +490,7 @@ impl TaskEvents {
         let (snapshot, first, ends_turn) = {
             let mut published = lock(&self.published);
             let mut state = lock(&self.live.state);
-            if state.closed {
+            if state.closed || state.turn != self.turn {
                 return Err(TaskClosed);
             }
             let first = (!*published).then(|| state.task.clone());
@@ -509,21 +519,28 @@ impl TaskEvents {
             // Dropping the senders ends the subscribers' streams.
             state.subscribers.clear();
             drop(state);
-            lock(&self.core.live).remove(&self.key);
+            self.core.forget(&self.key, &self.live);
         }
         Ok(())
     }
 
     /// After the handler returned (or panicked): a turn that did not reach a final state fails.
     async fn end_turn(&self, reason: &str) {
-        let unfinished = {
+        let (current, unfinished) = {
             let state = lock(&self.live.state);
-            !state.closed && !state.task.status.state.is_interrupted()
+            (state.turn == self.turn, !state.closed && !state.task.status.state.is_interrupted())
         };
+        if !current {
+            // The task asked for input and the next message already started the next turn.
+            return;
+        }
         if unfinished {
             let _ = self.status(TaskState::Failed, Some(reason)).await;
         }
-        lock(&self.live.state).running = false;
+        let mut state = lock(&self.live.state);
+        if state.turn == self.turn {
+            state.running = false;
+        }
     }
 }
 
