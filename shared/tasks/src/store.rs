@@ -174,8 +174,10 @@ impl TaskStore {
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
-        let committed = row.map(|row| Ok::<_, TaskError>((row.try_get::<String, _>("updated_at")?, decode(&row)?)));
-        let committed = committed.transpose()?;
+        let committed = match row {
+            Some(row) => Some((row.try_get::<String, _>("updated_at")?, decode(&row)?)),
+            None => None,
+        };
         match (self.pending.get(tenant, id), committed) {
             (Some((queued_at, body)), Some((committed_at, _))) if queued_at >= committed_at => parse(&body).map(Some),
             (Some((_, body)), None) => parse(&body).map(Some),

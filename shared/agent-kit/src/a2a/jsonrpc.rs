@@ -106,12 +106,7 @@ fn reply<T: Serialize>(id: Id, result: T) -> Response {
 
 /// Each event as a JSON-RPC response to the request, for SSE.
 fn stream_reply<T: Serialize>(id: Id, events: impl futures::Stream<Item = T> + Send + 'static) -> Response {
-    sse(events.map(move |event| {
-        serde_json::to_string(&RpcResponse::result(id.clone(), event)).unwrap_or_else(|e| {
-            tracing::error!(error = %e, "could not serialize a stream event");
-            String::new()
-        })
-    }))
+    sse(events.map(move |event| RpcResponse::result(id.clone(), event)))
 }
 
 async fn dispatch<H: TaskHandler>(
@@ -209,13 +204,9 @@ async fn dispatch<H: TaskHandler>(
             let events = engine.subscribe("", &request.id).await?;
             Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd).map(v03::StreamEvent::from)))
         }
-        v1::GET_EXTENDED_AGENT_CARD | m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD => Err(Failure::new(
-            A2aErrorCode::ExtendedAgentCardNotConfigured,
-            A2aErrorCode::ExtendedAgentCardNotConfigured.default_message(),
-        )),
-        _ => Err(Failure::new(
-            A2aErrorCode::PushNotificationNotSupported,
-            A2aErrorCode::PushNotificationNotSupported.default_message(),
-        )),
+        v1::GET_EXTENDED_AGENT_CARD | m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD => {
+            Err(Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured))
+        }
+        _ => Err(Failure::standard(A2aErrorCode::PushNotificationNotSupported)),
     }
 }

@@ -25,6 +25,7 @@ use mesh_protocol::a2a::v1::{AgentCard, AgentInterface, SendMessageRequest, Send
 use mesh_protocol::a2a::{PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERSION_HEADER, binding, v03};
 use mesh_protocol::jsonrpc::{A2aErrorCode, version_not_supported_message};
 use mesh_tasks::TaskError;
+use serde::Serialize;
 
 pub use engine::{Answer, TaskClosed, TaskEngine, TaskEvents, TaskHandler, Turn, TurnEvents, answer};
 pub use seed::SeedTasks;
@@ -93,6 +94,11 @@ impl Failure {
 
     fn invalid_params(message: impl Into<String>) -> Self {
         Self::new(A2aErrorCode::InvalidParams, message)
+    }
+
+    /// The error with the SDK's own words for it: for what this agent does not offer.
+    fn standard(code: A2aErrorCode) -> Self {
+        Self::new(code, code.default_message())
     }
 }
 
@@ -179,9 +185,15 @@ fn until_final(events: TurnEvents, end: StreamEnd) -> impl Stream<Item = StreamR
 }
 
 /// Server-Sent Events, one JSON document per event.
-fn sse<S: Stream<Item = String> + Send + 'static>(documents: S) -> Response {
+fn sse<T: Serialize, S: Stream<Item = T> + Send + 'static>(documents: S) -> Response {
     use futures::StreamExt;
-    let events = documents.map(|json| Ok::<_, Infallible>(Event::default().data(json)));
+    let events = documents.map(|document| {
+        let json = serde_json::to_string(&document).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "could not serialize a stream event");
+            String::new()
+        });
+        Ok::<_, Infallible>(Event::default().data(json))
+    });
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(SSE_KEEP_ALIVE_S)))
         .into_response()

@@ -132,14 +132,7 @@ async fn stream_v1<H: TaskHandler>(
 ) -> Result<Response, Failure> {
     let (tenant, request) = send_request(&path, &headers, &bytes)?;
     let events = rest.engine.start(&tenant, request, scope_of(scope)).await?;
-    Ok(sse(until_final(events, StreamEnd::TurnEnd).map(|event| to_json(&event))))
-}
-
-fn to_json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "could not serialize a stream event");
-        String::new()
-    })
+    Ok(sse(until_final(events, StreamEnd::TurnEnd)))
 }
 
 async fn list_v1<H: TaskHandler>(
@@ -203,7 +196,7 @@ async fn task_v1<H: TaskHandler>(
         }
         TaskOperation::Subscribe(id) => {
             let events = rest.engine.subscribe(&tenant, id).await?;
-            Ok(sse(until_final(events, StreamEnd::TaskEnd).map(|event| to_json(&event))))
+            Ok(sse(until_final(events, StreamEnd::TaskEnd)))
         }
     }
 }
@@ -234,17 +227,11 @@ impl<'a> TaskOperation<'a> {
 }
 
 async fn push_configs() -> Failure {
-    Failure::new(
-        A2aErrorCode::PushNotificationNotSupported,
-        A2aErrorCode::PushNotificationNotSupported.default_message(),
-    )
+    Failure::standard(A2aErrorCode::PushNotificationNotSupported)
 }
 
 async fn extended_card() -> Failure {
-    Failure::new(
-        A2aErrorCode::ExtendedAgentCardNotConfigured,
-        A2aErrorCode::ExtendedAgentCardNotConfigured.default_message(),
-    )
+    Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured)
 }
 
 async fn send_v03<H: TaskHandler>(
@@ -268,7 +255,7 @@ async fn stream_v03<H: TaskHandler>(
     Version::require(&headers, Version::V03)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let events = rest.engine.start("", request.into(), scope_of(scope)).await?;
-    Ok(sse(until_final(events, StreamEnd::TurnEnd).map(|event| to_json(&v03_rest::StreamResponse::from(event)))))
+    Ok(sse(until_final(events, StreamEnd::TurnEnd).map(v03_rest::StreamResponse::from)))
 }
 
 async fn task_v03<H: TaskHandler>(
@@ -295,10 +282,7 @@ async fn task_v03<H: TaskHandler>(
         }
         TaskOperation::Subscribe(id) => {
             let events = rest.engine.subscribe("", id).await?;
-            Ok(
-                sse(until_final(events, StreamEnd::TaskEnd)
-                    .map(|event| to_json(&v03_rest::StreamResponse::from(event)))),
-            )
+            Ok(sse(until_final(events, StreamEnd::TaskEnd).map(v03_rest::StreamResponse::from)))
         }
     }
 }
