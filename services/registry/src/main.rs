@@ -9,7 +9,9 @@ async fn main() -> anyhow::Result<()> {
     let config = cli.load()?;
     let app = Application::build(&config).await?;
     tracing::info!(port = app.port(), database = %redact(&config.database_url), "registry listening");
-    let reloader = tokio::spawn(reload_on_hangup(cli, app.service()));
+    // Listening before serving: SIGHUP's default action would end the process.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    let reloader = tokio::spawn(reload_on_hangup(hangups, cli, app.service()));
     app.run_until_stopped(shutdown_signal()).await?;
     reloader.abort();
     Ok(())
@@ -17,8 +19,12 @@ async fn main() -> anyhow::Result<()> {
 
 /// SIGHUP re-reads the configuration (file, environment, flags) and applies its graph: the
 /// mode and the `[[links]]`. A configuration that no longer loads is logged and ignored.
-async fn reload_on_hangup(cli: RegistryCli, service: registry::RegistryService) {
-    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+async fn reload_on_hangup(
+    hangups: std::io::Result<tokio::signal::unix::Signal>,
+    cli: RegistryCli,
+    service: registry::RegistryService,
+) {
+    let mut hangups = match hangups {
         Ok(signal) => signal,
         Err(error) => {
             tracing::error!(%error, "cannot listen for SIGHUP; the graph configuration will not reload");
