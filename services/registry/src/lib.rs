@@ -8,6 +8,7 @@
 mod api;
 mod app;
 pub mod config;
+mod dashboard;
 mod directory;
 mod error;
 mod health;
