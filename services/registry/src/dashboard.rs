@@ -63,8 +63,10 @@ async fn index(headers: HeaderMap) -> Response {
 async fn asset(PathParam(path): PathParam<String>, headers: HeaderMap) -> Response {
     match find(&path) {
         Some(asset) => serve(asset, &headers),
-        None => ErrorResponse::new(StatusCode::NOT_FOUND, "ASSET_NOT_FOUND", format!("the dashboard has no file {path:?}"))
-            .into_response(),
+        None => {
+            ErrorResponse::new(StatusCode::NOT_FOUND, "ASSET_NOT_FOUND", format!("the dashboard has no file {path:?}"))
+                .into_response()
+        }
     }
 }
 
@@ -119,9 +121,12 @@ async fn agent_health(State(state): State<Arc<RegistryState>>, PathParam(name): 
 /// GETs a registered agent's document and answers it when it is a JSON value, else a JSON error.
 /// Only URLs the agent registered are fetched, so the relay reaches nothing an agent did not offer.
 async fn relay(state: &RegistryState, url: &str) -> Response {
-    let request = match Request::builder().method(Method::GET).uri(url).header(header::ACCEPT, "application/json").body(
-        axum::body::Bytes::new(),
-    ) {
+    let request = match Request::builder()
+        .method(Method::GET)
+        .uri(url)
+        .header(header::ACCEPT, "application/json")
+        .body(axum::body::Bytes::new())
+    {
         Ok(request) => request,
         Err(e) => return unreachable_agent(url, &e.to_string()),
     };
@@ -148,7 +153,8 @@ async fn relay(state: &RegistryState, url: &str) -> Response {
 }
 
 fn unreachable_agent(url: &str, reason: &str) -> Response {
-    ErrorResponse::new(StatusCode::BAD_GATEWAY, "AGENT_UNREACHABLE", format!("cannot read {url}: {reason}")).into_response()
+    ErrorResponse::new(StatusCode::BAD_GATEWAY, "AGENT_UNREACHABLE", format!("cannot read {url}: {reason}"))
+        .into_response()
 }
 
 #[cfg(test)]
