@@ -51,6 +51,24 @@ async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
     suite
 }
 
+/// The links `deploy/` gives the suite: the orchestrator is superior to its three workers. With
+/// them the page has edges to draw and the query's calls cross links.
+async fn link_the_suite_as_deployed(registry: &str) {
+    let http = reqwest::Client::new();
+    for worker in ["search", "entity_extraction", "profile_selection"] {
+        let response = http
+            .post(format!("{registry}/api/links"))
+            .json(&serde_json::json!({
+                "from_agent_id": "orchestrator", "to_agent_id": worker,
+                "direction": "one_way", "relationship": "superior",
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201, "link orchestrator -> {worker}: {}", response.text().await.unwrap());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_and_edits_the_live_graph_in_chromium() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -68,6 +86,7 @@ async fn the_dashboard_shows_and_edits_the_live_graph_in_chromium() {
 
     let data = tempfile::tempdir().unwrap();
     let suite = start_suite(&data).await;
+    link_the_suite_as_deployed(&suite.urls.registry).await;
     let run = tokio::process::Command::new("node")
         .arg(script_dir.join("dashboard.mjs"))
         .current_dir(&script_dir)

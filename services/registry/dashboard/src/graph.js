@@ -89,7 +89,7 @@ const baseStyle = [
   })),
   // Both ends may start a conversation over a two-way link.
   { selector: 'edge[direction = "two_way"]', style: { 'source-arrow-shape': 'triangle' } },
-  { selector: 'edge[!enabled]', style: { 'line-style': 'dashed', 'line-dash-pattern': [8, 5], opacity: 0.65 } },
+  { selector: 'edge[!enabled]', style: { 'line-style': 'dashed', 'line-dash-pattern': [8, 5], opacity: 0.8 } },
   { selector: 'edge:selected', style: { 'overlay-color': COLOURS.selected, 'overlay-opacity': 0.18, 'overlay-padding': 6 } },
   // A call between agents no link joins (the open mode allows it) is drawn for a moment only.
   {
@@ -182,7 +182,7 @@ export class TopologyGraph {
     const cy = this.cy;
     if (cy.nodes().empty()) return;
     // Breadth-first from the agents nothing points at: a mesh of callers and workers reads top down.
-    cy.elements().not('.traffic').layout({ name: 'breadthfirst', directed: true, spacingFactor: 1.25, padding: 40, animate: false }).run();
+    cy.elements().not('.traffic').layout({ name: 'breadthfirst', directed: true, spacingFactor: 1.75, padding: 30, animate: false }).run();
   }
 
   select(agentId) {
