@@ -201,6 +201,38 @@ await check('the agent panel shows capabilities, card, health history and circui
   await screenshot(page, '03-agent-panel.png');
 });
 
+// Calls reported to the registry as an agent reports them: the page must light their edges and
+// list them. Marked by their capability, so the query's check below counts only real calls.
+const PROBE_CAPABILITY = 'browser-test-probe';
+
+await check('reported calls light their edges and fill the recent-calls table', async () => {
+  const { links } = await getJson(`${registry}/api/topology`);
+  const enabled = links.filter((l) => l.enabled);
+  assert(enabled.length > 0, 'no enabled link to light');
+  const calls = enabled.map((l) => ({ from: l.from, to: l.to, capability: PROBE_CAPABILITY, status: 'SUCCESS', latency_ms: 7 }));
+  const accepted = await getJson(`${registry}/api/events/calls`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ calls }),
+  });
+  assert(accepted.accepted === calls.length, `accepted: ${JSON.stringify(accepted)}`);
+  // An edge stays lit for a moment only: look often, and photograph it lit.
+  const lit = await eventually(
+    'every reported edge lit',
+    async () => {
+      const shown = await page.evaluate(() => window.meshDashboard.graph().lit);
+      return calls.every((c) => shown.some((e) => e.from === c.from && e.to === c.to)) && shown;
+    },
+    SETTLE_MS,
+  );
+  // Past the colour transition (250 ms), well within the time an edge stays lit.
+  await page.waitForTimeout(400);
+  await screenshot(page, '04-calls-lit.png');
+  assert(lit.length >= calls.length, `lit: ${JSON.stringify(lit)}`);
+  const rows = await page.$$eval('#call-table tbody tr', (trs) => trs.length);
+  assert(rows >= calls.length, `${rows} rows in the recent-calls table for ${calls.length} calls`);
+});
+
 await check('a query reaches the page as call events', async () => {
   const response = await getJson(`${orchestrator}/tasks/send`, {
     method: 'POST',
@@ -208,18 +240,16 @@ await check('a query reaches the page as call events', async () => {
     body: JSON.stringify({ messages: [{ role: 'user', parts: [{ type: 'text', text: 'robots playing soccer' }] }] }),
   });
   assert(response.status === 'SUCCESS' || response.status === 'PARTIAL', `orchestrator answered ${JSON.stringify(response).slice(0, 300)}`);
+  // The agents report their calls to the registry (in batches); the page hears of them from it.
+  const real = () => page.evaluate((probe) => window.meshDashboard.calls().filter((c) => c.capability !== probe), PROBE_CAPABILITY);
   try {
-    await eventually(
-      'a call from the orchestrator in the recent-calls table',
-      async () => (await page.$$('#call-table tbody tr[data-from="orchestrator"]')).length > 0,
-      CALL_EVENT_MS,
-    );
+    await eventually('a call from the orchestrator to search on the page', async () => (await real()).some((c) => c.from === 'orchestrator' && c.to === 'search'), CALL_EVENT_MS);
   } finally {
-    await screenshot(page, '04-after-query.png');
+    await screenshot(page, '05-after-query.png');
   }
-  const calls = await page.evaluate(() => window.meshDashboard.calls());
-  const targets = new Set(calls.filter((c) => c.from === 'orchestrator').map((c) => c.to));
-  assert(targets.has('search'), `the orchestrator's calls seen: ${JSON.stringify(calls)}`);
+  const seen = await real();
+  const rows = await page.$$eval('#call-table tbody tr[data-from="orchestrator"]', (trs) => trs.length);
+  assert(rows >= seen.filter((c) => c.from === 'orchestrator').length, `${rows} table rows for ${JSON.stringify(seen)}`);
 });
 
 await check('the org chart view opens by keyboard', async () => {
@@ -228,7 +258,7 @@ await check('the org chart view opens by keyboard', async () => {
   await page.waitForSelector('#view-org:not([hidden])');
   const focused = await page.evaluate(() => document.activeElement.id);
   assert(focused === 'tab-org', `focus on ${focused}`);
-  await screenshot(page, '05-org-chart.png');
+  await screenshot(page, '06-org-chart.png');
   await page.keyboard.press('ArrowLeft');
   await page.waitForSelector('#view-topology:not([hidden])');
 });
