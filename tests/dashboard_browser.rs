@@ -51,11 +51,24 @@ async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
     suite
 }
 
-/// The links `deploy/` gives the suite: the orchestrator is superior to its three workers. With
-/// them the page has edges to draw and the query's calls cross links.
+/// The links `deploy/` gives the suite: the orchestrator is superior to its three workers, so the
+/// page has edges to draw and the query's calls cross links. A suite that loads them from its
+/// configuration has them already; only missing ones are created.
 async fn link_the_suite_as_deployed(registry: &str) {
     let http = reqwest::Client::new();
+    let existing: serde_json::Value =
+        http.get(format!("{registry}/api/links")).send().await.unwrap().json().await.unwrap();
+    let linked = |worker: &str| {
+        existing["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["from_agent_id"] == "orchestrator" && l["to_agent_id"] == worker)
+    };
     for worker in ["search", "entity_extraction", "profile_selection"] {
+        if linked(worker) {
+            continue;
+        }
         let response = http
             .post(format!("{registry}/api/links"))
             .json(&serde_json::json!({
