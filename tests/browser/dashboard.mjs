@@ -247,6 +247,11 @@ await check('a query reaches the page as call events', async () => {
   } finally {
     await screenshot(page, '05-after-query.png');
   }
+  // The orchestrator (in the panel since the agent-panel check) now has circuits to show.
+  await eventually('the orchestrator\'s circuit to search in the agent panel', async () => {
+    const cells = await page.$$eval('#agent-circuits td', (tds) => tds.map((td) => td.textContent));
+    return cells.includes('search');
+  });
   const seen = await real();
   const rows = await page.$$eval('#call-table tbody tr[data-from="orchestrator"]', (trs) => trs.length);
   assert(rows >= seen.filter((c) => c.from === 'orchestrator').length, `${rows} table rows for ${JSON.stringify(seen)}`);

@@ -14,6 +14,8 @@ const REFRESH_DEBOUNCE_MS = 150;
 // The browser reconnects by itself after a dropped stream; after a refused one it gives up, and
 // the page tries again after this long.
 const EVENTS_RETRY_MS = 5000;
+// Calls come in bursts (a query fans out): the panel's circuits are read once the burst is over.
+const CIRCUITS_REFRESH_MS = 500;
 
 const $ = (id) => document.getElementById(id);
 
@@ -301,22 +303,44 @@ async function loadAgentDetails(id) {
     $('agent-card').replaceChildren(el('p', { class: 'error' }, `The agent's card cannot be read now: ${card.reason.message}`));
   }
 
+  renderCircuits(health);
+}
+
+// The agent's circuit breakers, from its own /health (relayed by the registry).
+function renderCircuits(health) {
   if (health.status === 'fulfilled') {
     const circuits = health.value.circuits || [];
     $('agent-circuits').replaceChildren(
       circuits.length === 0
         ? el('p', { class: 'note' }, 'No circuit: this agent has not called another one yet.')
         : el(
-            'table',
-            {},
-            el('caption', { class: 'visually-hidden' }, 'The circuit breaker of every agent instance this agent called'),
-            el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Agent'), el('th', { scope: 'col' }, 'Endpoint'), el('th', { scope: 'col' }, 'State'))),
-            el('tbody', {}, ...circuits.map((c) => el('tr', {}, el('td', {}, c.agent), el('td', {}, c.endpoint), el('td', {}, c.state)))),
+            'div',
+            { class: 'table-wrap' },
+            el(
+              'table',
+              {},
+              el('caption', { class: 'visually-hidden' }, 'The circuit breaker of every agent instance this agent called'),
+              el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Agent'), el('th', { scope: 'col' }, 'Endpoint'), el('th', { scope: 'col' }, 'State'))),
+              el('tbody', {}, ...circuits.map((c) => el('tr', {}, el('td', {}, c.agent), el('td', { class: 'endpoint' }, c.endpoint), el('td', {}, c.state)))),
+            ),
           ),
     );
   } else {
     $('agent-circuits').replaceChildren(el('p', { class: 'error' }, `The agent's health cannot be read now: ${health.reason.message}`));
   }
+}
+
+let circuitsTimer = null;
+
+// A call by the agent in the panel may have opened or closed one of its circuits: read them again,
+// once per burst of calls.
+function refreshCircuitsSoon(id) {
+  clearTimeout(circuitsTimer);
+  circuitsTimer = setTimeout(async () => {
+    const token = panelToken;
+    const [health] = await Promise.allSettled([api.agentHealth(id)]);
+    if (token === panelToken && state.selectedAgent === id) renderCircuits(health);
+  }, CIRCUITS_REFRESH_MS);
 }
 
 // ---------------------------------------------------------------- link editor
@@ -472,6 +496,7 @@ function onCall(call) {
   $('call-count').textContent = `(${state.calls.length})`;
   $('calls-empty').hidden = true;
   graph.flash(call.from, call.to, 'call');
+  if (state.selectedAgent === call.from) refreshCircuitsSoon(call.from);
 }
 
 // Sender and receiver each report a message: show it once.
