@@ -233,6 +233,30 @@ await check('reported calls light their edges and fill the recent-calls table', 
   assert(rows >= calls.length, `${rows} rows in the recent-calls table for ${calls.length} calls`);
 });
 
+await check('an agent message over a link shows once in the messages table and in the link\'s history', async () => {
+  const { links } = await getJson(`${registry}/api/links`);
+  const link = links.find((l) => l.enabled && l.from_agent_id === 'orchestrator') || links.find((l) => l.enabled);
+  assert(link, 'no enabled link');
+  const text = `status report please (${Date.now()})`;
+  // What the sending agent records after sending over the link; the registry announces it twice
+  // (sent and received), and the page lists it once.
+  await getJson(`${registry}/api/links/${link.id}/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ from_agent_id: link.from_agent_id, to_agent_id: link.to_agent_id, context_id: `link:${link.id}`, text, reply: 'all green', status: 'SUCCESS' }),
+  });
+  await eventually('the message in the messages table', async () => (await page.$$('#message-table tbody tr')).length > 0);
+  await page.waitForTimeout(300);
+  const rows = await page.$$eval('#message-table tbody tr', (trs) => trs.map((tr) => tr.textContent));
+  assert(rows.length === 1 && rows[0].includes(link.id), `message rows: ${JSON.stringify(rows)}`);
+  await page.locator(`#link-table tr[data-link-id="${link.id}"]`).getByRole('button', { name: /^Messages/ }).click();
+  await eventually('the message in the link\'s history', async () => (await page.textContent('#link-messages-list')).includes(text));
+  const focused = await page.evaluate(() => document.activeElement.id);
+  assert(focused === 'link-messages-close', `focus on ${focused} after opening the history`);
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#link-messages', { state: 'hidden' });
+});
+
 await check('a query reaches the page as call events', async () => {
   const response = await getJson(`${orchestrator}/tasks/send`, {
     method: 'POST',
