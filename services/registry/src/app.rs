@@ -58,7 +58,9 @@ impl RegistryService {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
         };
-        let router = with_common_layers(router(state.clone(), ServiceMetrics::new("registry")), limits);
+        let routes =
+            router(state.clone(), ServiceMetrics::new("registry")).merge(crate::dashboard::routes(state.clone()));
+        let router = with_common_layers(routes, limits);
         let poll = PollSettings {
             interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
             timeout: Duration::from_millis(config.health_check_timeout_ms),

@@ -12,6 +12,7 @@
 mod api;
 mod app;
 pub mod config;
+mod dashboard;
 mod directory;
 mod error;
 mod events;
