@@ -5,6 +5,7 @@
 //! - [`agents`]: the payloads the mesh's own agents exchange (search, planning, orchestration).
 //! - [`jsonrpc`]: the JSON-RPC 2.0 envelope and the A2A error codes.
 //! - [`registry`]: the registry's own small JSON API (A2A defines no registry standard).
+//! - [`graph`]: the communication graph (seed 004): links, topology, policy, link messages, events.
 //! - [`error`]: the JSON body every mesh HTTP error answers with.
 //! - [`call`]: the context every agent-to-agent call carries (chain, depth, deadline, ids).
 //! - [`envelope`]: seed 003's response envelope in one shape, for A2A task metadata.
@@ -14,6 +15,7 @@ pub mod agents;
 pub mod call;
 pub mod envelope;
 pub mod error;
+pub mod graph;
 pub mod jsonrpc;
 pub mod registry;
 pub mod seed;
