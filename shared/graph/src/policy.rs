@@ -63,6 +63,7 @@ pub struct Policy {
     replies: ByPair<Arc<str>>,
     /// Disabled links between two agents, either way, to name them in a denial.
     disabled: ByPair<Arc<str>>,
+    by_id: HashMap<String, Link>,
 }
 
 /// Why a call is allowed.
@@ -141,7 +142,12 @@ impl Policy {
         if document.links.len() > GRAPH_LINKS_MAX {
             return Err(PolicyError::TooManyLinks { links: document.links.len() });
         }
-        let mut policy = Self { mode: document.mode, links: document.links.len(), ..Self::default() };
+        let mut policy = Self {
+            mode: document.mode,
+            links: document.links.len(),
+            by_id: document.links.iter().map(|link| (link.id.clone(), link.clone())).collect(),
+            ..Self::default()
+        };
         let usable = || document.links.iter().filter(|l| l.from_agent_id != l.to_agent_id);
         for link in usable().filter(|l| !l.enabled) {
             let id: Arc<str> = Arc::from(link.id.as_str());
@@ -230,6 +236,16 @@ impl Policy {
             None => DenialReason::NoLink,
         };
         self.denied(caller, target, reason)
+    }
+
+    /// The link a call from `caller` to `target` goes over, whatever the mode: the one letting
+    /// it start, else the one letting it answer, else a disabled one between them.
+    pub fn link_for(&self, caller: &str, target: &str) -> Option<&Link> {
+        let id = get(&self.starts, caller, target)
+            .map(|grant| &grant.link_id)
+            .or_else(|| get(&self.replies, caller, target))
+            .or_else(|| get(&self.disabled, caller, target))?;
+        self.by_id.get(id.as_ref())
     }
 
     fn denied(&self, caller: &str, target: &str, reason: DenialReason) -> Decision {
@@ -341,6 +357,18 @@ pub(crate) mod tests {
             denial(policy.check(Some("b"), "a", Some("c"), |_| true)).reason,
             DenialReason::Disabled { link_id: "l2".into() }
         );
+    }
+
+    #[test]
+    fn the_link_for_a_call_prefers_the_one_it_may_start_on() {
+        let policy = enforced(vec![
+            link("forth", "a", "b", LinkDirection::OneWay, true),
+            link("off", "a", "c", LinkDirection::TwoWay, false),
+        ]);
+        assert_eq!(policy.link_for("a", "b").map(|l| l.id.as_str()), Some("forth"));
+        assert_eq!(policy.link_for("b", "a").map(|l| l.id.as_str()), Some("forth"), "the answer link");
+        assert_eq!(policy.link_for("c", "a").map(|l| l.id.as_str()), Some("off"));
+        assert!(policy.link_for("b", "c").is_none());
     }
 
     #[test]
