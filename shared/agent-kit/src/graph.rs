@@ -92,7 +92,11 @@ impl AgentGraph {
         let (registry, links, refresh) = (self.registry.clone(), self.links.clone(), self.refresh);
         let mut tasks = vec![tokio::spawn(async move { follow_policy(registry, &links, refresh).await })];
         if let Some(flusher) = self.flusher.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            tasks.push(tokio::spawn(flusher.run(self.registry.clone())));
+            let registry = self.registry.clone();
+            tasks.push(tokio::spawn(async move {
+                let counts = flusher.run(registry).await;
+                tracing::debug!(?counts, "call reports done");
+            }));
         }
         tasks
     }

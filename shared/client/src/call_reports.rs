@@ -103,20 +103,25 @@ impl CallReporter {
     }
 
     pub fn counts(&self) -> CallReportCounts {
-        CallReportCounts {
-            sent: self.counters.sent.load(Ordering::Relaxed),
-            dropped_queue_full: self.counters.dropped_queue_full.load(Ordering::Relaxed),
-            dropped_unsent: self.counters.dropped_unsent.load(Ordering::Relaxed),
-        }
+        counts(&self.counters)
+    }
+}
+
+fn counts(counters: &Counters) -> CallReportCounts {
+    CallReportCounts {
+        sent: counters.sent.load(Ordering::Relaxed),
+        dropped_queue_full: counters.dropped_queue_full.load(Ordering::Relaxed),
+        dropped_unsent: counters.dropped_unsent.load(Ordering::Relaxed),
     }
 }
 
 impl CallReportFlusher {
     /// Posts the queued reports to `registry` until every [`CallReporter`] is dropped, then posts
-    /// what is left and returns.
-    pub async fn run(mut self, registry: RegistryClient) {
+    /// what is left and returns what became of all of them.
+    pub async fn run(mut self, registry: RegistryClient) -> CallReportCounts {
         let mut batch = Vec::with_capacity(self.batch_max);
-        let mut tick = tokio::time::interval(self.flush_every);
+        // The first tick one interval from now, not at once: a batch gets its interval to fill.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + self.flush_every, self.flush_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let room = self.batch_max - batch.len();
@@ -124,7 +129,7 @@ impl CallReportFlusher {
                 received = self.queue.recv_many(&mut batch, room) => {
                     if received == 0 {
                         self.post(&registry, &mut batch).await;
-                        return;
+                        return counts(&self.counters);
                     }
                     if batch.len() < self.batch_max {
                         continue;
@@ -151,5 +156,119 @@ impl CallReportFlusher {
         };
         *batch = reports.calls;
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+    use http::{Request, Response, StatusCode};
+    use mesh_protocol::graph::OutcomeStatus;
+
+    use super::*;
+    use crate::{BoxFuture, HttpClient, Transport, TransportError};
+
+    /// A registry that takes call reports (and logs each batch's size) or fails every POST.
+    #[derive(Debug, Default)]
+    struct Registry {
+        batches: Mutex<Vec<usize>>,
+        down: bool,
+    }
+
+    #[derive(Debug, Clone)]
+    struct Handle(Arc<Registry>);
+
+    impl Transport for Handle {
+        fn send(
+            &self,
+            request: Request<Bytes>,
+            _timeout: Duration,
+        ) -> BoxFuture<'static, Result<Response<Bytes>, TransportError>> {
+            let registry = self.0.clone();
+            Box::pin(async move {
+                if registry.down {
+                    return Err(TransportError::Connect("connection refused".into()));
+                }
+                assert_eq!(request.uri().path(), "/api/events/calls");
+                let reports: CallReports = serde_json::from_slice(request.body()).expect("a batch of reports");
+                registry.batches.lock().unwrap().push(reports.calls.len());
+                let body = serde_json::json!({"accepted": reports.calls.len()}).to_string();
+                Ok(Response::builder().status(StatusCode::ACCEPTED).body(Bytes::from(body)).unwrap())
+            })
+        }
+    }
+
+    fn report(n: u64) -> CallReport {
+        CallReport {
+            from: "orchestrator".into(),
+            to: "search".into(),
+            capability: Some("search".into()),
+            status: OutcomeStatus::Success,
+            latency_ms: n,
+            at: None,
+        }
+    }
+
+    fn registry(down: bool) -> (Arc<Registry>, RegistryClient) {
+        let state = Arc::new(Registry { down, ..Registry::default() });
+        let http = HttpClient::new(Arc::new(Handle(state.clone())));
+        (state, RegistryClient::new("http://registry", http).unwrap())
+    }
+
+    fn settings(queue_max: usize, batch_max: usize) -> CallReportSettings {
+        CallReportSettings { queue_max, batch_max, flush_every: Duration::from_secs(3_600) }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn overflow_is_dropped_and_counted_and_the_rest_posted_in_full_batches() {
+        let (reporter, flusher) = CallReporter::new(settings(10, 3));
+        for n in 0..14 {
+            reporter.report(report(n));
+        }
+        assert_eq!(reporter.counts(), CallReportCounts { sent: 0, dropped_queue_full: 4, dropped_unsent: 0 });
+        drop(reporter);
+        let (state, client) = registry(false);
+        let counts = flusher.run(client).await;
+        assert_eq!(*state.batches.lock().unwrap(), [3, 3, 3, 1], "full batches at once, the rest at the end");
+        assert_eq!(counts, CallReportCounts { sent: 10, dropped_queue_full: 4, dropped_unsent: 0 });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_that_is_not_full_waits_for_the_interval() {
+        let (reporter, flusher) =
+            CallReporter::new(CallReportSettings { flush_every: Duration::from_millis(1_000), ..settings(10, 5) });
+        let (state, client) = registry(false);
+        let flushing = tokio::spawn(flusher.run(client));
+        reporter.report(report(1));
+        reporter.report(report(2));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(state.batches.lock().unwrap().is_empty(), "not before the interval");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(*state.batches.lock().unwrap(), [2]);
+        drop(reporter);
+        flushing.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reports_the_registry_does_not_take_are_dropped_and_counted() {
+        let (reporter, flusher) = CallReporter::new(settings(10, 2));
+        for n in 0..3 {
+            reporter.report(report(n));
+        }
+        drop(reporter);
+        let counts = flusher.run(registry(true).1).await;
+        assert_eq!(counts, CallReportCounts { sent: 0, dropped_queue_full: 0, dropped_unsent: 3 });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_the_flusher_stopped_a_report_is_dropped_at_once() {
+        let (reporter, flusher) = CallReporter::new(settings(10, 2));
+        let flushing = tokio::spawn(flusher.run(registry(false).1));
+        flushing.abort();
+        let _ = flushing.await;
+        reporter.report(report(1));
+        assert_eq!(reporter.counts(), CallReportCounts { sent: 0, dropped_queue_full: 0, dropped_unsent: 1 });
     }
 }
