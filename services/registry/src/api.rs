@@ -1,6 +1,6 @@
 //! The registry's HTTP API, and the OpenAPI document describing it (served at `/openapi.json`).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -12,6 +12,11 @@ use mesh_agent_kit::ServiceMetrics;
 use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams, health_route};
 use mesh_client::HttpClient;
 use mesh_protocol::error::ErrorBody;
+use mesh_protocol::graph::{
+    CallReport, CallReports, CallReportsAccepted, EventBody, EventStats, GraphMode, GraphPolicy, Link, LinkDirection,
+    LinkList, LinkMessage, LinkMessages, LinkRelationship, LinkSource, LinkUpdate, MeshEvent, NewLink, NewLinkMessage,
+    OrgChart, OutcomeStatus, Topology, TopologyAgent, TopologyLink,
+};
 use mesh_protocol::registry::{
     AgentList, AgentPick, AgentRecord, AgentSummary, CapabilityAgents, Registration, RegistryStats, StatusMessage,
     Success,
@@ -21,8 +26,11 @@ use utoipa::{IntoParams, OpenApi};
 
 use crate::directory::{Directory, health_word};
 use crate::error::RegistryError;
+use crate::events::EventHub;
+use crate::graph_api;
 use crate::health::{check_and_record, now_rfc3339};
 use crate::intake::{validate, verify_card};
+use crate::links::LinkStore;
 use crate::store::AgentStore;
 
 /// What the handlers share.
@@ -30,20 +38,80 @@ use crate::store::AgentStore;
 pub struct RegistryState {
     pub directory: Arc<Directory>,
     pub store: AgentStore,
+    pub links: LinkStore,
+    pub events: Arc<EventHub>,
+    /// Reloadable (SIGHUP), hence behind a lock.
+    pub graph_mode: RwLock<GraphMode>,
     pub http: HttpClient,
     /// `None` skips verification of agent cards.
     pub card_fetch_timeout: Option<Duration>,
     pub health_check_timeout: Duration,
 }
 
+impl RegistryState {
+    pub fn graph_mode(&self) -> GraphMode {
+        *self.graph_mode.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_graph_mode(&self, mode: GraphMode) {
+        *self.graph_mode.write().unwrap_or_else(|e| e.into_inner()) = mode;
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "A2A mesh registry",
-        description = "Agent registration, discovery by capability, round-robin picks among healthy agents, health polling."
+        description = "Agent registration, discovery by capability, round-robin picks among healthy agents, health polling; the communication graph of links between agents, its policy feed and live events."
     ),
-    paths(register, deregister, report_failure, list_agents, get_agent, discover, pick, stats),
+    paths(
+        register,
+        deregister,
+        report_failure,
+        list_agents,
+        get_agent,
+        discover,
+        pick,
+        stats,
+        graph_api::list_links,
+        graph_api::create_link,
+        graph_api::get_link,
+        graph_api::update_link,
+        graph_api::delete_link,
+        graph_api::agent_links,
+        graph_api::org_chart,
+        graph_api::topology,
+        graph_api::policy,
+        graph_api::link_messages,
+        graph_api::record_link_message,
+        graph_api::report_calls,
+        graph_api::events,
+        graph_api::event_stats
+    ),
     components(schemas(
+        Link,
+        LinkDirection,
+        LinkRelationship,
+        LinkSource,
+        LinkList,
+        NewLink,
+        LinkUpdate,
+        OrgChart,
+        Topology,
+        TopologyAgent,
+        TopologyLink,
+        GraphMode,
+        GraphPolicy,
+        LinkMessage,
+        LinkMessages,
+        NewLinkMessage,
+        OutcomeStatus,
+        CallReport,
+        CallReports,
+        CallReportsAccepted,
+        MeshEvent,
+        EventBody,
+        EventStats,
         Registration,
         StatusMessage,
         AgentList,
@@ -70,6 +138,7 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
         .route("/capabilities/{capability}", get(discover))
         .route("/capabilities/{capability}/next", get(pick))
         .route("/stats", get(stats))
+        .merge(graph_api::routes())
         .route_layer(middleware::from_fn_with_state(metrics.clone(), mesh_agent_kit::http::track_requests))
         .with_state(state);
     let docs = Router::new().route(
@@ -99,14 +168,19 @@ async fn register(
     }
     // Durable first: an acknowledged registration survives a crash right after.
     state.store.upsert(&agent).await?;
-    let name = agent.name.clone();
+    let (name, url) = (agent.name.clone(), agent.url.clone());
+    let previous_url = state.directory.get(&name).ok().map(|a| a.url);
     let is_new = state.directory.upsert(agent);
     tracing::info!(agent = %name, new = is_new, "registered");
+    // A periodic re-registration of the same instance is not news.
+    if previous_url.as_deref() != Some(url.as_str()) {
+        state.events.publish(EventBody::AgentRegistered { agent_id: name.clone(), url });
+    }
     // Learn its health now rather than at the next poll, so it joins the rotation at once.
     if let Some(target) = state.directory.poll_target(&name) {
         let state = state.clone();
         tokio::spawn(async move {
-            check_and_record(&state.directory, &state.http, target, state.health_check_timeout).await;
+            check_and_record(&state.directory, &state.events, &state.http, target, state.health_check_timeout).await;
         });
     }
     Ok(Json(StatusMessage::new("registered")))
@@ -133,6 +207,7 @@ async fn deregister(
     QueryParams(instance): QueryParams<InstanceQuery>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
     let url = instance.url.as_deref().map(|u| u.trim_end_matches('/'));
+    let known_url = state.directory.get(&name).ok().map(|a| a.url);
     let stored = state.store.delete(&name, url).await?;
     let known = state.directory.remove(&name, url);
     if !stored && !known {
@@ -144,6 +219,8 @@ async fn deregister(
         });
     }
     tracing::info!(agent = %name, "deregistered");
+    let url = url.map(str::to_owned).or(known_url).unwrap_or_default();
+    state.events.publish(EventBody::AgentDeregistered { agent_id: name, url });
     Ok(Json(StatusMessage::new("deregistered")))
 }
 
@@ -166,7 +243,7 @@ async fn report_failure(
         return Err(RegistryError::ReportStale { name, url: url.to_owned(), current: target.url });
     }
     tracing::info!(agent = %name, "failure reported; checking health now");
-    check_and_record(&state.directory, &state.http, target, state.health_check_timeout).await;
+    check_and_record(&state.directory, &state.events, &state.http, target, state.health_check_timeout).await;
     let health = state.directory.get(&name)?.health_status;
     Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }

@@ -11,7 +11,10 @@ use crate::api::{RegistryState, router};
 use crate::config::RegistryConfig;
 use crate::directory::Directory;
 use crate::error::RegistryError;
+use crate::events::EventHub;
+use crate::graph_api::sync_config_links;
 use crate::health::{PollSettings, poll_forever};
+use crate::links::LinkStore;
 use crate::store::AgentStore;
 
 /// A registry with its database open, its agents loaded and its listener bound.
@@ -37,15 +40,20 @@ impl RegistryService {
         let agents = store.load_all().await?;
         tracing::info!(agents = agents.len(), "loaded registrations");
         let directory = Arc::new(Directory::new(agents));
+        let links = LinkStore::new(store.database());
         let state = Arc::new(RegistryState {
             directory,
             store,
+            links,
+            events: Arc::new(EventHub::new(config.events_buffered, config.event_subscribers_max)),
+            graph_mode: std::sync::RwLock::new(config.graph_mode),
             http,
             card_fetch_timeout: config
                 .verify_registrations
                 .then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
             health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
         });
+        sync_config_links(&state, &config.links).await?;
         let limits = HttpLimits {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
@@ -66,7 +74,28 @@ impl RegistryService {
 
     /// Polls every agent's health forever, starting at once.
     pub async fn poll_health(&self) {
-        poll_forever(self.state.directory.clone(), self.state.store.clone(), self.state.http.clone(), self.poll).await;
+        poll_forever(
+            self.state.directory.clone(),
+            self.state.store.clone(),
+            self.state.events.clone(),
+            self.state.http.clone(),
+            self.poll,
+        )
+        .await;
+    }
+
+    /// Applies a reloaded configuration's graph: its mode and its links (config wins over links
+    /// changed through the API; links no longer configured are deleted).
+    pub async fn reload_graph(&self, config: &RegistryConfig) -> Result<(), RegistryError> {
+        self.state.set_graph_mode(config.graph_mode);
+        sync_config_links(&self.state, &config.links).await?;
+        tracing::info!(mode = ?config.graph_mode, links = config.links.len(), "graph configuration reloaded");
+        Ok(())
+    }
+
+    /// Ends the open event streams, so a stopping server is not held open by its readers.
+    pub fn close_events(&self) {
+        self.state.events.close();
     }
 
     /// Stops using the database (shutdown does this last). Lookups go on from memory; writes
@@ -99,6 +128,11 @@ impl Application {
         self.listener.local_addr().map(reachable_url).unwrap_or_default()
     }
 
+    /// The service, to reload its graph configuration while it runs.
+    pub fn service(&self) -> RegistryService {
+        self.service.clone()
+    }
+
     /// Serves and polls health until `shutdown` resolves.
     pub async fn run_until_stopped(
         self,
@@ -106,6 +140,11 @@ impl Application {
     ) -> Result<(), RegistryError> {
         let service = self.service.clone();
         let poller = tokio::spawn(async move { service.poll_health().await });
+        let service = self.service.clone();
+        let shutdown = async move {
+            shutdown.await;
+            service.close_events();
+        };
         let served = serve(self.listener, self.service.router(), shutdown).await;
         poller.abort();
         self.service.close_storage().await;

@@ -2,7 +2,11 @@
 //! environment variables, then flags.
 
 use mesh_config::{ConfigError, ConfigLoader, ServerArgs};
+use mesh_protocol::graph::GraphMode;
 use serde::Deserialize;
+
+use crate::events::{EVENT_SUBSCRIBERS_MAX_DEFAULT, EVENTS_BUFFERED_DEFAULT};
+pub use crate::links::LinkDef;
 
 pub const REGISTRY_PORT_DEFAULT: u16 = 8000;
 pub const DATABASE_URL_DEFAULT: &str = "sqlite://data/registry.db";
@@ -29,6 +33,14 @@ pub struct RegistryConfig {
     pub card_fetch_timeout_ms: u64,
     pub request_timeout_ms: u64,
     pub body_limit_bytes: usize,
+    /// `open` (every call allowed) or `enforced` (agents allow only calls over enabled links).
+    pub graph_mode: GraphMode,
+    /// Links of the communication graph, synced into the database at start and on SIGHUP.
+    pub links: Vec<LinkDef>,
+    /// Events kept for resuming `GET /api/events` streams.
+    pub events_buffered: usize,
+    /// Event streams open at once, at most.
+    pub event_subscribers_max: usize,
 }
 
 impl Default for RegistryConfig {
@@ -44,6 +56,10 @@ impl Default for RegistryConfig {
             card_fetch_timeout_ms: CARD_FETCH_TIMEOUT_MS_DEFAULT,
             request_timeout_ms: mesh_agent_kit::http::REQUEST_TIMEOUT_MS_DEFAULT,
             body_limit_bytes: mesh_agent_kit::http::BODY_LIMIT_BYTES_DEFAULT,
+            graph_mode: GraphMode::Open,
+            links: Vec::new(),
+            events_buffered: EVENTS_BUFFERED_DEFAULT,
+            event_subscribers_max: EVENT_SUBSCRIBERS_MAX_DEFAULT,
         }
     }
 }
@@ -57,8 +73,10 @@ impl Default for RegistryConfig {
     after_help = "Every setting can also come from the TOML file given by --config (keys as below, in \
 snake_case: host, port, database_url, health_check_interval_ms, health_check_timeout_ms, \
 health_check_concurrency_max, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
-body_limit_bytes) or from environment variables MESH_REGISTRY_<KEY> (e.g. MESH_REGISTRY_PORT=8000). \
-Flags win over the environment, which wins over the file."
+body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, and [[links]] tables with from, \
+to, direction, relationship, enabled) or from environment variables MESH_REGISTRY_<KEY> (e.g. \
+MESH_REGISTRY_PORT=8000, MESH_REGISTRY_GRAPH_MODE=enforced). Flags win over the environment, which \
+wins over the file. SIGHUP reloads the file's links and graph mode."
 )]
 pub struct RegistryCli {
     #[command(flatten)]
@@ -75,6 +93,9 @@ pub struct RegistryCli {
     /// Accept registrations without fetching the agent's card.
     #[arg(long)]
     pub no_verify: bool,
+    /// Graph mode: open (default) or enforced.
+    #[arg(long, value_name = "MODE")]
+    pub graph_mode: Option<String>,
 }
 
 impl RegistryCli {
@@ -85,6 +106,7 @@ impl RegistryCli {
             .set("health_check_interval_ms", self.health_check_interval_ms)
             .set("health_check_timeout_ms", self.health_check_timeout_ms)
             .set("verify_registrations", self.no_verify.then_some(false))
+            .set("graph_mode", self.graph_mode.clone())
             .load()
     }
 }
@@ -102,6 +124,26 @@ mod tests {
         assert_eq!(config.host, "0.0.0.0");
         assert!(config.database_url.starts_with("postgres://"));
         assert_eq!((config.port, config.verify_registrations), (9100, false));
+    }
+
+    #[test]
+    fn links_and_the_graph_mode_come_from_the_file_and_the_environment_overrides_the_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.toml");
+        std::fs::write(
+            &path,
+            "graph_mode = \"open\"\n[[links]]\nfrom = \"a\"\nto = \"b\"\ndirection = \"one_way\"\nrelationship = \"superior\"\n\n[[links]]\nfrom = \"b\"\nto = \"c\"\n",
+        )
+        .unwrap();
+        let cli = RegistryCli::parse_from(["registry", "--config", path.to_str().unwrap(), "--graph-mode", "enforced"]);
+        let config = cli.load().unwrap();
+        assert_eq!(config.graph_mode, GraphMode::Enforced);
+        assert_eq!(config.links.len(), 2);
+        assert_eq!(config.links[0].direction, mesh_protocol::graph::LinkDirection::OneWay);
+        assert_eq!(config.links[1].relationship, mesh_protocol::graph::LinkRelationship::Peer);
+        assert!(config.links[1].enabled);
+        let bad = RegistryCli::parse_from(["registry", "--graph-mode", "sometimes"]).load().unwrap_err();
+        assert!(bad.to_string().contains("sometimes"), "{bad}");
     }
 
     #[test]

@@ -106,16 +106,18 @@ impl Directory {
         true
     }
 
-    /// Records a poll result, unless the agent was removed or re-registered elsewhere meanwhile.
-    pub fn set_health(&self, target: &PollTarget, health: HealthStatus, checked_at: String) {
+    /// Records a poll result, unless the agent was removed or re-registered elsewhere meanwhile;
+    /// returns the health it had when this result changes it.
+    pub fn set_health(&self, target: &PollTarget, health: HealthStatus, checked_at: String) -> Option<HealthStatus> {
         let mut inner = self.write();
-        if let Some(entry) = inner.agents.get_mut(&target.name).filter(|e| e.agent.url == target.url) {
-            if entry.health != health {
-                tracing::info!(agent = %target.name, from = ?entry.health, to = ?health, "health changed");
-            }
-            entry.health = health;
-            entry.last_health_check = Some(checked_at);
-        }
+        let entry = inner.agents.get_mut(&target.name).filter(|e| e.agent.url == target.url)?;
+        let previous = entry.health;
+        entry.health = health;
+        entry.last_health_check = Some(checked_at);
+        (previous != health).then(|| {
+            tracing::info!(agent = %target.name, from = ?previous, to = ?health, "health changed");
+            previous
+        })
     }
 
     pub fn poll_targets(&self) -> Vec<PollTarget> {

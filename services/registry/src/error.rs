@@ -22,6 +22,18 @@ pub enum RegistryError {
     CardInvalid { url: String, reason: String },
     #[error("the agent card at {url} names {found:?}, not {expected:?}")]
     CardMismatch { url: String, expected: String, found: String },
+    #[error("no link with id {0:?}")]
+    LinkNotFound(String),
+    #[error("a link from {from:?} to {to:?} exists already; change it with PUT /api/links/{{id}}")]
+    LinkExists { from: String, to: String },
+    #[error("an agent cannot link to itself ({0:?})")]
+    LinkSelf(String),
+    #[error("invalid link: {0}")]
+    InvalidLink(String),
+    #[error("the registry keeps at most {0} links")]
+    LinksFull(usize),
+    #[error("at most {0} event streams may be open at once")]
+    SubscribersFull(usize),
     #[error("storage unavailable: {0}")]
     Storage(#[from] StorageError),
     #[error("cannot listen on {addr}: {source}")]
@@ -42,6 +54,12 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::CardUnreachable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_UNREACHABLE"),
             RegistryError::CardInvalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_INVALID"),
             RegistryError::CardMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_MISMATCH"),
+            RegistryError::LinkNotFound(_) => (StatusCode::NOT_FOUND, "LINK_NOT_FOUND"),
+            RegistryError::LinkExists { .. } => (StatusCode::CONFLICT, "LINK_EXISTS"),
+            RegistryError::LinkSelf(_) => (StatusCode::BAD_REQUEST, "LINK_SELF"),
+            RegistryError::InvalidLink(_) => (StatusCode::BAD_REQUEST, "LINK_INVALID"),
+            RegistryError::LinksFull(_) => (StatusCode::CONFLICT, "LINKS_FULL"),
+            RegistryError::SubscribersFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "EVENT_SUBSCRIBERS_FULL"),
             RegistryError::Storage(_) => (StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE"),
             RegistryError::Bind { .. } | RegistryError::Startup(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")

@@ -6,9 +6,11 @@ use std::time::Duration;
 use axum::body::Bytes;
 use futures::StreamExt;
 use mesh_client::{ClientError, HttpClient};
+use mesh_protocol::graph::EventBody;
 use mesh_protocol::registry::HealthStatus;
 
 use crate::directory::{Directory, PollTarget};
+use crate::events::EventHub;
 use crate::store::AgentStore;
 
 #[derive(Debug, Clone, Copy)]
@@ -33,15 +35,29 @@ pub async fn check(http: &HttpClient, health_url: &str, timeout: Duration) -> He
     }
 }
 
-/// Polls `target` now and records the result.
-pub async fn check_and_record(directory: &Directory, http: &HttpClient, target: PollTarget, timeout: Duration) {
+/// Polls `target` now, records the result, and announces a change.
+pub async fn check_and_record(
+    directory: &Directory,
+    events: &EventHub,
+    http: &HttpClient,
+    target: PollTarget,
+    timeout: Duration,
+) {
     let health = check(http, &target.health_url, timeout).await;
-    directory.set_health(&target, health, now_rfc3339());
+    if let Some(from) = directory.set_health(&target, health, now_rfc3339()) {
+        events.publish(EventBody::HealthChanged { agent_id: target.name, from, to: health });
+    }
 }
 
 /// One round: refresh the agent set from the store (registrations made through another replica
 /// sharing the database), then poll every agent, at most `concurrency_max` at a time.
-pub async fn poll_all(directory: &Directory, store: &AgentStore, http: &HttpClient, settings: PollSettings) {
+pub async fn poll_all(
+    directory: &Directory,
+    store: &AgentStore,
+    events: &EventHub,
+    http: &HttpClient,
+    settings: PollSettings,
+) {
     let mutations = directory.mutations();
     match store.load_all().await {
         Ok(agents) => {
@@ -53,18 +69,24 @@ pub async fn poll_all(directory: &Directory, store: &AgentStore, http: &HttpClie
     }
     futures::stream::iter(directory.poll_targets())
         .for_each_concurrent(settings.concurrency_max.max(1), |target| {
-            check_and_record(directory, http, target, settings.timeout)
+            check_and_record(directory, events, http, target, settings.timeout)
         })
         .await;
 }
 
 /// Polls forever, starting at once (a restarted registry learns every agent's state quickly).
-pub async fn poll_forever(directory: Arc<Directory>, store: AgentStore, http: HttpClient, settings: PollSettings) {
+pub async fn poll_forever(
+    directory: Arc<Directory>,
+    store: AgentStore,
+    events: Arc<EventHub>,
+    http: HttpClient,
+    settings: PollSettings,
+) {
     let mut ticks = tokio::time::interval(settings.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        poll_all(&directory, &store, &http, settings).await;
+        poll_all(&directory, &store, &events, &http, settings).await;
     }
 }
 

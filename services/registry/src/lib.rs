@@ -4,16 +4,23 @@
 //! Lookups are answered from memory ([`directory`]); registrations are written to SQLite or
 //! PostgreSQL before they are acknowledged ([`store`]), and reloaded at start and at every
 //! health poll, so several replicas sharing one PostgreSQL database converge within one interval.
+//!
+//! The communication graph (seed 004) lives here too: links between agents ([`links`], in the same
+//! database), their API and the policy feed agents cache ([`graph_api`]), and live events
+//! ([`events`], Server-Sent Events).
 
 mod api;
 mod app;
 pub mod config;
 mod directory;
 mod error;
+mod events;
+mod graph_api;
 mod health;
 mod intake;
+mod links;
 mod store;
 
 pub use app::{Application, RegistryService};
-pub use config::{RegistryCli, RegistryConfig};
+pub use config::{LinkDef, RegistryCli, RegistryConfig};
 pub use error::RegistryError;

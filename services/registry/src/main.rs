@@ -5,11 +5,36 @@ use registry::{Application, RegistryCli};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
-    let config = RegistryCli::parse().load()?;
+    let cli = RegistryCli::parse();
+    let config = cli.load()?;
     let app = Application::build(&config).await?;
     tracing::info!(port = app.port(), database = %redact(&config.database_url), "registry listening");
+    let reloader = tokio::spawn(reload_on_hangup(cli, app.service()));
     app.run_until_stopped(shutdown_signal()).await?;
+    reloader.abort();
     Ok(())
+}
+
+/// SIGHUP re-reads the configuration (file, environment, flags) and applies its graph: the
+/// mode and the `[[links]]`. A configuration that no longer loads is logged and ignored.
+async fn reload_on_hangup(cli: RegistryCli, service: registry::RegistryService) {
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => signal,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGHUP; the graph configuration will not reload");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        match cli.load() {
+            Ok(config) => {
+                if let Err(error) = service.reload_graph(&config).await {
+                    tracing::error!(%error, "cannot apply the reloaded graph configuration");
+                }
+            }
+            Err(error) => tracing::error!(%error, "cannot reload the configuration; keeping the current graph"),
+        }
+    }
 }
 
 /// Hides a password in a database URL before it reaches the log.

@@ -28,6 +28,11 @@ impl AgentStore {
         Ok(Self { db: Database::connect(url, &MIGRATIONS).await? })
     }
 
+    /// The registry's database, which the link store shares.
+    pub fn database(&self) -> Database {
+        self.db.clone()
+    }
+
     /// Inserts or updates; a re-registration keeps the original `registered_at`.
     pub async fn upsert(&self, agent: &StoredAgent) -> Result<(), StorageError> {
         let capabilities = serde_json::to_string(&agent.capabilities)

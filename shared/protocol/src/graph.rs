@@ -122,7 +122,9 @@ impl Link {
     pub fn allows_start(&self, caller: &str, callee: &str) -> bool {
         self.enabled
             && ((self.from_agent_id == caller && self.to_agent_id == callee)
-                || (self.direction == LinkDirection::TwoWay && self.from_agent_id == callee && self.to_agent_id == caller))
+                || (self.direction == LinkDirection::TwoWay
+                    && self.from_agent_id == callee
+                    && self.to_agent_id == caller))
     }
 
     /// Whether the link joins `a` and `b`, in either direction.
@@ -345,6 +347,18 @@ pub struct CallReportsAccepted {
     pub accepted: usize,
 }
 
+/// `GET /api/events/stats`: how the event stream is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EventStats {
+    /// Streams open now.
+    pub subscribers: usize,
+    /// Events live readers skipped because they fell a whole buffer behind, since start.
+    pub missed_by_readers: u64,
+    /// Events published since start.
+    pub published: u64,
+}
+
 /// An event of `GET /api/events`; its `id` orders events and resumes a stream (`Last-Event-ID`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -520,7 +534,8 @@ mod tests {
             (new.direction, new.relationship, new.enabled),
             (LinkDirection::TwoWay, LinkRelationship::Peer, true)
         );
-        let bad = serde_json::from_value::<NewLink>(json!({"from_agent_id":"a","to_agent_id":"b","direction":"sideways"}));
+        let bad =
+            serde_json::from_value::<NewLink>(json!({"from_agent_id":"a","to_agent_id":"b","direction":"sideways"}));
         assert!(bad.unwrap_err().to_string().contains("sideways"));
     }
 }

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use mesh_client::{HttpClient, RegistryClient};
 use mesh_protocol::registry::Registration;
-use registry::{Application, RegistryConfig};
+use registry::{Application, RegistryConfig, RegistryService};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -141,9 +141,10 @@ pub struct TestRegistry {
     pub url: String,
     pub client: RegistryClient,
     pub http: reqwest::Client,
+    pub service: RegistryService,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<()>,
-    _data: tempfile::TempDir,
+    _data: Option<tempfile::TempDir>,
 }
 
 impl TestRegistry {
@@ -153,9 +154,19 @@ impl TestRegistry {
 
     pub async fn start_with(adjust: impl FnOnce(&mut RegistryConfig)) -> Self {
         let data = tempfile::tempdir().unwrap();
+        let database_url = format!("sqlite://{}", data.path().join("registry.db").display());
+        Self::start_on(database_url, Some(data), adjust).await
+    }
+
+    /// A registry over `database_url`, which outlives it (for restarts over the same data).
+    pub async fn start_on(
+        database_url: String,
+        data: Option<tempfile::TempDir>,
+        adjust: impl FnOnce(&mut RegistryConfig),
+    ) -> Self {
         let mut config = RegistryConfig {
             port: 0,
-            database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
+            database_url,
             health_check_interval_ms: TEST_HEALTH_INTERVAL_MS,
             health_check_timeout_ms: TEST_HEALTH_TIMEOUT_MS,
             ..RegistryConfig::default()
@@ -163,6 +174,7 @@ impl TestRegistry {
         adjust(&mut config);
         let app = Application::build(&config).await.unwrap();
         let url = app.url();
+        let service = app.service();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.run_until_stopped(async {
@@ -172,7 +184,7 @@ impl TestRegistry {
             .unwrap();
         });
         let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
-        Self { url, client, http: reqwest::Client::new(), stop: Some(stop), server, _data: data }
+        Self { url, client, http: reqwest::Client::new(), service, stop: Some(stop), server, _data: data }
     }
 
     pub async fn stop(mut self) {

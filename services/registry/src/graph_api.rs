@@ -1,0 +1,420 @@
+//! The communication graph's API (seed 004): link CRUD, an agent's links and place in the
+//! organisation, the topology, the policy feed the agents cache, link messages, call reports and
+//! the live event stream.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams};
+use mesh_protocol::graph::{
+    CallReports, CallReportsAccepted, EventBody, EventStats, GraphPolicy, Link, LinkList, LinkMessage, LinkMessages,
+    LinkRelationship, LinkSource, LinkUpdate, NewLink, NewLinkMessage, OrgChart, Topology, TopologyAgent, TopologyLink,
+};
+use mesh_protocol::registry::StatusMessage;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::api::RegistryState;
+use crate::error::RegistryError;
+use crate::health::now_rfc3339;
+use crate::links::{LINK_MESSAGES_PAGE_MAX, LinkDef};
+
+/// Call reports one `POST /api/events/calls` may carry.
+pub const CALL_REPORTS_PER_BATCH_MAX: usize = 1_000;
+/// Messages a history request returns when it names no limit.
+pub const LINK_MESSAGES_PAGE_DEFAULT: usize = 100;
+/// A comment line on idle event streams, so proxies and browsers keep them open.
+const EVENTS_KEEP_ALIVE_MS: u64 = 15_000;
+
+pub fn routes() -> Router<Arc<RegistryState>> {
+    Router::new()
+        .route("/api/links", get(list_links).post(create_link))
+        .route("/api/links/{id}", get(get_link).put(update_link).delete(delete_link))
+        .route("/api/links/{id}/messages", get(link_messages).post(record_link_message))
+        .route("/api/agents/{id}/links", get(agent_links))
+        .route("/api/agents/{id}/org", get(org_chart))
+        .route("/api/topology", get(topology))
+        .route("/api/policy", get(policy))
+        .route("/api/events", get(events))
+        .route("/api/events/calls", post(report_calls))
+        .route("/api/events/stats", get(event_stats))
+}
+
+/// Every link.
+#[utoipa::path(get, path = "/api/links", responses((status = 200, body = LinkList)))]
+pub(crate) async fn list_links(State(state): State<Arc<RegistryState>>) -> Result<Json<LinkList>, RegistryError> {
+    Ok(Json(LinkList { agent_id: None, links: state.links.list().await? }))
+}
+
+/// Create a link between two registered agents.
+#[utoipa::path(post, path = "/api/links", request_body = NewLink, responses(
+    (status = 201, body = Link),
+    (status = 400, description = "A self-link or an invalid agent id", body = mesh_protocol::error::ErrorBody),
+    (status = 404, description = "An agent is not registered", body = mesh_protocol::error::ErrorBody),
+    (status = 409, description = "A link between these agents in this direction exists", body = mesh_protocol::error::ErrorBody),
+    (status = 422, description = "Unknown direction, relationship or field", body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn create_link(
+    State(state): State<Arc<RegistryState>>,
+    JsonBody(new): JsonBody<NewLink>,
+) -> Result<(StatusCode, Json<Link>), RegistryError> {
+    if new.from_agent_id != new.to_agent_id {
+        for agent in [&new.from_agent_id, &new.to_agent_id] {
+            state.directory.get(agent)?;
+        }
+    }
+    let link = state.links.create(&new, LinkSource::Api, &now_rfc3339()).await?;
+    tracing::info!(link = %link.id, from = %link.from_agent_id, to = %link.to_agent_id, "link created");
+    state.events.publish(EventBody::LinkCreated { link: link.clone() });
+    Ok((StatusCode::CREATED, Json(link)))
+}
+
+/// One link.
+#[utoipa::path(get, path = "/api/links/{id}", params(("id" = String, Path)), responses(
+    (status = 200, body = Link),
+    (status = 404, body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn get_link(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<Link>, RegistryError> {
+    Ok(Json(state.links.get(&id).await?))
+}
+
+/// Change a link's direction, relationship or enabled flag. A link from the configuration
+/// takes its configured properties back at the next reload.
+#[utoipa::path(put, path = "/api/links/{id}", params(("id" = String, Path)), request_body = LinkUpdate, responses(
+    (status = 200, body = Link),
+    (status = 404, body = mesh_protocol::error::ErrorBody),
+    (status = 422, description = "Unknown value or field", body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn update_link(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(id): PathParam<String>,
+    JsonBody(change): JsonBody<LinkUpdate>,
+) -> Result<Json<Link>, RegistryError> {
+    let (link, changed) = state.links.update(&id, &change, &now_rfc3339()).await?;
+    if changed {
+        tracing::info!(link = %link.id, "link updated");
+        state.events.publish(EventBody::LinkUpdated { link: link.clone() });
+    }
+    Ok(Json(link))
+}
+
+/// Delete a link and its message history.
+#[utoipa::path(delete, path = "/api/links/{id}", params(("id" = String, Path)), responses(
+    (status = 200, body = StatusMessage),
+    (status = 404, body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn delete_link(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<StatusMessage>, RegistryError> {
+    let link = state.links.delete(&id).await?;
+    tracing::info!(link = %link.id, "link deleted");
+    publish_deleted(&state, &link);
+    Ok(Json(StatusMessage::new("deleted")))
+}
+
+fn publish_deleted(state: &RegistryState, link: &Link) {
+    state.events.publish(EventBody::LinkDeleted {
+        link_id: link.id.clone(),
+        from_agent_id: link.from_agent_id.clone(),
+        to_agent_id: link.to_agent_id.clone(),
+    });
+}
+
+/// The links with an agent at either end.
+#[utoipa::path(get, path = "/api/agents/{id}/links", params(("id" = String, Path)), responses((status = 200, body = LinkList)))]
+pub(crate) async fn agent_links(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<LinkList>, RegistryError> {
+    let links = state.links.for_agent(&id).await?;
+    Ok(Json(LinkList { agent_id: Some(id), links }))
+}
+
+/// An agent's superiors, subordinates and peers, from its enabled links (a `subordinate` link
+/// reads the other way round: its target is the superior).
+#[utoipa::path(get, path = "/api/agents/{id}/org", params(("id" = String, Path)), responses((status = 200, body = OrgChart)))]
+pub(crate) async fn org_chart(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<OrgChart>, RegistryError> {
+    let links = state.links.for_agent(&id).await?;
+    Ok(Json(org_of(&id, &links)))
+}
+
+fn org_of(agent: &str, links: &[Link]) -> OrgChart {
+    let mut chart =
+        OrgChart { agent_id: agent.to_owned(), superiors: Vec::new(), subordinates: Vec::new(), peers: Vec::new() };
+    for link in links.iter().filter(|l| l.enabled) {
+        let other = if link.from_agent_id == agent { &link.to_agent_id } else { &link.from_agent_id };
+        let list = match link.relationship_of(agent) {
+            Some(LinkRelationship::Superior) => &mut chart.subordinates,
+            Some(LinkRelationship::Subordinate) => &mut chart.superiors,
+            Some(LinkRelationship::Peer) => &mut chart.peers,
+            None => continue,
+        };
+        if !list.contains(other) {
+            list.push(other.clone());
+        }
+    }
+    for list in [&mut chart.superiors, &mut chart.subordinates, &mut chart.peers] {
+        list.sort();
+    }
+    chart
+}
+
+/// The whole graph: agents with their health and capabilities, and the links.
+#[utoipa::path(get, path = "/api/topology", responses((status = 200, body = Topology)))]
+pub(crate) async fn topology(State(state): State<Arc<RegistryState>>) -> Result<Json<Topology>, RegistryError> {
+    let links = state.links.list().await?;
+    let agents = state
+        .directory
+        .list()
+        .into_iter()
+        .map(|a| TopologyAgent {
+            id: a.name.clone(),
+            name: a.name,
+            url: a.url,
+            health_status: a.health_status,
+            capabilities: a.capabilities,
+            last_health_check: a.last_health_check,
+        })
+        .collect();
+    let links = links
+        .into_iter()
+        .map(|l| TopologyLink {
+            id: l.id,
+            from: l.from_agent_id,
+            to: l.to_agent_id,
+            direction: l.direction,
+            relationship: l.relationship,
+            enabled: l.enabled,
+        })
+        .collect();
+    Ok(Json(Topology { mode: state.graph_mode(), agents, links }))
+}
+
+/// The graph mode and every link: what agents cache to check calls. Answers `ETag`, and
+/// `304 Not Modified` to a matching `If-None-Match`, so polling it costs little.
+#[utoipa::path(get, path = "/api/policy", responses(
+    (status = 200, body = GraphPolicy),
+    (status = 304, description = "Unchanged since the ETag sent in If-None-Match"),
+))]
+pub(crate) async fn policy(
+    State(state): State<Arc<RegistryState>>,
+    headers: HeaderMap,
+) -> Result<Response, RegistryError> {
+    let policy = GraphPolicy { mode: state.graph_mode(), links: state.links.list().await? };
+    let body = serde_json::to_vec(&policy).map_err(|e| RegistryError::Startup(e.to_string()))?;
+    // A digest of the body, so every replica sharing the database gives the same tag.
+    let etag = format!("\"{:016x}\"", fnv1a(&body));
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|tags| tags.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    if unchanged {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    Ok(([(header::ETAG, etag), (header::CONTENT_TYPE, "application/json".to_owned())], body).into_response())
+}
+
+/// FNV-1a, 64 bits: a stable digest for ETags (not for security).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MessagesQuery {
+    /// The newest messages to return, 1 to 500 (default 100).
+    limit: Option<usize>,
+}
+
+/// A link's message history (its internal channel `link:{id}`), oldest first.
+#[utoipa::path(get, path = "/api/links/{id}/messages", params(("id" = String, Path), MessagesQuery), responses(
+    (status = 200, body = LinkMessages),
+    (status = 400, body = mesh_protocol::error::ErrorBody),
+    (status = 404, body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn link_messages(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(id): PathParam<String>,
+    QueryParams(query): QueryParams<MessagesQuery>,
+) -> Result<Json<LinkMessages>, RegistryError> {
+    let limit = query.limit.unwrap_or(LINK_MESSAGES_PAGE_DEFAULT);
+    if !(1..=LINK_MESSAGES_PAGE_MAX).contains(&limit) {
+        return Err(RegistryError::InvalidLink(format!("limit must be 1 to {LINK_MESSAGES_PAGE_MAX}")));
+    }
+    let link = state.links.get(&id).await?;
+    let messages = state.links.messages(&link.id, limit).await?;
+    Ok(Json(LinkMessages { link_id: link.id, messages }))
+}
+
+/// Record a message an agent sent over the link (the sender reports it once delivered).
+#[utoipa::path(post, path = "/api/links/{id}/messages", params(("id" = String, Path)), request_body = NewLinkMessage, responses(
+    (status = 201, body = LinkMessage),
+    (status = 400, description = "The agents are not the link's ends, or the text is too long", body = mesh_protocol::error::ErrorBody),
+    (status = 404, body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn record_link_message(
+    State(state): State<Arc<RegistryState>>,
+    PathParam(id): PathParam<String>,
+    JsonBody(message): JsonBody<NewLinkMessage>,
+) -> Result<(StatusCode, Json<LinkMessage>), RegistryError> {
+    let link = state.links.get(&id).await?;
+    let stored = state.links.record_message(&link, &message, &now_rfc3339()).await?;
+    let ends = |sent: bool| {
+        let (link_id, from_agent_id, to_agent_id, context_id, message_id) = (
+            stored.link_id.clone(),
+            stored.from_agent_id.clone(),
+            stored.to_agent_id.clone(),
+            stored.context_id.clone(),
+            stored.id.clone(),
+        );
+        if sent {
+            EventBody::AgentMessageSent { link_id, from_agent_id, to_agent_id, context_id, message_id }
+        } else {
+            EventBody::AgentMessageReceived { link_id, from_agent_id, to_agent_id, context_id, message_id }
+        }
+    };
+    state.events.publish(ends(true));
+    state.events.publish(ends(false));
+    Ok((StatusCode::CREATED, Json(stored)))
+}
+
+/// Calls agents made, reported in batches: each becomes a `call` event.
+#[utoipa::path(post, path = "/api/events/calls", request_body = CallReports, responses(
+    (status = 202, body = CallReportsAccepted),
+    (status = 400, description = "More than 1000 reports, or a report with empty ends", body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn report_calls(
+    State(state): State<Arc<RegistryState>>,
+    JsonBody(reports): JsonBody<CallReports>,
+) -> Result<(StatusCode, Json<CallReportsAccepted>), RegistryError> {
+    if reports.calls.len() > CALL_REPORTS_PER_BATCH_MAX {
+        return Err(RegistryError::InvalidLink(format!(
+            "a batch carries at most {CALL_REPORTS_PER_BATCH_MAX} call reports, not {}",
+            reports.calls.len()
+        )));
+    }
+    let max = crate::links::AGENT_ID_CHARS_MAX;
+    let bad_name = |s: &str| s.is_empty() || s.chars().count() > max;
+    if let Some(bad) = reports.calls.iter().find(|c| bad_name(&c.from) || bad_name(&c.to)) {
+        return Err(RegistryError::InvalidLink(format!(
+            "call report {} -> {}: agent ids must be 1 to {max} characters",
+            bad.from, bad.to
+        )));
+    }
+    let accepted = reports.calls.len();
+    for call in reports.calls {
+        state.events.publish(EventBody::Call {
+            from: call.from,
+            to: call.to,
+            capability: call.capability,
+            status: call.status,
+            latency_ms: call.latency_ms,
+        });
+    }
+    Ok((StatusCode::ACCEPTED, Json(CallReportsAccepted { accepted })))
+}
+
+/// The live events as Server-Sent Events; `Last-Event-ID` resumes after that event.
+#[utoipa::path(get, path = "/api/events", responses(
+    (status = 200, description = "text/event-stream of MeshEvent, the SSE event name being its kind", body = mesh_protocol::graph::MeshEvent),
+    (status = 503, description = "Too many streams open", body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn events(
+    State(state): State<Arc<RegistryState>>,
+    headers: HeaderMap,
+) -> Result<Response, RegistryError> {
+    let last_seen = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    let stream = state.events.subscribe(last_seen).map_err(|full| RegistryError::SubscribersFull(full.0))?;
+    let stream = stream.map(|event| {
+        let sse = Event::default().id(event.id.to_string()).event(event.body.kind());
+        Ok::<_, Infallible>(sse.json_data(&*event).unwrap_or_else(|_| Event::default().comment("unserializable")))
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_millis(EVENTS_KEEP_ALIVE_MS)))
+        .into_response())
+}
+
+/// How the event stream is doing: open streams, events published, events slow readers missed.
+#[utoipa::path(get, path = "/api/events/stats", responses((status = 200, body = EventStats)))]
+pub(crate) async fn event_stats(State(state): State<Arc<RegistryState>>) -> Json<EventStats> {
+    Json(state.events.stats())
+}
+
+/// Applies the configured links (at start and on reload) and announces what changed.
+pub async fn sync_config_links(state: &RegistryState, defs: &[LinkDef]) -> Result<(), RegistryError> {
+    let outcome = state.links.sync_config(defs, &now_rfc3339()).await?;
+    tracing::info!(
+        configured = defs.len(),
+        created = outcome.created.len(),
+        updated = outcome.updated.len(),
+        deleted = outcome.deleted.len(),
+        "configured links synced"
+    );
+    for link in outcome.created {
+        state.events.publish(EventBody::LinkCreated { link });
+    }
+    for link in outcome.updated {
+        state.events.publish(EventBody::LinkUpdated { link });
+    }
+    for link in &outcome.deleted {
+        publish_deleted(state, link);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_protocol::graph::LinkDirection;
+
+    fn link(from: &str, to: &str, relationship: LinkRelationship, enabled: bool) -> Link {
+        Link {
+            id: format!("{from}-{to}"),
+            from_agent_id: from.into(),
+            to_agent_id: to.into(),
+            direction: LinkDirection::TwoWay,
+            relationship,
+            enabled,
+            source: LinkSource::Api,
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_org_chart_reads_subordinate_links_the_other_way_round() {
+        let links = [
+            link("ceo", "cto", LinkRelationship::Superior, true),
+            link("cto", "dev", LinkRelationship::Superior, true),
+            link("ops", "cto", LinkRelationship::Subordinate, true),
+            link("cto", "cfo", LinkRelationship::Peer, true),
+            link("cto", "intern", LinkRelationship::Superior, false),
+        ];
+        let chart = org_of("cto", &links);
+        assert_eq!(chart.superiors, ["ceo"]);
+        assert_eq!(chart.subordinates, ["dev", "ops"]);
+        assert_eq!(chart.peers, ["cfo"]);
+    }
+
+    #[test]
+    fn the_etag_digest_is_stable_and_tells_bodies_apart() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(fnv1a(b"{\"mode\":\"open\"}"), fnv1a(b"{\"mode\":\"enforced\"}"));
+    }
+}
