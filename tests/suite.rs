@@ -14,7 +14,11 @@ const WAIT_DEADLINE_MS: u64 = 10_000;
 const SUITE_AGENTS: usize = 4;
 
 async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
-    let suite = start(SuiteConfig::ephemeral(data.path())).await.unwrap();
+    start_suite_with(SuiteConfig::ephemeral(data.path())).await
+}
+
+async fn start_suite_with(config: SuiteConfig) -> RunningSuite {
+    let suite = start(config).await.unwrap();
     let registry = RegistryClient::new(&suite.urls.registry, HttpClient::with_reqwest().unwrap()).unwrap();
     let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
     while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < SUITE_AGENTS {
@@ -106,4 +110,45 @@ async fn stopping_the_suite_deregisters_the_agents() {
     let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
     assert_eq!(client.agents().await.unwrap().total, 0);
     running.abort();
+}
+
+#[tokio::test]
+async fn with_the_graph_enforced_the_suite_answers_over_its_links_and_refuses_other_calls() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = SuiteConfig::ephemeral(data.path());
+    config.registry.graph_mode = mesh_protocol::graph::GraphMode::Enforced;
+    let suite = start_suite_with(config).await;
+    let http = HttpClient::with_reqwest().unwrap();
+    // Every agent holds the enforced policy with the bundled links before the query.
+    let links = a2a_mesh::suite_links().unwrap().len();
+    for url in
+        [&suite.urls.orchestrator, &suite.urls.search, &suite.urls.entity_extraction, &suite.urls.profile_selection]
+    {
+        let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+        loop {
+            let health: serde_json::Value =
+                http.get_json(&format!("{url}/health"), Duration::from_secs(5)).await.unwrap();
+            let cache = &health["components"]["graph"]["links"];
+            if cache["mode"] == "enforced" && cache["links"] == links {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{url} never loaded the enforced policy: {health}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (status, answer) = ask(&suite, "show me robots playing soccer").await;
+    assert_eq!(status, ResponseStatus::Success);
+    assert!(answer.metadata.agents.iter().all(|c| c.status == "success"), "{:?}", answer.metadata.agents);
+    // No link lets the search agent start a conversation with the orchestrator.
+    let request = http::Request::post(format!("{}/tasks/send", suite.urls.orchestrator))
+        .header("content-type", "application/json")
+        .header(mesh_protocol::call::CALL_CHAIN_HEADER, "search")
+        .body(bytes::Bytes::from(serde_json::to_vec(&TaskRequest::from_text(None, "hi", None)).unwrap()))
+        .unwrap();
+    let response = http.send(request, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(response.status(), 403);
+    let error: ErrorBody = serde_json::from_slice(response.body()).unwrap();
+    assert_eq!(error.error_code, "LINK_DENIED");
+    assert!(error.error_message.starts_with("no enabled link lets search call orchestrator"), "{error:?}");
+    suite.stop().await.unwrap();
 }
