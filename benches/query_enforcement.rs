@@ -1,9 +1,10 @@
 //! Orchestrated query latency with the link policy enforced against open (issue #14: goal within
-//! 2%), in the same run: two whole suites in this process, one in graph mode `open` and one
-//! `enforced` with the bundled links (`deploy/links.toml`), the same queries sent to both
-//! orchestrators in alternation (A, B, A, B, ...) so machine drift hits both alike. Enforcement
-//! checks every call twice (the orchestrator's caller before sending, the callee's admission),
-//! and every call is reported to the registry in both suites.
+//! 2%), in the same run: three whole suites in this process, two in graph mode `open` and one
+//! `enforced` with the bundled links (`deploy/links.toml`), the same queries sent to the three
+//! orchestrators in rotation (A, B, C, then B, C, A, ...) so machine drift hits all alike. The
+//! second open suite is the noise floor: two identical suites differ by this much. Enforcement
+//! checks every call twice (the orchestrator's caller before sending, the callee's admission);
+//! every call is reported to the registry in all three.
 //!
 //! `cargo bench --bench query_enforcement -- [--queries 2000] [--concurrency 1]`
 
@@ -64,60 +65,68 @@ async fn query(http: &HttpClient, url: &str, query: &str) -> f64 {
     micros
 }
 
-/// `total` queries to each orchestrator, alternating, from `concurrency` workers.
-async fn run(http: &HttpClient, open: &str, enforced: &str, total: usize, concurrency: usize) -> (Samples, Samples) {
+/// `total` queries to each orchestrator of `urls`, in rotation, from `concurrency` workers.
+async fn run(http: &HttpClient, urls: &[String], total: usize, concurrency: usize) -> Vec<Samples> {
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let workers: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (http, open, enforced, next) = (http.clone(), open.to_owned(), enforced.to_owned(), next.clone());
+            let (http, urls, next) = (http.clone(), urls.to_vec(), next.clone());
             tokio::spawn(async move {
-                let (mut a, mut b) = (Samples::default(), Samples::default());
+                let mut samples = vec![Samples::default(); urls.len()];
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if i >= total {
                         break;
                     }
                     let text = QUERIES[i % QUERIES.len()];
-                    // Which goes first alternates too, so neither always meets warm caches.
-                    if i % 2 == 0 {
-                        a.push(query(&http, &open, text).await);
-                        b.push(query(&http, &enforced, text).await);
-                    } else {
-                        b.push(query(&http, &enforced, text).await);
-                        a.push(query(&http, &open, text).await);
+                    // Which goes first rotates too, so none always meets warm caches.
+                    for turn in 0..urls.len() {
+                        let suite = (i + turn) % urls.len();
+                        samples[suite].push(query(&http, &urls[suite], text).await);
                     }
                 }
-                (a, b)
+                samples
             })
         })
         .collect();
-    let (mut open_samples, mut enforced_samples) = (Samples::default(), Samples::default());
+    let mut all = vec![Samples::default(); urls.len()];
     for worker in workers {
-        let (a, b) = worker.await.expect("worker");
-        open_samples.extend(a);
-        enforced_samples.extend(b);
+        for (into, from) in all.iter_mut().zip(worker.await.expect("worker")) {
+            into.extend(from);
+        }
     }
-    (open_samples, enforced_samples)
+    all
 }
 
 #[tokio::main]
 async fn main() {
     let total = arg("--queries", 2000) as usize;
     let concurrency = arg("--concurrency", 1) as usize;
-    let (open_dir, enforced_dir) = (tempfile::tempdir().expect("temp dir"), tempfile::tempdir().expect("temp dir"));
-    let open = suite(GraphMode::Open, open_dir.path()).await;
-    let enforced = suite(GraphMode::Enforced, enforced_dir.path()).await;
-    let http = HttpClient::with_reqwest().expect("client");
-    let (a, b) = (open.urls.orchestrator.clone(), enforced.urls.orchestrator.clone());
-    run(&http, &a, &b, WARM_UP_QUERIES, concurrency).await;
-    let (open_samples, enforced_samples) = run(&http, &a, &b, total, concurrency).await;
-    println!("orchestrated query latency, {total} queries per mode, concurrency {concurrency}, µs");
-    println!("{:<22} {:>9} {:>9}", "graph mode", "p50", "p99");
-    for (name, samples) in [("open (reference)", &open_samples), ("enforced", &enforced_samples)] {
-        println!("{name:<22} {:>9.0} {:>9.0}", samples.p50(), samples.p99());
+    let modes = [
+        ("open (reference)", GraphMode::Open),
+        ("open (noise floor)", GraphMode::Open),
+        ("enforced", GraphMode::Enforced),
+    ];
+    let mut suites = Vec::new();
+    let mut dirs = Vec::new();
+    for (_, mode) in modes {
+        let dir = tempfile::tempdir().expect("temp dir");
+        suites.push(suite(mode, dir.path()).await);
+        dirs.push(dir);
     }
-    let ratio = enforced_samples.p50() / open_samples.p50();
-    println!("enforced / open p50: {ratio:.4} ({:+.2}%, goal within 2%)", (ratio - 1.0) * 100.0);
-    open.stop().await.expect("suite stops");
-    enforced.stop().await.expect("suite stops");
+    let http = HttpClient::with_reqwest().expect("client");
+    let urls: Vec<String> = suites.iter().map(|s| s.urls.orchestrator.clone()).collect();
+    run(&http, &urls, WARM_UP_QUERIES, concurrency).await;
+    let samples = run(&http, &urls, total, concurrency).await;
+    println!("orchestrated query latency, {total} queries per suite, concurrency {concurrency}, µs");
+    println!("{:<22} {:>9} {:>9} {:>16}", "graph mode", "p50", "p99", "p50 / reference");
+    let reference = samples[0].p50();
+    for ((name, _), suite) in modes.iter().zip(&samples) {
+        let ratio = suite.p50() / reference;
+        println!("{name:<22} {:>9.0} {:>9.0} {ratio:>10.4} ({:+.2}%)", suite.p50(), suite.p99(), (ratio - 1.0) * 100.0);
+    }
+    println!("goal: enforced within 2% of open");
+    for suite in suites {
+        suite.stop().await.expect("suite stops");
+    }
 }

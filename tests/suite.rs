@@ -9,6 +9,7 @@ use mesh_protocol::agents::QueryAnswer;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use registry::RegistryConfig;
+use serde_json::json;
 
 const WAIT_DEADLINE_MS: u64 = 10_000;
 const SUITE_AGENTS: usize = 4;
@@ -139,6 +140,43 @@ async fn with_the_graph_enforced_the_suite_answers_over_its_links_and_refuses_ot
     let (status, answer) = ask(&suite, "show me robots playing soccer").await;
     assert_eq!(status, ResponseStatus::Success);
     assert!(answer.metadata.agents.iter().all(|c| c.status == "success"), "{:?}", answer.metadata.agents);
+    // The orchestrator messages the search agent over their link; the registry keeps the history.
+    let task = TaskRequest::from_text(
+        None,
+        "message",
+        Some(serde_json::json!({"skill": "send_agent_message", "target": "search", "message": "robots"})),
+    );
+    let response =
+        send_task(&http, &suite.urls.orchestrator, &task, Duration::from_millis(WAIT_DEADLINE_MS)).await.unwrap();
+    let sent: serde_json::Value = reply_data(&suite.urls.orchestrator, &response).unwrap();
+    assert_eq!((sent["status"].clone(), sent["relationship"].clone()), (json!("SUCCESS"), json!("superior")), "{sent}");
+    assert!(sent["message_id"].is_string(), "recorded at the registry: {sent}");
+    let link_id = sent["link_id"].as_str().unwrap();
+    assert_eq!(sent["context_id"], format!("link:{link_id}"));
+    let history: mesh_protocol::graph::LinkMessages = http
+        .get_json(&format!("{}/api/links/{link_id}/messages", suite.urls.registry), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let [message] = history.messages.as_slice() else { panic!("one message: {history:?}") };
+    assert_eq!((message.from_agent_id.as_str(), message.to_agent_id.as_str()), ("orchestrator", "search"));
+    assert_eq!(message.text, "robots");
+    // The orchestrator's calls reach the registry's event stream as `call` events.
+    let mut events = reqwest::Client::new()
+        .get(format!("{}/api/events", suite.urls.registry))
+        .header("last-event-id", "0")
+        .send()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    let mut seen = String::new();
+    while !seen.contains("event: call") {
+        assert!(Instant::now() < deadline, "no call event: {seen}");
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, events.chunk()).await.expect("events in time").unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk.expect("the stream stays open")));
+    }
+    assert!(seen.contains(r#""from":"orchestrator""#), "{seen}");
+    drop(events);
     // No link lets the search agent start a conversation with the orchestrator.
     let request = http::Request::post(format!("{}/tasks/send", suite.urls.orchestrator))
         .header("content-type", "application/json")
