@@ -1,5 +1,6 @@
 //! The whole mesh in one process: the registry and the four agents, each on its own port, wired
-//! to the registry. `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
+//! to the registry, which holds the suite's links (`deploy/links.toml`) so the suite also runs
+//! with the graph enforced. `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
 
 use std::future::Future;
 use std::path::Path;
@@ -9,8 +10,9 @@ use mesh_agent_kit::{AgentArgs, AgentConfig};
 use mesh_client::HttpClient;
 use orchestrator::OrchestratorConfig;
 use profile_selection::ProfileSelectionConfig;
-use registry::{Application, RegistryConfig};
+use registry::{Application, LinkDef, RegistryConfig};
 use search::SearchConfig;
+use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -64,6 +66,18 @@ impl SuiteConfig {
     }
 }
 
+/// The links of the bundled suite: the orchestrator is superior to the agents it calls.
+const SUITE_LINKS_TOML: &str = include_str!("../deploy/links.toml");
+
+/// The `[[links]]` of `deploy/links.toml`.
+pub fn suite_links() -> Result<Vec<LinkDef>, toml::de::Error> {
+    #[derive(Deserialize)]
+    struct LinksFile {
+        links: Vec<LinkDef>,
+    }
+    Ok(toml::from_str::<LinksFile>(SUITE_LINKS_TOML)?.links)
+}
+
 /// URLs of the running services.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuiteUrls {
@@ -84,8 +98,12 @@ pub struct RunningSuite {
     registry: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
-/// Starts the registry, then the agents pointed at it (they register themselves).
+/// Starts the registry (with the suite's links, unless its configuration names links of its
+/// own), then the agents pointed at it (they register themselves).
 pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
+    if config.registry.links.is_empty() {
+        config.registry.links = suite_links()?;
+    }
     let http = HttpClient::with_reqwest()?;
     let registry = Application::build(&config.registry).await?;
     let registry_url = registry.url();

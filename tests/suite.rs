@@ -9,12 +9,17 @@ use mesh_protocol::agents::QueryAnswer;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use registry::RegistryConfig;
+use serde_json::json;
 
 const WAIT_DEADLINE_MS: u64 = 10_000;
 const SUITE_AGENTS: usize = 4;
 
 async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
-    let suite = start(SuiteConfig::ephemeral(data.path())).await.unwrap();
+    start_suite_with(SuiteConfig::ephemeral(data.path())).await
+}
+
+async fn start_suite_with(config: SuiteConfig) -> RunningSuite {
+    let suite = start(config).await.unwrap();
     let registry = RegistryClient::new(&suite.urls.registry, HttpClient::with_reqwest().unwrap()).unwrap();
     let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
     while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < SUITE_AGENTS {
@@ -106,4 +111,82 @@ async fn stopping_the_suite_deregisters_the_agents() {
     let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
     assert_eq!(client.agents().await.unwrap().total, 0);
     running.abort();
+}
+
+#[tokio::test]
+async fn with_the_graph_enforced_the_suite_answers_over_its_links_and_refuses_other_calls() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = SuiteConfig::ephemeral(data.path());
+    config.registry.graph_mode = mesh_protocol::graph::GraphMode::Enforced;
+    let suite = start_suite_with(config).await;
+    let http = HttpClient::with_reqwest().unwrap();
+    // Every agent holds the enforced policy with the bundled links before the query.
+    let links = a2a_mesh::suite_links().unwrap().len();
+    for url in
+        [&suite.urls.orchestrator, &suite.urls.search, &suite.urls.entity_extraction, &suite.urls.profile_selection]
+    {
+        let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+        loop {
+            let health: serde_json::Value =
+                http.get_json(&format!("{url}/health"), Duration::from_secs(5)).await.unwrap();
+            let cache = &health["components"]["graph"]["links"];
+            if cache["mode"] == "enforced" && cache["links"] == links {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{url} never loaded the enforced policy: {health}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (status, answer) = ask(&suite, "show me robots playing soccer").await;
+    assert_eq!(status, ResponseStatus::Success);
+    assert!(answer.metadata.agents.iter().all(|c| c.status == "success"), "{:?}", answer.metadata.agents);
+    // The orchestrator messages the search agent over their link; the registry keeps the history.
+    let task = TaskRequest::from_text(
+        None,
+        "message",
+        Some(serde_json::json!({"skill": "send_agent_message", "target": "search", "message": "robots"})),
+    );
+    let response =
+        send_task(&http, &suite.urls.orchestrator, &task, Duration::from_millis(WAIT_DEADLINE_MS)).await.unwrap();
+    let sent: serde_json::Value = reply_data(&suite.urls.orchestrator, &response).unwrap();
+    assert_eq!((sent["status"].clone(), sent["relationship"].clone()), (json!("SUCCESS"), json!("superior")), "{sent}");
+    assert!(sent["message_id"].is_string(), "recorded at the registry: {sent}");
+    let link_id = sent["link_id"].as_str().unwrap();
+    assert_eq!(sent["context_id"], format!("link:{link_id}"));
+    let history: mesh_protocol::graph::LinkMessages = http
+        .get_json(&format!("{}/api/links/{link_id}/messages", suite.urls.registry), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let [message] = history.messages.as_slice() else { panic!("one message: {history:?}") };
+    assert_eq!((message.from_agent_id.as_str(), message.to_agent_id.as_str()), ("orchestrator", "search"));
+    assert_eq!(message.text, "robots");
+    // The orchestrator's calls reach the registry's event stream as `call` events.
+    let mut events = reqwest::Client::new()
+        .get(format!("{}/api/events", suite.urls.registry))
+        .header("last-event-id", "0")
+        .send()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    let mut seen = String::new();
+    while !seen.contains("event: call") {
+        assert!(Instant::now() < deadline, "no call event: {seen}");
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, events.chunk()).await.expect("events in time").unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk.expect("the stream stays open")));
+    }
+    assert!(seen.contains(r#""from":"orchestrator""#), "{seen}");
+    drop(events);
+    // No link lets the search agent start a conversation with the orchestrator.
+    let request = http::Request::post(format!("{}/tasks/send", suite.urls.orchestrator))
+        .header("content-type", "application/json")
+        .header(mesh_protocol::call::CALL_CHAIN_HEADER, "search")
+        .body(bytes::Bytes::from(serde_json::to_vec(&TaskRequest::from_text(None, "hi", None)).unwrap()))
+        .unwrap();
+    let response = http.send(request, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(response.status(), 403);
+    let error: ErrorBody = serde_json::from_slice(response.body()).unwrap();
+    assert_eq!(error.error_code, "LINK_DENIED");
+    assert!(error.error_message.starts_with("no enabled link lets search call orchestrator"), "{error:?}");
+    suite.stop().await.unwrap();
 }

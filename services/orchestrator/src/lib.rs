@@ -8,8 +8,10 @@ mod flow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mesh_agent_kit::agent_message::{WithAgentMessages, send_agent_message_skill};
 use mesh_agent_kit::call_agent::{WithCallAgent, call_agent_skill};
-use mesh_agent_kit::{AgentApp, KitError};
+use mesh_agent_kit::graph::AgentGraph;
+use mesh_agent_kit::{AgentApp, AgentExtras, KitError};
 use mesh_client::{CallerSettings, ClientError, Discovery, HttpClient, MeshCaller, RegistryClient};
 use mesh_protocol::a2a::v1::AgentCard;
 
@@ -43,7 +45,10 @@ pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<Agen
     let registry = RegistryClient::new(registry_url, http.clone())?;
     let discovery =
         Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));
-    let caller = Arc::new(MeshCaller::new(http.clone(), registry, Arc::new(discovery), CallerSettings::default()));
+    // Its calls are checked against the links and reported, like the calls it admits.
+    let graph = AgentGraph::new(&config.agent, http.clone())?.ok_or(StartError::NoRegistry)?;
+    let caller = MeshCaller::new(http.clone(), registry, Arc::new(discovery), CallerSettings::default());
+    let caller = Arc::new(graph.caller(caller));
     let settings = FlowSettings {
         planning_timeout: Duration::from_millis(config.planning_timeout_ms),
         search_timeout: Duration::from_millis(config.search_timeout_ms),
@@ -52,8 +57,11 @@ pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<Agen
         ensemble_profiles_max: config.ensemble_profiles_max,
     };
     let orchestrator = Orchestrator::new(caller.clone(), settings);
-    // Its caller also serves the kit's `call_agent` skill: the same path the query flow takes.
+    // Its caller also serves the kit's `call_agent` and `send_agent_message` skills: the same
+    // path the query flow takes.
     let mut card = card()?;
-    card.skills.push(call_agent_skill());
-    Ok(AgentApp::build(&config.agent, card, WithCallAgent::new(orchestrator, caller), http).await?)
+    card.skills.extend([call_agent_skill(), send_agent_message_skill()]);
+    let handler = WithAgentMessages::new(WithCallAgent::new(orchestrator, caller.clone()), caller, graph.clone());
+    let extras = AgentExtras { graph: Some(graph), ..AgentExtras::default() };
+    Ok(AgentApp::build_with(&config.agent, card, handler, http, extras).await?)
 }

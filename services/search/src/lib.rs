@@ -190,6 +190,7 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
                 ),
             ),
         ],
+        ..AgentExtras::default()
     };
     Ok(AgentApp::build_with(&config.agent, card, agent, http, extras).await?)
 }

@@ -7,6 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router, middleware};
 use mesh_client::{CallScope, CircuitReport};
+use mesh_graph::LinkContext;
 use mesh_protocol::seed::{
     ConfidenceLevel, Message, Part, ResponseMetadata, ResponseStatus, Role, TaskRequest, TaskResponse,
 };
@@ -33,6 +34,9 @@ pub struct TaskInput {
     pub messages: Vec<Message>,
     /// The call being handled (its context and deadline); calls made for it derive from this.
     pub call: CallScope,
+    /// The link an agent message came over (who sent it, in which relationship), when it is one
+    /// (an A2A message in the conversation `link:{link_id}`, see [`crate::agent_message`]).
+    pub link: Option<LinkContext>,
 }
 
 /// What a handler answers: the reply parts, and warnings when the answer is partial.
@@ -158,9 +162,12 @@ async fn send_task<H: AgentHandler>(
         call: scope.map(|Extension(scope)| scope).unwrap_or_else(|| {
             CallScope::received(state.card.card().name.as_str(), mesh_protocol::call::CallContext::default())
         }),
+        // Agent messages travel as A2A messages, whose metadata names their link; a seed task has none.
+        link: None,
     };
+    let context_id = input.call.context().context_id.clone();
     let outcome = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()));
-    let record = seed_task(&task_id, &task.messages, outcome.as_ref());
+    let record = seed_task(&task_id, context_id, &task.messages, outcome.as_ref());
     if let Err(error) = state.engine.record("", &record).await {
         // The answer stands; only its record is missing from the task store.
         tracing::error!(task = %task_id, %error, "could not record the seed task");

@@ -2,9 +2,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::middleware;
-use mesh_client::{ClientError, HttpClient, RegistryClient};
+use axum::{Extension, middleware};
+use mesh_client::{
+    CALL_REPORT_BATCH_MAX_DEFAULT, CALL_REPORT_FLUSH_MS_DEFAULT, CALL_REPORT_QUEUE_MAX_DEFAULT, ClientError,
+    GRAPH_REFRESH_MS_DEFAULT, HttpClient, RegistryClient,
+};
+use mesh_graph::CONVERSATIONS_MAX_DEFAULT;
 use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::graph::GraphMode;
 use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROCESS_PATH, Registration};
 use serde::Deserialize;
 use tokio::net::TcpListener;
@@ -14,6 +19,7 @@ use mesh_tasks::TaskStore;
 use crate::a2a::{TaskHandler, describe_interfaces};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::card::CardDocument;
+use crate::graph::AgentGraph;
 use crate::http::{
     BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve, with_common_layers,
 };
@@ -50,6 +56,20 @@ pub struct AgentConfig {
     /// `protocolVersion`, `additionalInterfaces`) for 0.3 clients. On by default; strict 1.0
     /// validators (the conformance kit) reject them.
     pub legacy_card_fields: bool,
+    /// Milliseconds between polls of the registry's link policy (`GET /api/policy`).
+    pub graph_refresh_ms: u64,
+    /// The graph mode assumed until the registry's policy first loads: `open` (calls pass, as in
+    /// a mesh without links) or `enforced` (every agent-to-agent call is denied until links arrive:
+    /// for an agent that must never take an unchecked call).
+    pub graph_mode_until_loaded: GraphMode,
+    /// One-way conversations remembered for the answer rule; the oldest are forgotten first.
+    pub graph_conversations_max: usize,
+    /// Call reports waiting for the registry, at most; more are dropped and counted in `/health`.
+    pub call_report_queue_max: usize,
+    /// Call reports per POST to the registry (at most 1,000).
+    pub call_report_batch_max: usize,
+    /// Milliseconds between posts of call reports that do not fill a batch.
+    pub call_report_flush_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -65,6 +85,12 @@ impl Default for AgentConfig {
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             task_store_url: None,
             legacy_card_fields: true,
+            graph_refresh_ms: GRAPH_REFRESH_MS_DEFAULT,
+            graph_mode_until_loaded: GraphMode::Open,
+            graph_conversations_max: CONVERSATIONS_MAX_DEFAULT,
+            call_report_queue_max: CALL_REPORT_QUEUE_MAX_DEFAULT,
+            call_report_batch_max: CALL_REPORT_BATCH_MAX_DEFAULT,
+            call_report_flush_ms: CALL_REPORT_FLUSH_MS_DEFAULT,
         }
     }
 }
@@ -90,6 +116,9 @@ pub struct AgentExtras {
     pub routes: axum::Router,
     /// Health components: `(name, probe)`, the probe read at every `/health`.
     pub components: Vec<(String, Box<dyn Fn() -> serde_json::Value + Send + Sync>)>,
+    /// The agent's graph, when the agent built it first to give its caller ([`AgentGraph::caller`]);
+    /// otherwise the kit builds one from the configuration.
+    pub graph: Option<Arc<AgentGraph>>,
 }
 
 impl std::fmt::Debug for AgentExtras {
@@ -108,6 +137,7 @@ pub struct AgentApp {
     registration: Option<(RegistryClient, Registration)>,
     registration_refresh: Duration,
     metrics: Arc<ServiceMetrics>,
+    graph: Option<Arc<AgentGraph>>,
 }
 
 impl AgentApp {
@@ -166,6 +196,10 @@ impl AgentApp {
         describe_interfaces(&mut card, &url, config.legacy_card_fields);
         let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
         let store = TaskStore::open(&store_url, &card.name).await?;
+        let graph = match extras.graph {
+            Some(graph) => Some(graph),
+            None => AgentGraph::new(config, http.clone())?,
+        };
         let registration = match &config.registry_url {
             Some(registry_url) => Some((RegistryClient::new(registry_url, http)?, registration_for(&card, &url))),
             None => None,
@@ -185,9 +219,15 @@ impl AgentApp {
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
         }
+        if let Some(graph) = &graph {
+            // The admission layer of the task routes finds the link cache here.
+            router = router.layer(Extension(graph.links().clone()));
+            let probe = graph.clone();
+            metrics.add_component("graph", move || probe.report());
+        }
         let router = with_common_layers(router, limits);
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
-        Ok(Self { listener, router, url, registration, registration_refresh, metrics })
+        Ok(Self { listener, router, url, registration, registration_refresh, metrics, graph })
     }
 
     pub fn port(&self) -> u16 {
@@ -211,6 +251,7 @@ impl AgentApp {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), KitError> {
         let registration = self.registration;
         let (refresh, metrics) = (self.registration_refresh, self.metrics);
+        let graph_tasks = self.graph.map(|graph| graph.start()).unwrap_or_default();
         let registering = registration.clone().map(|(registry, registration)| {
             tokio::spawn(async move {
                 let mut announced = false;
@@ -236,6 +277,10 @@ impl AgentApp {
         let leave_then_drain = async move {
             shutdown.await;
             if let Some(task) = registering {
+                task.abort();
+            }
+            // Reports not yet posted (at most one flush interval's) are lost with the process anyway.
+            for task in graph_tasks {
                 task.abort();
             }
             if let Some((registry, registration)) = &registration {

@@ -1,7 +1,8 @@
 //! The receiving side of call safety (seed 000): every task call is admitted or refused from its
 //! call context before any work — a cycle (this agent already in the chain), a call at the depth
-//! limit, or a malformed context each get their own JSON error naming the chain — and an admitted
-//! call runs no longer than its caller waits.
+//! limit, or a malformed context each get their own JSON error naming the chain, and a call no
+//! link allows (when the agent has a link cache, see [`crate::graph`]) its `403 LINK_DENIED` —
+//! and an admitted call runs no longer than its caller waits.
 
 use std::sync::Arc;
 
@@ -10,9 +11,11 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use mesh_client::CallScope;
+use mesh_graph::LinkCache;
 use mesh_protocol::call::{CallContext, CallRejection};
 
 use crate::error::ErrorResponse;
+use crate::graph::{self, AuthenticatedAgent};
 
 /// The HTTP status of a call refused or failed for a call-safety reason, by error code.
 pub fn call_failure_status(error_code: &str) -> StatusCode {
@@ -23,6 +26,7 @@ pub fn call_failure_status(error_code: &str) -> StatusCode {
             StatusCode::SERVICE_UNAVAILABLE
         }
         "CALL_DEADLINE_EXCEEDED" | "AGENT_TIMEOUT" => StatusCode::GATEWAY_TIMEOUT,
+        "LINK_DENIED" => StatusCode::FORBIDDEN,
         "AGENT_NOT_FOUND" => StatusCode::NOT_FOUND,
         _ => StatusCode::BAD_GATEWAY,
     }
@@ -33,8 +37,9 @@ fn refused(rejection: &CallRejection) -> ErrorResponse {
 }
 
 /// Middleware for the task routes of the agent named by the state: reads the call context from
-/// the headers, refuses what must be refused, and otherwise hands the handler a [`CallScope`]
-/// (as a request extension) and cuts the call off when its caller's deadline passes.
+/// the headers, refuses what must be refused (the link check too, when the agent's link cache
+/// is a request extension), and otherwise hands the handler a [`CallScope`] (as a request
+/// extension) and cuts the call off when its caller's deadline passes.
 pub async fn admit_calls(State(agent): State<Arc<str>>, mut request: Request, next: Next) -> Response {
     let headers = request.headers();
     let context = CallContext::from_headers(|name| headers.get(name).and_then(|v| v.to_str().ok()))
@@ -47,6 +52,12 @@ pub async fn admit_calls(State(agent): State<Arc<str>>, mut request: Request, ne
         }
     };
     let scope = CallScope::received(agent.as_ref(), context);
+    if let Some(links) = request.extensions().get::<Arc<LinkCache>>() {
+        if let Err(denial) = graph::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>()) {
+            tracing::warn!(agent = %agent, %denial, "call refused");
+            return graph::denied(request, &denial).await;
+        }
+    }
     let left = scope.time_left();
     request.extensions_mut().insert(scope);
     let Some(left) = left else {

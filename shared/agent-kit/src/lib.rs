@@ -7,10 +7,12 @@
 //! shutdown), which the registry uses too.
 //!
 //! Task calls are admitted by their call context first ([`call_safety`]: cycles, the depth limit,
-//! the caller's deadline), and any agent can offer the [`call_agent`] skill.
+//! the caller's deadline, and the links of the communication graph, [`graph`]), and any agent
+//! can offer the [`call_agent`] and [`agent_message`] (`send_agent_message`) skills.
 
 pub mod a2a;
 mod agent;
+pub mod agent_message;
 mod app;
 pub mod call_agent;
 pub mod call_safety;
@@ -18,6 +20,7 @@ mod card;
 mod cli;
 pub mod conformance;
 mod error;
+pub mod graph;
 pub mod http;
 mod metrics;
 mod registration;

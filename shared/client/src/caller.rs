@@ -5,19 +5,29 @@
 //! the depth limit before sending, bounds this agent's outbound calls (a bulkhead: a full one
 //! answers busy at once), retries transient failures with exponential backoff and jitter on the
 //! next healthy replica, keeps a circuit breaker per instance, and tells the registry when an
-//! instance's circuit opens so it checks that instance's health at once.
+//! instance's circuit opens so it checks that instance's health at once. With a link cache it
+//! also refuses, before sending, a call no link allows ([`MeshCaller::with_links`]), and with a
+//! reporter it reports every call it sent to the registry ([`MeshCaller::with_call_reports`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use http::{HeaderName, HeaderValue, Method};
+use mesh_graph::{Decision, Denial, LinkCache};
+use mesh_protocol::a2a::v1::{SendMessageRequest, SendMessageResponse, TaskState};
+use mesh_protocol::a2a::{PROTOCOL_VERSION_1_0, VERSION_HEADER};
 use mesh_protocol::call::{CallContext, CallRejection, call_timeout_ms};
 use mesh_protocol::error::ErrorBody;
+use mesh_protocol::graph::{CallReport, OutcomeStatus};
 use mesh_protocol::registry::AgentSummary;
-use mesh_protocol::seed::{TaskRequest, TaskResponse};
+use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use crate::call_reports::CallReporter;
 
 use crate::circuits::{CircuitReport, CircuitSettings, Circuits, Passage};
 use crate::discovery::{Discovery, DiscoveryError};
@@ -107,11 +117,11 @@ impl Target {
     }
 }
 
-/// An answer, and the instance that gave it.
+/// An answer (a seed task response, or an A2A `SendMessage` result), and the instance that gave it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answered {
+pub struct Answered<R = TaskResponse> {
     pub agent: AgentSummary,
-    pub response: TaskResponse,
+    pub response: R,
     /// Attempts made, the successful one included.
     pub attempts: usize,
 }
@@ -121,6 +131,9 @@ pub enum CallError {
     /// Refused before sending: the target is already in the chain, or the call would be too deep.
     #[error("{0}")]
     Rejected(CallRejection),
+    /// Refused before sending: no enabled link lets this agent call the target.
+    #[error("{0}")]
+    LinkDenied(Denial),
     /// This agent already has its maximum of outbound calls in flight.
     #[error("busy: {limit} outbound calls already in flight")]
     Busy { limit: usize },
@@ -153,6 +166,7 @@ impl CallError {
     pub fn error_code(&self) -> &str {
         match self {
             Self::Rejected(rejection) => rejection.error_code(),
+            Self::LinkDenied(_) => Denial::ERROR_CODE,
             Self::Busy { .. } => "CALL_BUSY",
             Self::NoTimeLeft => "CALL_DEADLINE_EXCEEDED",
             Self::Discovery(DiscoveryError::Registry { .. }) => "REGISTRY_UNAVAILABLE",
@@ -186,6 +200,26 @@ pub struct MeshCaller {
     circuits: Circuits,
     bulkhead: Arc<Semaphore>,
     settings: CallerSettings,
+    links: Option<Arc<LinkCache>>,
+    reports: Option<CallReporter>,
+}
+
+/// Which endpoint of an agent a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    /// `POST {process_endpoint}` with a seed task.
+    Seed,
+    /// `POST {url}/message:send` (A2A 1.0 HTTP+JSON) with a `SendMessageRequest`.
+    Message,
+}
+
+impl Binding {
+    fn endpoint(self, agent: &AgentSummary) -> String {
+        match self {
+            Self::Seed => agent.process_endpoint.clone(),
+            Self::Message => format!("{}/message:send", agent.url.trim_end_matches('/')),
+        }
+    }
 }
 
 impl MeshCaller {
@@ -201,7 +235,21 @@ impl MeshCaller {
             circuits: Circuits::new(http, settings.circuits),
             bulkhead: Arc::new(Semaphore::new(settings.outbound_calls_max.max(1))),
             settings,
+            links: None,
+            reports: None,
         }
+    }
+
+    /// Checks every call against `links` before sending it: a call no link allows never leaves.
+    pub fn with_links(mut self, links: Arc<LinkCache>) -> Self {
+        self.links = Some(links);
+        self
+    }
+
+    /// Reports every call sent (from, to, capability, outcome, latency) through `reports`.
+    pub fn with_call_reports(mut self, reports: CallReporter) -> Self {
+        self.reports = Some(reports);
+        self
     }
 
     pub fn discovery(&self) -> &Discovery {
@@ -222,6 +270,77 @@ impl MeshCaller {
         task: &TaskRequest,
         timeout_ms: Option<u64>,
     ) -> Result<Answered, CallError> {
+        let started = Instant::now();
+        let answered = self.exchange(scope, target, Binding::Seed, task, None, timeout_ms).await;
+        self.report(scope, target, started, &answered, |response: &TaskResponse| match response.status {
+            ResponseStatus::Success => OutcomeStatus::Success,
+            ResponseStatus::Partial => OutcomeStatus::Partial,
+        });
+        answered
+    }
+
+    /// Sends an A2A message (`SendMessage`, HTTP+JSON binding) to `target` like [`Self::call`]
+    /// sends a seed task; the message's `contextId` is the conversation the link policy sees.
+    pub async fn send_message(
+        &self,
+        scope: &CallScope,
+        target: &Target,
+        request: &SendMessageRequest,
+        timeout_ms: Option<u64>,
+    ) -> Result<Answered<SendMessageResponse>, CallError> {
+        let started = Instant::now();
+        let context_id = request.message.context_id.as_deref();
+        let answered = self.exchange(scope, target, Binding::Message, request, context_id, timeout_ms).await;
+        self.report(scope, target, started, &answered, |response: &SendMessageResponse| match response {
+            SendMessageResponse::Task(task) if matches!(task.status.state, TaskState::Failed | TaskState::Rejected) => {
+                OutcomeStatus::Error
+            }
+            _ => OutcomeStatus::Success,
+        });
+        answered
+    }
+
+    /// Reports a call that was sent (at least one attempt); a call refused before sending is not one.
+    fn report<R>(
+        &self,
+        scope: &CallScope,
+        target: &Target,
+        started: Instant,
+        answered: &Result<Answered<R>, CallError>,
+        status: impl Fn(&R) -> OutcomeStatus,
+    ) {
+        let Some(reports) = &self.reports else { return };
+        let (to, status) = match answered {
+            Ok(answered) => (&answered.agent.name, status(&answered.response)),
+            Err(error @ CallError::Failed { agent, attempts: 1.., .. }) => {
+                (agent, if error.is_timeout() { OutcomeStatus::Timeout } else { OutcomeStatus::Error })
+            }
+            Err(_) => return,
+        };
+        reports.report(CallReport {
+            from: scope.agent().to_owned(),
+            to: to.clone(),
+            capability: match target {
+                Target::Capability { capability, .. } => Some(capability.clone()),
+                Target::Agent(_) => None,
+            },
+            status,
+            latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            at: None,
+        });
+    }
+
+    /// One call over `binding`, in conversation `context_id`: discovery, the checks the callee
+    /// would make, then attempts across replicas until one answers or the deadline passes.
+    async fn exchange<B: Serialize, R: DeserializeOwned>(
+        &self,
+        scope: &CallScope,
+        target: &Target,
+        binding: Binding,
+        body: &B,
+        context_id: Option<&str>,
+        timeout_ms: Option<u64>,
+    ) -> Result<Answered<R>, CallError> {
         let _permit = self
             .bulkhead
             .clone()
@@ -238,6 +357,7 @@ impl MeshCaller {
             // The checks the callee would make, made here so a doomed call is never sent.
             scope.context().next_hop(scope.agent(), budget_ms).admit(&candidate.name).map_err(CallError::Rejected)?;
         }
+        let candidates = self.permitted(scope, candidates, context_id)?;
         let mut delays = self.backoff().build();
         let mut last_failure: Option<(String, ClientError)> = None;
         let mut attempts = 0;
@@ -252,11 +372,12 @@ impl MeshCaller {
                 if left.is_zero() {
                     return Err(out_of_time(last_failure, attempts));
                 }
-                let request = self.request(scope, task, &agent.process_endpoint, left)?;
+                let endpoint = binding.endpoint(agent);
+                let request = self.request(scope, binding, body, &endpoint, context_id, left)?;
                 let was_open = self.circuits.is_open(&agent.process_endpoint);
                 let outcome = match self.circuits.send(&agent.name, &agent.process_endpoint, request, left).await {
                     Passage::Refused => continue,
-                    Passage::Answered(response) => decode_json::<TaskResponse>(&agent.process_endpoint, &response),
+                    Passage::Answered(response) => decode_json::<R>(&endpoint, &response),
                     Passage::Failed(error) => Err(error),
                 };
                 if !was_open && self.circuits.is_open(&agent.process_endpoint) {
@@ -287,6 +408,31 @@ impl MeshCaller {
                     tokio::time::sleep(pause).await;
                 }
             }
+        }
+    }
+
+    /// The candidates a link lets this agent call; when none, the first one's denial.
+    fn permitted(
+        &self,
+        scope: &CallScope,
+        candidates: Vec<AgentSummary>,
+        context_id: Option<&str>,
+    ) -> Result<Vec<AgentSummary>, CallError> {
+        let Some(links) = &self.links else { return Ok(candidates) };
+        let mut denied = None;
+        let allowed: Vec<AgentSummary> = candidates
+            .into_iter()
+            .filter(|candidate| match links.permit(scope.agent(), &candidate.name, context_id) {
+                Decision::Allowed(_) => true,
+                Decision::Denied(denial) => {
+                    denied.get_or_insert(denial);
+                    false
+                }
+            })
+            .collect();
+        match denied {
+            Some(denial) if allowed.is_empty() => Err(CallError::LinkDenied(denial)),
+            _ => Ok(allowed),
         }
     }
 
@@ -326,17 +472,21 @@ impl MeshCaller {
         }
     }
 
-    /// The task as a request to `endpoint`, carrying the next hop's context with `left` as its deadline.
-    fn request(
+    /// `body` as a request to `endpoint`, carrying the next hop's context with `left` as its
+    /// deadline and `context_id` as its conversation.
+    fn request<B: Serialize>(
         &self,
         scope: &CallScope,
-        task: &TaskRequest,
+        binding: Binding,
+        body: &B,
         endpoint: &str,
+        context_id: Option<&str>,
         left: Duration,
     ) -> Result<http::Request<bytes::Bytes>, CallError> {
         let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-        let context = scope.context().next_hop(scope.agent(), left_ms);
-        let mut request = json_request(Method::POST, endpoint, Some(task)).map_err(|source| CallError::Failed {
+        let mut context = scope.context().next_hop(scope.agent(), left_ms);
+        context.context_id = context_id.map(str::to_owned);
+        let mut request = json_request(Method::POST, endpoint, Some(body)).map_err(|source| CallError::Failed {
             agent: endpoint.to_owned(),
             attempts: 0,
             source: Box::new(source),
@@ -345,6 +495,9 @@ impl MeshCaller {
             if let Ok(value) = HeaderValue::from_str(&value) {
                 request.headers_mut().insert(HeaderName::from_static(name), value);
             }
+        }
+        if let (Binding::Message, Ok(name)) = (binding, HeaderName::from_bytes(VERSION_HEADER.as_bytes())) {
+            request.headers_mut().insert(name, HeaderValue::from_static(PROTOCOL_VERSION_1_0));
         }
         Ok(request)
     }

@@ -1,13 +1,14 @@
 use std::time::Duration;
 
-use http::Method;
+use http::{HeaderValue, Method, StatusCode, header};
+use mesh_protocol::graph::{CallReports, CallReportsAccepted, GraphPolicy, LinkMessage, NewLinkMessage};
 use mesh_protocol::registry::{
     AgentList, AgentPick, AgentRecord, CapabilityAgents, Registration, RegistryStats, StatusMessage,
 };
 use serde::de::DeserializeOwned;
 use url::Url;
 
-use crate::http_client::{ClientError, HttpClient};
+use crate::http_client::{ClientError, HttpClient, decode_json, json_request};
 
 /// Time allowed for one call to the registry; lookups are in-memory there, so this is generous.
 pub const REGISTRY_CALL_TIMEOUT_MS: u64 = 5_000;
@@ -79,6 +80,38 @@ impl RegistryClient {
 
     pub async fn stats(&self) -> Result<RegistryStats, ClientError> {
         self.get(&["stats"]).await
+    }
+
+    /// The link policy (`GET /api/policy`) and its `ETag`; `None` when it still matches `etag`
+    /// (sent as `If-None-Match`, answered `304`).
+    pub async fn policy(&self, etag: Option<&str>) -> Result<Option<(GraphPolicy, Option<String>)>, ClientError> {
+        let url = self.url(&["api", "policy"]);
+        let mut request = json_request::<()>(Method::GET, &url, None)?;
+        if let Some(value) = etag.and_then(|etag| HeaderValue::from_str(etag).ok()) {
+            request.headers_mut().insert(header::IF_NONE_MATCH, value);
+        }
+        let response = self.http.send(request, self.timeout).await?;
+        if response.status() == StatusCode::NOT_MODIFIED {
+            return Ok(None);
+        }
+        let etag = response.headers().get(header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Ok(Some((decode_json(&url, &response)?, etag)))
+    }
+
+    /// Reports calls this agent made (`POST /api/events/calls`).
+    pub async fn report_calls(&self, reports: &CallReports) -> Result<CallReportsAccepted, ClientError> {
+        let url = self.url(&["api", "events", "calls"]);
+        self.http.call_json(Method::POST, &url, Some(reports), self.timeout).await
+    }
+
+    /// Records a message this agent sent over link `link_id` (`POST /api/links/{id}/messages`).
+    pub async fn record_link_message(
+        &self,
+        link_id: &str,
+        message: &NewLinkMessage,
+    ) -> Result<LinkMessage, ClientError> {
+        let url = self.url(&["api", "links", link_id, "messages"]);
+        self.http.call_json(Method::POST, &url, Some(message), self.timeout).await
     }
 
     async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, ClientError> {

@@ -7,10 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use mesh_client::{
-    BoxFuture, CallError, CallScope, CallerSettings, CircuitSettings, CircuitWord, Circuits, Discovery, HttpClient,
-    MeshCaller, Passage, RegistryClient, Target, Transport, TransportError,
+    BoxFuture, CallError, CallReportSettings, CallReporter, CallScope, CallerSettings, CircuitSettings, CircuitWord,
+    Circuits, Discovery, HttpClient, MeshCaller, Passage, RegistryClient, Target, Transport, TransportError,
 };
+use mesh_graph::LinkCache;
 use mesh_protocol::call::{CALL_CHAIN_HEADER, CALL_DEADLINE_MS_HEADER, CallContext};
+use mesh_protocol::graph::{CallReports, GraphMode, GraphPolicy, Link, LinkDirection, LinkRelationship, LinkSource};
 use mesh_protocol::seed::TaskRequest;
 use serde_json::json;
 
@@ -35,6 +37,8 @@ struct Scripted {
     log: Mutex<Vec<Logged>>,
     /// Paths of the failure reports the registry got.
     reports: Mutex<Vec<String>>,
+    /// Call reports the registry got.
+    calls: Mutex<Vec<mesh_protocol::graph::CallReport>>,
 }
 
 impl Scripted {
@@ -88,6 +92,12 @@ impl Transport for Script {
                                "agent_card_url": format!("http://{name}/.well-known/agent-card.json")})
                     })
                     .collect();
+                if uri.path() == "/api/events/calls" {
+                    let reports: CallReports = serde_json::from_slice(request.body()).unwrap();
+                    let accepted = reports.calls.len();
+                    script.calls.lock().unwrap().extend(reports.calls);
+                    return Ok(json_response(StatusCode::ACCEPTED, json!({"accepted": accepted})));
+                }
                 if uri.path().ends_with("/failures") {
                     script.reports.lock().unwrap().push(format!("{}?{}", uri.path(), uri.query().unwrap_or_default()));
                     return Ok(json_response(StatusCode::OK, json!({"status": "success", "message": "checked"})));
@@ -291,5 +301,49 @@ async fn every_instance_open_fails_fast_and_the_registry_is_told() {
         *script.reports.lock().unwrap(),
         ["/agents/w1/failures?url=http%3A%2F%2Fw1"],
         "reported once, when it opened"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_no_link_allows_never_leaves_and_the_calls_sent_are_reported() {
+    let script = Scripted::new(&[("worker", Behaviour::Answer), ("boss", Behaviour::Answer)]);
+    let links = Arc::new(LinkCache::new(GraphMode::Open, 10));
+    let link = Link {
+        id: "l1".into(),
+        from_agent_id: "me".into(),
+        to_agent_id: "worker".into(),
+        direction: LinkDirection::OneWay,
+        relationship: LinkRelationship::Superior,
+        enabled: true,
+        source: LinkSource::Config,
+        created_at: "2026-11-24T00:00:00Z".into(),
+        updated_at: "2026-11-24T00:00:00Z".into(),
+    };
+    links.load(&GraphPolicy { mode: GraphMode::Enforced, links: vec![link] }, None).unwrap();
+    let (reporter, flusher) = CallReporter::new(CallReportSettings::default());
+    let caller = caller(&script, CallerSettings::default()).with_links(links).with_call_reports(reporter);
+
+    let error = caller.call(&scope(&[], None), &Target::Agent("boss".into()), &task(), None).await.unwrap_err();
+    assert_eq!(error.error_code(), "LINK_DENIED");
+    assert!(error.to_string().starts_with("no enabled link lets me call boss"), "{error}");
+    assert!(script.called().is_empty(), "a denied call is never sent");
+    // By capability, only the linked agent is a candidate.
+    for _ in 0..2 {
+        let answered = caller.call(&scope(&[], None), &Target::capability("work"), &task(), None).await.unwrap();
+        assert_eq!(answered.agent.name, "worker");
+    }
+    assert_eq!(script.called(), ["worker", "worker"]);
+
+    drop(caller);
+    let http = HttpClient::new(Arc::new(Script(script.clone())));
+    let counts = flusher.run(RegistryClient::new(REGISTRY, http).unwrap()).await;
+    assert_eq!((counts.sent, counts.dropped_queue_full, counts.dropped_unsent), (2, 0, 0));
+    let calls = script.calls.lock().unwrap();
+    assert_eq!(calls.len(), 2, "the denied call is not a call made: {calls:?}");
+    let report = &calls[0];
+    assert_eq!((report.from.as_str(), report.to.as_str()), ("me", "worker"));
+    assert_eq!(
+        (report.capability.as_deref(), report.status),
+        (Some("work"), mesh_protocol::graph::OutcomeStatus::Success)
     );
 }

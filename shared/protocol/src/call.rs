@@ -1,6 +1,7 @@
 //! The context every agent-to-agent call carries (seed 000, Kelpie ADR-028; seed 003's request
 //! fields): the chain of agents the call went through, its depth, the milliseconds left before the
-//! caller gives up, the request and correlation ids, the priority and the tenant.
+//! caller gives up, the request and correlation ids, the priority, the tenant, and the
+//! conversation (A2A `contextId`) the call belongs to, which the link policy's answer rule reads.
 //!
 //! It travels as HTTP headers ([`CallContext::to_headers`], [`CallContext::from_headers`]) and,
 //! for the A2A bindings, inside message metadata under [`CALL_CONTEXT_METADATA_KEY`]
@@ -32,6 +33,9 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
 pub const PRIORITY_HEADER: &str = "x-mesh-priority";
 pub const TENANT_HEADER: &str = "x-mesh-tenant";
+/// The conversation (A2A `contextId`) the call belongs to. For the A2A bindings it equals the
+/// message's `contextId`; seed `/tasks/send` calls have no other place for it.
+pub const CONTEXT_ID_HEADER: &str = "x-mesh-context-id";
 
 /// Key of the call context inside A2A message (or task) metadata.
 pub const CALL_CONTEXT_METADATA_KEY: &str = "urn:a2a-mesh:call-context:v1";
@@ -91,6 +95,10 @@ pub struct CallContext {
     pub priority: Priority,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The conversation (A2A `contextId`) this hop belongs to; each hop names its own, so it is
+    /// not carried over to the calls made while handling this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
 }
 
 /// Why a call context is refused before any work; each kind has its own error code.
@@ -174,6 +182,7 @@ impl CallContext {
             correlation_id: header(CORRELATION_ID_HEADER).map(str::to_owned),
             priority,
             tenant: header(TENANT_HEADER).map(str::to_owned),
+            context_id: header(CONTEXT_ID_HEADER).map(str::to_owned),
         };
         context.validate()?;
         Ok(context)
@@ -181,7 +190,7 @@ impl CallContext {
 
     /// The headers carrying this context, names in lower case.
     pub fn to_headers(&self) -> Vec<(&'static str, String)> {
-        let mut headers = Vec::with_capacity(7);
+        let mut headers = Vec::with_capacity(8);
         if !self.chain.is_empty() {
             let entries: Vec<String> =
                 self.chain.iter().map(|name| utf8_percent_encode(name, CHAIN_ESCAPED).to_string()).collect();
@@ -195,6 +204,7 @@ impl CallContext {
         headers.extend(self.correlation_id.clone().map(|id| (CORRELATION_ID_HEADER, id)));
         headers.push((PRIORITY_HEADER, self.priority.as_str().to_owned()));
         headers.extend(self.tenant.clone().map(|tenant| (TENANT_HEADER, tenant)));
+        headers.extend(self.context_id.clone().map(|context| (CONTEXT_ID_HEADER, context)));
         headers
     }
 
@@ -243,6 +253,7 @@ impl CallContext {
             correlation_id: self.correlation_id.clone().or_else(|| self.request_id.clone()),
             priority: self.priority,
             tenant: self.tenant.clone(),
+            context_id: None,
         }
     }
 
@@ -254,7 +265,12 @@ impl CallContext {
         if let Some(tenant) = &self.tenant {
             validate_tenant_id(tenant).map_err(CallRejection::Invalid)?;
         }
-        for (name, id) in [("request id", &self.request_id), ("correlation id", &self.correlation_id)] {
+        let ids = [
+            ("request id", &self.request_id),
+            ("correlation id", &self.correlation_id),
+            ("context id", &self.context_id),
+        ];
+        for (name, id) in ids {
             if id.as_ref().is_some_and(|id| id.is_empty() || id.chars().count() > CALL_ID_CHARS_MAX) {
                 return Err(CallRejection::Invalid(format!("the {name} must be 1 to {CALL_ID_CHARS_MAX} characters")));
             }
@@ -318,6 +334,7 @@ mod tests {
             correlation_id: Some("c-9".into()),
             priority: Priority::High,
             tenant: Some("acme_1".into()),
+            context_id: Some("link:5f0c".into()),
         };
         let headers: HashMap<_, _> = original.to_headers().into_iter().collect();
         assert!(headers.values().all(|v| v.is_ascii()), "{headers:?}");
@@ -371,13 +388,19 @@ mod tests {
 
     #[test]
     fn the_next_hop_extends_the_chain_and_keeps_the_ids() {
-        let incoming = CallContext { request_id: Some("r".into()), tenant: Some("t".into()), ..context(&["a"]) };
+        let incoming = CallContext {
+            request_id: Some("r".into()),
+            tenant: Some("t".into()),
+            context_id: Some("c".into()),
+            ..context(&["a"])
+        };
         let next = incoming.next_hop("b", 900);
         assert_eq!(next.chain, ["a", "b"]);
         assert_eq!(next.depth, 2);
         assert_eq!(next.deadline_ms, Some(900));
         assert_eq!(next.correlation_id.as_deref(), Some("r"), "the first request id correlates the workflow");
         assert_eq!(next.tenant.as_deref(), Some("t"));
+        assert_eq!(next.context_id, None, "each hop names its own conversation");
     }
 
     #[test]

@@ -157,8 +157,21 @@ impl<H: TaskHandler> TaskEngine<H> {
         request: SendMessageRequest,
         call: CallScope,
     ) -> Result<TurnEvents, TaskError> {
-        let SendMessageRequest { message, metadata, .. } = request;
+        let SendMessageRequest { mut message, metadata, .. } = request;
         check_user_message(&message)?;
+        // The conversation the call was admitted in (the link policy's answer rule read it) is
+        // the one the message joins.
+        if let Some(admitted) = call.context().context_id.as_deref() {
+            match message.context_id.as_deref().filter(|c| !c.is_empty()) {
+                Some(named) if named != admitted => {
+                    return Err(TaskError::InvalidParams(format!(
+                        "message contextId {named} differs from the call's context id {admitted}"
+                    )));
+                }
+                Some(_) => {}
+                None => message.context_id = Some(admitted.to_owned()),
+            }
+        }
         let (live, previous, mut message) = match message.task_id.clone().filter(|id| !id.is_empty()) {
             Some(task_id) => self.continue_task(tenant, &task_id, message).await?,
             None => {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::engine::{TaskEvents, TaskHandler, Turn};
 use crate::agent::{AgentHandler, AgentReply, TaskInput};
 use crate::error::ErrorResponse;
+use crate::graph::inbound_link;
 
 /// Name of the artifact holding a seed handler's reply.
 const REPLY_ARTIFACT_NAME: &str = "result";
@@ -49,6 +50,7 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
             text: text_of(&turn.message.parts),
             data: data_of(&turn.message.parts),
             messages: history.iter().map(seed_message).collect(),
+            link: inbound_link(&turn.message, &turn.call),
             call: turn.call,
         };
         let outcome = tokio::select! {
@@ -126,13 +128,15 @@ fn reply_artifact(reply: &AgentReply, task_id: &str) -> Artifact {
 }
 
 /// A seed call as an A2A task: the request's messages as history, then the reply as an artifact
-/// (completed) or the error body in the status message (failed).
+/// (completed) or the error body in the status message (failed); in the conversation its call
+/// context names, else in a new one.
 pub(crate) fn seed_task(
     task_id: &str,
+    context_id: Option<String>,
     messages: &[seed::Message],
     outcome: Result<&AgentReply, &ErrorResponse>,
 ) -> Task {
-    let context_id = uuid::Uuid::new_v4().to_string();
+    let context_id = context_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let history = messages
         .iter()
         .map(|message| {
@@ -195,7 +199,8 @@ mod tests {
     fn a_failed_seed_call_keeps_its_error_body() {
         let error = ErrorResponse::new(axum::http::StatusCode::BAD_REQUEST, "TASK_INVALID", "no query");
         let messages = [seed::Message { role: seed::Role::User, parts: vec![seed::Part::Text { text: "q".into() }] }];
-        let task = seed_task("t9", &messages, Err(&error));
+        let task = seed_task("t9", Some("link:l1".into()), &messages, Err(&error));
+        assert_eq!(task.context_id, "link:l1");
         assert_eq!(task.status.state, TaskState::Failed);
         let message = task.status.message.unwrap();
         assert_eq!(message.parts[0].as_text(), Some("no query"));
