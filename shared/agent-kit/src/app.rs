@@ -50,6 +50,8 @@ pub struct AgentConfig {
     /// `protocolVersion`, `additionalInterfaces`) for 0.3 clients. On by default; strict 1.0
     /// validators (the conformance kit) reject them.
     pub legacy_card_fields: bool,
+    /// The conversation bus: with it the agent also answers conversations on its own topic.
+    pub bus: Option<mesh_bus::BusConfig>,
 }
 
 impl Default for AgentConfig {
@@ -65,6 +67,7 @@ impl Default for AgentConfig {
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             task_store_url: None,
             legacy_card_fields: true,
+            bus: None,
         }
     }
 }
@@ -81,6 +84,8 @@ pub enum KitError {
     Serve(#[source] std::io::Error),
     #[error("cannot open the task store: {0}")]
     TaskStore(#[from] mesh_tasks::TaskError),
+    #[error("cannot open the conversation bus: {0}")]
+    Bus(#[from] mesh_bus::BusError),
 }
 
 /// What an agent adds to the kit's routes and health report.
@@ -108,6 +113,7 @@ pub struct AgentApp {
     registration: Option<(RegistryClient, Registration)>,
     registration_refresh: Duration,
     metrics: Arc<ServiceMetrics>,
+    bus: Option<crate::bus::BusRunner>,
 }
 
 impl AgentApp {
@@ -130,8 +136,16 @@ impl AgentApp {
         http: HttpClient,
         extras: AgentExtras,
     ) -> Result<Self, KitError> {
-        Self::assemble(config, card, http, extras, |card, metrics, store| agent_router(card, handler, metrics, store))
-            .await
+        let handler = Arc::new(handler);
+        let name = config.name.clone().unwrap_or_else(|| card.name.clone());
+        let bus = match &config.bus {
+            Some(bus) => Some(crate::bus::BusRunner::open(bus, &name, handler.clone()).await?),
+            None => None,
+        };
+        let app = Self::assemble(config, card, http, extras, |card, metrics, store| {
+            agent_router(card, handler, metrics, store)
+        });
+        Ok(Self { bus, ..app.await? })
     }
 
     /// An agent built on the task model directly: a [`TaskHandler`] reports each turn of a task
@@ -187,7 +201,7 @@ impl AgentApp {
         }
         let router = with_common_layers(router, limits);
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
-        Ok(Self { listener, router, url, registration, registration_refresh, metrics })
+        Ok(Self { listener, router, url, registration, registration_refresh, metrics, bus: None })
     }
 
     pub fn port(&self) -> u16 {
@@ -211,6 +225,7 @@ impl AgentApp {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), KitError> {
         let registration = self.registration;
         let (refresh, metrics) = (self.registration_refresh, self.metrics);
+        let bus = self.bus.map(crate::bus::BusRunner::spawn);
         let registering = registration.clone().map(|(registry, registration)| {
             tokio::spawn(async move {
                 let mut announced = false;
@@ -242,7 +257,11 @@ impl AgentApp {
                 deregister(registry, &registration.name, &registration.url).await;
             }
         };
-        serve(self.listener, self.router, leave_then_drain).await.map_err(KitError::Serve)
+        let served = serve(self.listener, self.router, leave_then_drain).await.map_err(KitError::Serve);
+        if let Some(bus) = bus {
+            bus.stop().await;
+        }
+        served
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod a2a;
 mod agent;
 mod app;
+mod bus;
 pub mod call_agent;
 pub mod call_safety;
 mod card;
