@@ -1,7 +1,8 @@
 //! End to end over the conversation bus: a WebSocket conversation with the orchestrator through
 //! the UI agent. The orchestrator runs as a child process on the bus (embedded log in a SQLite
 //! file shared with this process); it is SIGKILLed and restarted mid-conversation, and the
-//! conversation goes on with its history intact and the seed's roles.
+//! conversation goes on with its history intact and the seed's roles. The same again on Kafka
+//! when `MESH_TEST_KAFKA_BROKERS` names a broker.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -12,8 +13,6 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// Longest one answer may take (the first includes the orchestrator's start and discovery).
 const ANSWER_DEADLINE_MS: u64 = 60_000;
-const ORCHESTRATOR_ID: &str = "orchestrator-1";
-const UI_AGENT_ID: &str = "ui-1";
 
 /// The orchestrator binary beside this test's own binaries, built when missing.
 fn orchestrator_binary() -> std::path::PathBuf {
@@ -25,10 +24,15 @@ fn orchestrator_binary() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_BIN_EXE_a2a-mesh")).with_file_name("orchestrator")
 }
 
-fn spawn_orchestrator(binary: &std::path::Path, registry: &str, bus_url: &str) -> Child {
-    Command::new(binary)
+fn spawn_orchestrator(binary: &std::path::Path, registry: &str, bus: &mesh_bus::BusConfig) -> Child {
+    let mut command = Command::new(binary);
+    if let Some(brokers) = &bus.kafka_brokers {
+        command.env("MESH_ORCHESTRATOR_BUS__KAFKA_BROKERS", brokers);
+    }
+    command
         .args(["--registry-url", registry, "--port", "0"])
-        .env("MESH_ORCHESTRATOR_BUS__DATABASE_URL", bus_url)
+        .env("MESH_ORCHESTRATOR_BUS__DATABASE_URL", &bus.database_url)
+        .env("MESH_ORCHESTRATOR_BUS__INSTANCE_ID", &bus.instance_id)
         .env("MESH_ORCHESTRATOR_TASK_STORE_URL", "sqlite::memory:")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -58,15 +62,35 @@ fn parse(answer: &str) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conversation_survives_the_orchestrator_being_killed() {
+async fn a_conversation_on_the_embedded_log_survives_the_orchestrator_being_killed() {
+    conversation_survives_a_killed_orchestrator(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_on_kafka_survives_the_orchestrator_being_killed() {
+    match std::env::var("MESH_TEST_KAFKA_BROKERS") {
+        Ok(brokers) => conversation_survives_a_killed_orchestrator(Some(brokers)).await,
+        Err(_) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("CI=true but MESH_TEST_KAFKA_BROKERS is unset: start scripts/kafka-broker.sh and export it")
+        }
+        Err(_) => eprintln!("MESH_TEST_KAFKA_BROKERS unset: the Kafka conversation test is skipped"),
+    }
+}
+
+async fn conversation_survives_a_killed_orchestrator(kafka_brokers: Option<String>) {
     let binary = tokio::task::spawn_blocking(orchestrator_binary).await.unwrap();
     let data = tempfile::tempdir().unwrap();
     let mut config = SuiteConfig::ephemeral(data.path());
     // The bus's orchestrator is the child process below; the in-process one answers HTTP only.
     config.orchestrator.agent.bus = None;
-    let bus_url = config.ui_agent.bus.database_url.clone();
+    // Topics and groups of their own on a broker that outlives test runs.
+    config.ui_agent.bus.instance_id = format!("t{}", uuid::Uuid::new_v4().simple());
+    config.ui_agent.bus.kafka_brokers = kafka_brokers;
+    let bus = config.ui_agent.bus.clone();
     let suite = start(config).await.unwrap();
-    let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus_url);
+    let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus);
+    let orchestrator_id = mesh_bus::agent_id("orchestrator", &bus.instance_id);
+    let ui_agent_id = mesh_bus::agent_id("ui", &bus.instance_id);
 
     let ws_url = format!("{}/ws?agent=orchestrator", suite.urls.ui_agent.replacen("http://", "ws://", 1));
     let (mut socket, response) = tokio_tungstenite::connect_async(ws_url.as_str()).await.unwrap();
@@ -89,7 +113,7 @@ async fn a_conversation_survives_the_orchestrator_being_killed() {
     orchestrator.wait().unwrap();
     socket.send(Message::Text(questions[3].into())).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus_url);
+    let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus);
     let answer =
         tokio::time::timeout(Duration::from_millis(ANSWER_DEADLINE_MS), socket.next()).await.unwrap().unwrap().unwrap();
     let answer = parse(answer.to_text().unwrap());
@@ -106,7 +130,7 @@ async fn a_conversation_survives_the_orchestrator_being_killed() {
         async move { http.get(url).send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
     };
     // Five questions, five answers, none twice, in order: the history came through the restart.
-    let as_orchestrator = messages(ORCHESTRATOR_ID).await;
+    let as_orchestrator = messages(&orchestrator_id).await;
     let list = as_orchestrator["messages"].as_array().unwrap();
     assert_eq!(list.len(), 10, "{as_orchestrator}");
     for (i, question) in questions.iter().enumerate() {
@@ -116,13 +140,13 @@ async fn a_conversation_survives_the_orchestrator_being_killed() {
         let answer = parse(list[2 * i + 1]["content"].as_str().unwrap());
         assert_eq!(answer["query"], *question);
     }
-    let as_ui = messages(UI_AGENT_ID).await;
+    let as_ui = messages(&ui_agent_id).await;
     let roles: Vec<&str> = as_ui["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["assistant", "user"].repeat(5));
 
     // The log rebuilds the same conversation, and lists and the tree find it.
     let replay: serde_json::Value = http
-        .post(format!("{}/conversations/{conversation}/replay?as={ORCHESTRATOR_ID}", suite.urls.ui_agent))
+        .post(format!("{}/conversations/{conversation}/replay?as={orchestrator_id}", suite.urls.ui_agent))
         .send()
         .await
         .unwrap()
@@ -132,7 +156,7 @@ async fn a_conversation_survives_the_orchestrator_being_killed() {
     assert_eq!(replay["matches_docmem"], true, "{replay}");
     assert_eq!(replay["messages"], as_orchestrator["messages"]);
     let listed: serde_json::Value = http
-        .get(format!("{}/conversations?agent={ORCHESTRATOR_ID}", suite.urls.ui_agent))
+        .get(format!("{}/conversations?agent={orchestrator_id}", suite.urls.ui_agent))
         .send()
         .await
         .unwrap()
@@ -149,7 +173,7 @@ async fn a_conversation_survives_the_orchestrator_being_killed() {
         .await
         .unwrap();
     assert_eq!(tree["nodes"].as_array().unwrap().len(), 11, "root and ten messages");
-    assert_eq!(tree["nodes"][1]["context"], format!("text:agent:{UI_AGENT_ID}"));
+    assert_eq!(tree["nodes"][1]["context"], format!("text:agent:{ui_agent_id}"));
     let missing = http.get(format!("{}/conversations/nope", suite.urls.ui_agent)).send().await.unwrap();
     assert_eq!(missing.status(), 404);
 

@@ -187,3 +187,22 @@ async fn sweep_retention(docmem: Docmem, days: u64) {
 pub(crate) fn session_channel() -> (mpsc::Sender<String>, mpsc::Receiver<String>) {
     mpsc::channel(SESSION_QUEUE_MESSAGES)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_answer_with_their_status() {
+        let cases = [
+            (UiError::Docmem(DocmemError::NotFound("c1".into())), StatusCode::NOT_FOUND),
+            (UiError::Docmem(DocmemError::Conflict { id: "n".into(), expected: 1, actual: 2 }), StatusCode::CONFLICT),
+            (UiError::Docmem(DocmemError::Invalid("x".into())), StatusCode::BAD_REQUEST),
+            (UiError::Bus(BusError::Timeout { operation: "producing", timeout_ms: 1 }), StatusCode::GATEWAY_TIMEOUT),
+            (UiError::Bus(BusError::Kafka("down".into())), StatusCode::SERVICE_UNAVAILABLE),
+        ];
+        for (error, status) in cases {
+            assert_eq!(error.into_response().status(), status);
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! second over the whole run, and p50/p99 from producing a message to seeing its answer.
 //! Replay: a topic of 100,000 records (1,000 conversations of 100 messages) rebuilt into caches.
 //!
-//! `cargo bench -p mesh-bus --bench bus_throughput -- [--messages 20000] [--replay-records 100000]`
+//! `cargo bench -p mesh-bus --bench bus_throughput -- [--messages 20000] [--senders 16] [--replay-records 100000]`
 //! Kafka runs when `MESH_TEST_KAFKA_BROKERS` names a broker (`scripts/kafka-broker.sh`).
 
 use std::collections::HashMap;
@@ -24,8 +24,8 @@ const ECHO_AGENT: &str = "echo-1";
 const CLIENT_AGENT: &str = "ui-1";
 /// Conversations the throughput run spreads its messages over.
 const CONVERSATIONS: usize = 100;
-/// Client tasks producing at once (many users typing).
-const SENDERS: usize = 16;
+/// Client tasks producing at once (many users typing), unless `--senders` says otherwise.
+const SENDERS_DEFAULT: usize = 16;
 /// Messages per conversation in the replay topic.
 const REPLAY_CONVERSATION_MESSAGES: usize = 100;
 const CACHE_CONVERSATIONS_MAX: usize = 10_000;
@@ -61,7 +61,7 @@ struct Throughput {
     p99_ms: f64,
 }
 
-async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: usize) -> Throughput {
+async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: usize, senders: usize) -> Throughput {
     let topic = format!("echo-bench-{}", uuid::Uuid::new_v4().simple());
     bus.ensure_topic(&topic).await.unwrap();
     let settings = ParticipantSettings {
@@ -99,12 +99,16 @@ async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: us
             }
         }
     });
-    let send = |root: String, text: String| {
+    let send = {
         let (bus, docmem, topic, sent) = (bus.clone(), docmem.clone(), topic.clone(), sent.clone());
-        async move {
-            let node = docmem.append_child(&root, &Context::agent_text(CLIENT_AGENT), &text).await.unwrap();
-            sent.lock().unwrap().insert(node.id.clone(), Instant::now());
-            bus.produce(&topic, &BusRecord::message(CLIENT_AGENT, &root, &node.id, ACTION_APPEND)).await.unwrap();
+        move |root: String, text: String| {
+            let (bus, docmem, topic, sent) = (bus.clone(), docmem.clone(), topic.clone(), sent.clone());
+            async move {
+                let node = docmem.append_child(&root, &Context::agent_text(CLIENT_AGENT), &text).await.unwrap();
+                sent.lock().unwrap().insert(node.id.clone(), Instant::now());
+                let record = BusRecord::message(CLIENT_AGENT, &root, &node.id, ACTION_APPEND);
+                bus.produce(&topic, &record).await.unwrap();
+            }
         }
     };
     send(roots[0].clone(), "warm-up".into()).await;
@@ -112,12 +116,12 @@ async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: us
     tokio::time::timeout(deadline, answered.recv()).await.expect("warm-up answered");
 
     let started = Instant::now();
-    let senders: Vec<_> = (0..SENDERS)
+    let senders: Vec<_> = (0..senders)
         .map(|sender| {
             let roots = roots.clone();
             let send = send.clone();
             tokio::spawn(async move {
-                for i in (sender..messages).step_by(SENDERS) {
+                for i in (sender..messages).step_by(senders) {
                     send(roots[i % CONVERSATIONS].clone(), format!("message {i}")).await;
                 }
             })
@@ -176,6 +180,7 @@ async fn replay(bus: &dyn ConversationBus, docmem: &Docmem, records: usize) -> f
 async fn main() {
     let messages = arg("--messages", 20_000);
     let replay_records = arg("--replay-records", 100_000);
+    let senders = arg("--senders", SENDERS_DEFAULT);
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("bus.db").display());
     let docmem = Docmem::open(&url).await.unwrap();
@@ -186,12 +191,12 @@ async fn main() {
         Err(_) => println!("MESH_TEST_KAFKA_BROKERS unset: Kafka is not measured"),
     }
     println!(
-        "{messages} messages over {CONVERSATIONS} conversations from {SENDERS} senders; replay of {replay_records} records; docmem on SQLite"
+        "{messages} messages over {CONVERSATIONS} conversations from {senders} senders; replay of {replay_records} records; docmem on SQLite"
     );
     println!("{:<24} {:>12} {:>10} {:>10} {:>14}", "backend", "messages/s", "p50 ms", "p99 ms", "replay s");
     let mut rows = Vec::new();
     for (name, bus) in backends {
-        let run = throughput(bus.clone(), &docmem, messages).await;
+        let run = throughput(bus.clone(), &docmem, messages, senders).await;
         let replay_s = replay(bus.as_ref(), &docmem, replay_records).await;
         println!(
             "{name:<24} {:>12.0} {:>10.2} {:>10.2} {:>14.2}",

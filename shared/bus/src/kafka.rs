@@ -32,8 +32,12 @@ const PRODUCER_LINGER_MS: u64 = 2;
 const PRODUCER_QUEUE_RECORDS_MAX: u64 = 50_000;
 /// Records a consumer prefetches per partition (bounded memory).
 const CONSUMER_QUEUE_RECORDS_MIN: u64 = 10_000;
-/// Replay reads stop waiting for more after this long without a record.
+/// A replay waits this long for a record before the end it read at its start.
 const REPLAY_IDLE_MS: u64 = 5_000;
+/// Past that end, a replay stops once the topic is quiet this long. Some brokers (tansu 0.6)
+/// report the high watermark as the last batch's base offset + 1, short of the batch's end, so
+/// the watermark alone would cut a replay short.
+const REPLAY_TAIL_IDLE_MS: u64 = 250;
 
 /// The Kafka backend; clones share one producer and one admin client.
 #[derive(Clone)]
@@ -149,7 +153,13 @@ impl ConversationBus for KafkaBus {
         let mut assignment = TopicPartitionList::new();
         assignment.add_partition_offset(topic, TOPIC_PARTITION, Offset::Beginning)?;
         consumer.assign(&assignment)?;
-        Ok(Box::new(KafkaReplay { topic: topic.to_owned(), consumer: Some(consumer), next_offset: low, end: high }))
+        Ok(Box::new(KafkaReplay {
+            topic: topic.to_owned(),
+            consumer: Some(consumer),
+            next_offset: low,
+            end: high,
+            done: false,
+        }))
     }
 
     fn backend(&self) -> &'static str {
@@ -241,8 +251,9 @@ struct KafkaReplay {
     topic: String,
     consumer: Option<Arc<StreamConsumer>>,
     next_offset: i64,
-    /// The topic's end when the replay began.
+    /// The topic's end (high watermark) as the broker reported it when the replay began.
     end: i64,
+    done: bool,
 }
 
 impl std::fmt::Debug for KafkaReplay {
@@ -260,19 +271,26 @@ impl Drop for KafkaReplay {
 #[async_trait::async_trait]
 impl BusReplay for KafkaReplay {
     async fn next_batch(&mut self) -> Result<Option<Vec<Delivered>>, BusError> {
-        if self.next_offset >= self.end {
+        if self.done {
             return Ok(None);
         }
         let consumer = self.consumer.as_ref().expect("present until dropped").clone();
-        let first = tokio::time::timeout(Duration::from_millis(REPLAY_IDLE_MS), consumer.recv())
-            .await
-            .map_err(|_| BusError::Timeout { operation: "replaying records", timeout_ms: REPLAY_IDLE_MS })??;
+        let past_end = self.next_offset >= self.end;
+        let wait_ms = if past_end { REPLAY_TAIL_IDLE_MS } else { REPLAY_IDLE_MS };
+        let first = match tokio::time::timeout(Duration::from_millis(wait_ms), consumer.recv()).await {
+            Ok(message) => message?,
+            Err(_) if past_end => {
+                self.done = true;
+                return Ok(None);
+            }
+            Err(_) => return Err(BusError::Timeout { operation: "replaying records", timeout_ms: wait_ms }),
+        };
         let mut batch = vec![delivered(&self.topic, &first)?];
         drop(first);
         take_ready(&consumer, &self.topic, &mut batch, CONSUMER_BATCH_MAX * 8).await?;
-        // Records past the end the replay began at belong to the live consumer.
-        batch.retain(|d| d.offset < self.end);
-        self.next_offset = batch.last().map_or(self.end, |last| last.offset + 1);
+        // Records produced since the replay began may come too: applying them is harmless, the
+        // live consumer applies each node once.
+        self.next_offset = batch.last().map_or(self.next_offset, |last| last.offset + 1);
         Ok(Some(batch))
     }
 }

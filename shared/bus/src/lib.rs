@@ -47,7 +47,7 @@ pub trait BusConsumer: Send + Debug {
     async fn commit(&mut self, offset: i64) -> Result<(), BusError>;
 }
 
-/// A read of a whole topic from its first record to the end it had when the read began.
+/// A read of a whole topic from its first record to (at least) the end it had when the read began.
 #[async_trait::async_trait]
 pub trait BusReplay: Send + Debug {
     /// The next records in offset order; `None` once the end is reached.

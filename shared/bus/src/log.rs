@@ -43,8 +43,9 @@ fn wakeup(database: &str, topic: &str) -> Arc<Notify> {
 #[derive(Debug, Clone)]
 pub struct LogBus {
     pool: AnyPool,
+    database: Database,
     /// Identifies the database for in-process wake-ups.
-    database: Arc<str>,
+    url: Arc<str>,
     /// Records kept per topic; older ones are deleted (Kafka's `retention`). `None` keeps all.
     retention_records: Option<i64>,
 }
@@ -55,7 +56,8 @@ impl LogBus {
         let database = Database::connect(database_url, &migrator()).await?;
         Ok(Self {
             pool: database.pool().clone(),
-            database: Arc::from(database_url),
+            database,
+            url: Arc::from(database_url),
             retention_records: retention_records.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
         })
     }
@@ -98,6 +100,7 @@ impl LogBus {
         let newest = first + count - 1;
         let crossed = newest / RETENTION_CHECK_EVERY_RECORDS != (first - 1).max(0) / RETENTION_CHECK_EVERY_RECORDS;
         if let Some(kept) = self.retention_records.filter(|_| crossed) {
+            let _turn = self.database.write_turn().await;
             let deleted = sqlx::query("DELETE FROM bus_records WHERE topic = $1 AND record_offset <= $2")
                 .bind(topic)
                 .bind(newest - kept)
@@ -138,6 +141,7 @@ impl ConversationBus for LogBus {
         let bodies = records.iter().map(BusRecord::to_json).collect::<Result<Vec<_>, _>>()?;
         let count = records.len() as i64;
         let first = bounded("producing records", async {
+            let _turn = self.database.write_turn().await;
             let mut transaction = self.pool.begin().await?;
             // The row lock on the topic serializes producers, so offsets are dense and in commit order.
             let row = sqlx::query(
@@ -178,7 +182,7 @@ impl ConversationBus for LogBus {
             Ok(first)
         })
         .await?;
-        wakeup(&self.database, topic).notify_waiters();
+        wakeup(&self.url, topic).notify_waiters();
         let offsets: Vec<i64> = (first..first + count).collect();
         self.prune(topic, first, count).await?;
         Ok(offsets)
@@ -191,7 +195,7 @@ impl ConversationBus for LogBus {
             topic: topic.to_owned(),
             group: group.to_owned(),
             next_offset,
-            wakeup: wakeup(&self.database, topic),
+            wakeup: wakeup(&self.url, topic),
         }))
     }
 
@@ -249,6 +253,7 @@ impl BusConsumer for LogConsumer {
 
     async fn commit(&mut self, offset: i64) -> Result<(), BusError> {
         bounded("committing an offset", async {
+            let _turn = self.bus.database.write_turn().await;
             sqlx::query(
                 "INSERT INTO bus_group_offsets (topic, group_id, next_offset, updated_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (topic, group_id) DO UPDATE SET next_offset = excluded.next_offset, updated_at = excluded.updated_at",

@@ -1,6 +1,7 @@
-//! One conformance suite, run against both backends: the embedded log always, Kafka when
-//! `MESH_TEST_KAFKA_BROKERS` names a broker (`scripts/kafka-broker.sh` starts one). Under CI
-//! (`CI=true`) a missing broker fails the Kafka half instead of skipping it.
+//! One conformance suite, run against both backends: the embedded log always (on SQLite, and on
+//! PostgreSQL too when `MESH_TEST_POSTGRES_URL` is set), Kafka when `MESH_TEST_KAFKA_BROKERS`
+//! names a broker (`scripts/kafka-broker.sh` starts one). Under CI (`CI=true`) a missing broker
+//! fails the Kafka half instead of skipping it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,12 @@ async fn backends() -> Vec<Backend> {
         docmem,
         _dir: dir,
     }];
+    if let Ok(url) = std::env::var("MESH_TEST_POSTGRES_URL") {
+        // Topics and groups are unique per test, so runs sharing the database never meet.
+        let bus = Arc::new(LogBus::open(&url, None).await.unwrap());
+        let docmem = Docmem::open(&url).await.unwrap();
+        backends.push(Backend { name: "embedded-log-postgres", bus, docmem, _dir: tempfile::tempdir().unwrap() });
+    }
     match std::env::var("MESH_TEST_KAFKA_BROKERS") {
         Ok(brokers) => {
             let dir = tempfile::tempdir().unwrap();

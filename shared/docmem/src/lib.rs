@@ -138,6 +138,7 @@ const NODE_COLUMNS: &str = "id, root_id, parent_id, position, context_type, cont
 #[derive(Debug, Clone)]
 pub struct Docmem {
     pool: AnyPool,
+    database: Database,
 }
 
 impl Docmem {
@@ -145,7 +146,7 @@ impl Docmem {
     /// `postgres://...`).
     pub async fn open(database_url: &str) -> Result<Self, DocmemError> {
         let database = Database::connect(database_url, &migrator()).await?;
-        Ok(Self { pool: database.pool().clone() })
+        Ok(Self { pool: database.pool().clone(), database })
     }
 
     /// Creates a root (a new document); its id is a fresh UUID.
@@ -163,7 +164,11 @@ impl Docmem {
             created_at: now.clone(),
             updated_at: now,
         };
-        bounded(async { Ok(self.insert(&node).await?) }).await?;
+        bounded(async {
+            let _turn = self.database.write_turn().await;
+            Ok(self.insert(&node).await?)
+        })
+        .await?;
         Ok(node)
     }
 
@@ -183,38 +188,13 @@ impl Docmem {
         content: &str,
     ) -> Result<Node, DocmemError> {
         bounded(async {
-            if let Some(existing) = self.get_unbounded(id).await? {
-                return Ok(existing);
-            }
-            let parent = self.get_unbounded(parent_id).await?.ok_or_else(|| DocmemError::NotFound(parent_id.into()))?;
             let mut last_error = None;
             for _ in 0..APPEND_ATTEMPTS_MAX {
-                let position: i64 = sqlx::query(
-                    "SELECT COALESCE(MAX(position) + 1, 0) FROM docmem_nodes WHERE root_id = $1 AND parent_id = $2",
-                )
-                .bind(&parent.root_id)
-                .bind(parent_id)
-                .fetch_one(&self.pool)
-                .await?
-                .try_get(0)?;
-                let now = now_timestamp();
-                let node = Node {
-                    id: id.to_owned(),
-                    root_id: parent.root_id.clone(),
-                    parent_id: Some(parent_id.to_owned()),
-                    position,
-                    context: context.clone(),
-                    content: content.to_owned(),
-                    version: 1,
-                    created_at: now.clone(),
-                    updated_at: now,
-                };
-                match self.insert(&node).await {
-                    Ok(()) => {
-                        self.touch(&parent.root_id, &node.updated_at).await?;
-                        return Ok(node);
-                    }
-                    // Another append took this position (or this id) meanwhile: look again.
+                match self.try_append(id, parent_id, context, content).await {
+                    Ok(Some(node)) => return Ok(node),
+                    Ok(None) => return Err(DocmemError::NotFound(parent_id.into())),
+                    // The id exists (a retried append), or another append took this position
+                    // meanwhile: return the node, or look for the next place again.
                     Err(sqlx::Error::Database(error)) if error.is_unique_violation() => {
                         if let Some(existing) = self.get_unbounded(id).await? {
                             return Ok(existing);
@@ -229,6 +209,55 @@ impl Docmem {
         .await
     }
 
+    /// One transaction: the node after its last sibling (its place and root read from the parent
+    /// in the same statement), and the document marked changed. `None` when the parent is missing.
+    async fn try_append(
+        &self,
+        id: &str,
+        parent_id: &str,
+        context: &Context,
+        content: &str,
+    ) -> Result<Option<Node>, sqlx::Error> {
+        let _turn = self.database.write_turn().await;
+        let now = now_timestamp();
+        let mut transaction = self.pool.begin().await?;
+        let row = sqlx::query(
+            "INSERT INTO docmem_nodes (id, root_id, parent_id, position, context_type, context_name, context_value, \
+             content, version, created_at, updated_at) \
+             SELECT $1, p.root_id, p.id, (SELECT COALESCE(MAX(c.position) + 1, 0) FROM docmem_nodes c \
+             WHERE c.root_id = p.root_id AND c.parent_id = p.id), $2, $3, $4, $5, 1, $6, $6 \
+             FROM docmem_nodes p WHERE p.id = $7 RETURNING root_id, position",
+        )
+        .bind(id)
+        .bind(&context.kind)
+        .bind(&context.name)
+        .bind(&context.value)
+        .bind(content)
+        .bind(&now)
+        .bind(parent_id)
+        .fetch_optional(&mut *transaction)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let root_id: String = row.try_get("root_id")?;
+        sqlx::query("UPDATE docmem_nodes SET updated_at = $1 WHERE id = $2 AND updated_at < $1")
+            .bind(&now)
+            .bind(&root_id)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(Some(Node {
+            id: id.to_owned(),
+            root_id,
+            parent_id: Some(parent_id.to_owned()),
+            position: row.try_get("position")?,
+            context: context.clone(),
+            content: content.to_owned(),
+            version: 1,
+            created_at: now.clone(),
+            updated_at: now,
+        }))
+    }
+
     /// Appends several children under `parent_id` at once, in order, in one transaction (e.g. to
     /// import a conversation); their ids are fresh UUIDs.
     pub async fn append_children(
@@ -238,6 +267,7 @@ impl Docmem {
     ) -> Result<Vec<Node>, DocmemError> {
         bounded(async {
             let parent = self.get_unbounded(parent_id).await?.ok_or_else(|| DocmemError::NotFound(parent_id.into()))?;
+            let _turn = self.database.write_turn().await;
             let mut transaction = self.pool.begin().await?;
             let first: i64 = sqlx::query(
                 "SELECT COALESCE(MAX(position) + 1, 0) FROM docmem_nodes WHERE root_id = $1 AND parent_id = $2",
@@ -335,6 +365,7 @@ impl Docmem {
     ) -> Result<Node, DocmemError> {
         bounded(async {
             let now = now_timestamp();
+            let _turn = self.database.write_turn().await;
             let updated = sqlx::query(
                 "UPDATE docmem_nodes SET content = $1, context_type = $2, context_name = $3, context_value = $4, \
                  version = version + 1, updated_at = $5 WHERE id = $6 AND version = $7",
@@ -363,6 +394,7 @@ impl Docmem {
     pub async fn delete(&self, id: &str) -> Result<(), DocmemError> {
         bounded(async {
             let node = self.get_unbounded(id).await?.ok_or_else(|| DocmemError::NotFound(id.into()))?;
+            let _turn = self.database.write_turn().await;
             if node.parent_id.is_none() {
                 sqlx::query("DELETE FROM docmem_nodes WHERE root_id = $1").bind(id).execute(&self.pool).await?;
                 return Ok(());
@@ -434,6 +466,7 @@ impl Docmem {
     /// returns how many nodes went.
     pub async fn prune_roots_older_than(&self, cutoff: &str) -> Result<u64, DocmemError> {
         bounded(async {
+            let _turn = self.database.write_turn().await;
             Ok(sqlx::query(
                 "DELETE FROM docmem_nodes WHERE root_id IN \
                  (SELECT id FROM docmem_nodes WHERE parent_id IS NULL AND updated_at < $1)",
