@@ -32,9 +32,12 @@ fn migrator() -> Migrator {
     migrator
 }
 
+/// Wake-ups by database and topic.
+type Wakeups = HashMap<(String, String), Arc<Notify>>;
+
 /// Wake-ups of this process's consumers, per database and topic.
 fn wakeup(database: &str, topic: &str) -> Arc<Notify> {
-    static WAKEUPS: OnceLock<Mutex<HashMap<(String, String), Arc<Notify>>>> = OnceLock::new();
+    static WAKEUPS: OnceLock<Mutex<Wakeups>> = OnceLock::new();
     let mut wakeups = WAKEUPS.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
     wakeups.entry((database.to_owned(), topic.to_owned())).or_default().clone()
 }
