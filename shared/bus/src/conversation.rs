@@ -80,14 +80,19 @@ impl ConversationCache {
                 _ => false,
             },
             (_, Some(node)) => {
-                if !self.node_ids.insert(node.id.clone()) {
-                    return false;
-                }
-                let sender = node.context.agent_id().unwrap_or(&record.agent_id).to_owned();
-                self.messages.push(CachedMessage { node_id: node.id.clone(), sender, content: node.content.clone() });
-                true
+                let sender = node.context.agent_id().unwrap_or(&record.agent_id);
+                self.append(&node.id, sender, &node.content)
             }
         }
+    }
+
+    /// Appends a message unless its node is there already; returns whether it was new.
+    pub fn append(&mut self, node_id: &str, sender: &str, content: &str) -> bool {
+        if !self.node_ids.insert(node_id.to_owned()) {
+            return false;
+        }
+        self.messages.push(CachedMessage { node_id: node_id.into(), sender: sender.into(), content: content.into() });
+        true
     }
 
     pub fn contains(&self, node_id: &str) -> bool {

@@ -11,7 +11,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesh_docmem::{Context, Docmem, DocmemError, Node};
+use mesh_docmem::{Context, Docmem, DocmemError, NewChild, Node};
 
 use crate::{
     ACTION_APPEND, ACTION_CREATE, BusError, BusRecord, ChatMessage, ConversationBus, ConversationCache, Conversations,
@@ -108,24 +108,41 @@ impl<A: Answerer> Participant<A> {
     }
 
     /// Applies delivered records in order: caches each and answers every new message from
-    /// someone else once; the answers' records are produced together at the end.
+    /// someone else once. The batch's answers are written to docmem in one transaction, then
+    /// their records produced together.
     pub async fn apply_batch(&mut self, batch: &[Delivered]) -> Result<(), BusError> {
+        let me = self.settings.agent_id.clone();
         let ids: Vec<String> = batch.iter().map(|d| d.record.node_id.clone()).collect();
         let nodes: HashMap<String, Node> =
             self.docmem.get_many(&ids).await?.into_iter().map(|n| (n.id.clone(), n)).collect();
+        // Answers already written (before a crash between writing and committing), in one read.
+        let answer_ids: Vec<String> =
+            batch.iter().filter(|d| d.record.agent_id != me).map(|d| answer_node_id(&me, &d.record.node_id)).collect();
+        let written: HashMap<String, Node> =
+            self.docmem.get_many(&answer_ids).await?.into_iter().map(|n| (n.id.clone(), n)).collect();
+        let mut answers = Vec::new();
         let mut replies = Vec::new();
         for delivered in batch {
-            if let Some(reply) = self.apply(&delivered.record, nodes.get(&delivered.record.node_id)).await? {
+            let record = &delivered.record;
+            if let Some((reply, answer)) = self.apply(record, nodes.get(&record.node_id), &written).await? {
+                answers.extend(answer);
                 replies.push(reply);
             }
         }
+        self.docmem.append_many(&answers).await?;
         self.bus.produce_many(&self.settings.topic, &replies).await?;
         Ok(())
     }
 
     /// Caches one record whose node is `node` (`None`: gone from docmem) and, when it is someone
-    /// else's new message not answered yet, writes the answer: its record to produce is returned.
-    async fn apply(&mut self, record: &BusRecord, node: Option<&Node>) -> Result<Option<BusRecord>, BusError> {
+    /// else's new message not answered yet, answers it: the answer's record to produce, and its
+    /// node to write unless `written` holds it already.
+    async fn apply(
+        &mut self,
+        record: &BusRecord,
+        node: Option<&Node>,
+        written: &HashMap<String, Node>,
+    ) -> Result<Option<(BusRecord, Option<NewChild>)>, BusError> {
         let me = self.settings.agent_id.clone();
         let cache = self.cache(&record.conversation_id).await?;
         cache.apply(record, node);
@@ -137,24 +154,28 @@ impl<A: Answerer> Participant<A> {
             return Ok(None);
         }
         let messages = cache.message_list(&me);
-        let answer = match self.docmem.get(&answer_id).await {
+        let (content, new) = match written.get(&answer_id) {
             // Written before a crash, perhaps not produced: produce it (a duplicate record is
             // harmless, every reader applies a node once).
-            Ok(existing) => existing,
-            Err(DocmemError::NotFound(_)) => {
+            Some(existing) => (existing.content.clone(), None),
+            None => {
                 let Some(text) = self.answerer.answer(record, node, messages).await? else { return Ok(None) };
-                self.docmem
-                    .append_child_with_id(&answer_id, &record.docmem_node_id, &Context::agent_text(&me), &text)
-                    .await?
+                let child = NewChild {
+                    id: answer_id.clone(),
+                    parent_id: record.docmem_node_id.clone(),
+                    context: Context::agent_text(&me),
+                    content: text.clone(),
+                };
+                (text, Some(child))
             }
-            Err(error) => return Err(error.into()),
         };
-        let mut reply = BusRecord::message(&me, &record.docmem_node_id, &answer.id, ACTION_APPEND);
+        let mut reply = BusRecord::message(&me, &record.docmem_node_id, &answer_id, ACTION_APPEND);
         reply.conversation_id.clone_from(&record.conversation_id);
         reply.correlation_id = Some(node.id.clone());
-        // Cached at once, so a redelivered record later in the batch finds it answered.
-        self.cache(&record.conversation_id).await?.apply(&reply, Some(&answer));
-        Ok(Some(reply))
+        // Cached at once, so the next message of the conversation sees it and a redelivered
+        // record later in the batch finds it answered.
+        self.cache(&record.conversation_id).await?.append(&answer_id, &me, &content);
+        Ok(Some((reply, new)))
     }
 
     /// The cache of a conversation, rebuilt from docmem when it was evicted or never loaded.

@@ -113,6 +113,15 @@ pub struct Node {
     pub updated_at: String,
 }
 
+/// A node to append with [`Docmem::append_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewChild {
+    pub id: String,
+    pub parent_id: String,
+    pub context: Context,
+    pub content: String,
+}
+
 /// A page of roots, newest first, and where the next page starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RootPage {
@@ -190,8 +199,14 @@ impl Docmem {
         bounded(async {
             let mut last_error = None;
             for _ in 0..APPEND_ATTEMPTS_MAX {
-                match self.try_append(id, parent_id, context, content).await {
-                    Ok(Some(node)) => return Ok(node),
+                let child = NewChild {
+                    id: id.to_owned(),
+                    parent_id: parent_id.to_owned(),
+                    context: context.clone(),
+                    content: content.to_owned(),
+                };
+                match self.try_append(std::slice::from_ref(&child)).await {
+                    Ok(Some(mut nodes)) => return Ok(nodes.remove(0)),
                     Ok(None) => return Err(DocmemError::NotFound(parent_id.into())),
                     // The id exists (a retried append), or another append took this position
                     // meanwhile: return the node, or look for the next place again.
@@ -209,53 +224,82 @@ impl Docmem {
         .await
     }
 
-    /// One transaction: the node after its last sibling (its place and root read from the parent
-    /// in the same statement), and the document marked changed. `None` when the parent is missing.
-    async fn try_append(
-        &self,
-        id: &str,
-        parent_id: &str,
-        context: &Context,
-        content: &str,
-    ) -> Result<Option<Node>, sqlx::Error> {
+    /// Appends children with caller-chosen ids (under their own parents) in one transaction, in
+    /// order: one commit for many answers. Idempotent like [`Self::append_child_with_id`]: when an
+    /// id exists already, or a concurrent append took a place, the children are appended one by
+    /// one instead, each returning the existing node if there is one.
+    pub async fn append_many(&self, children: &[NewChild]) -> Result<Vec<Node>, DocmemError> {
+        if children.is_empty() {
+            return Ok(Vec::new());
+        }
+        let attempt = bounded(async {
+            match self.try_append(children).await {
+                Ok(Some(nodes)) => Ok(Some(nodes)),
+                Ok(None) => Err(DocmemError::NotFound("a parent of the appended nodes".into())),
+                Err(sqlx::Error::Database(error)) if error.is_unique_violation() => Ok(None),
+                Err(error) => Err(error.into()),
+            }
+        })
+        .await?;
+        if let Some(nodes) = attempt {
+            return Ok(nodes);
+        }
+        let mut nodes = Vec::with_capacity(children.len());
+        for child in children {
+            nodes.push(self.append_child_with_id(&child.id, &child.parent_id, &child.context, &child.content).await?);
+        }
+        Ok(nodes)
+    }
+
+    /// One transaction: each node after its last sibling (its place and root read from the parent
+    /// in the same statement), and the documents marked changed. `None` when a parent is missing.
+    async fn try_append(&self, children: &[NewChild]) -> Result<Option<Vec<Node>>, sqlx::Error> {
         let _turn = self.database.write_turn().await;
         let now = now_timestamp();
         let mut transaction = self.pool.begin().await?;
-        let row = sqlx::query(
-            "INSERT INTO docmem_nodes (id, root_id, parent_id, position, context_type, context_name, context_value, \
-             content, version, created_at, updated_at) \
-             SELECT $1, p.root_id, p.id, (SELECT COALESCE(MAX(c.position) + 1, 0) FROM docmem_nodes c \
-             WHERE c.root_id = p.root_id AND c.parent_id = p.id), $2, $3, $4, $5, 1, $6, $6 \
-             FROM docmem_nodes p WHERE p.id = $7 RETURNING root_id, position",
-        )
-        .bind(id)
-        .bind(&context.kind)
-        .bind(&context.name)
-        .bind(&context.value)
-        .bind(content)
-        .bind(&now)
-        .bind(parent_id)
-        .fetch_optional(&mut *transaction)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let root_id: String = row.try_get("root_id")?;
-        sqlx::query("UPDATE docmem_nodes SET updated_at = $1 WHERE id = $2 AND updated_at < $1")
+        let mut nodes = Vec::with_capacity(children.len());
+        for child in children {
+            let row = sqlx::query(
+                "INSERT INTO docmem_nodes (id, root_id, parent_id, position, context_type, context_name, \
+                 context_value, content, version, created_at, updated_at) \
+                 SELECT $1, p.root_id, p.id, (SELECT COALESCE(MAX(c.position) + 1, 0) FROM docmem_nodes c \
+                 WHERE c.root_id = p.root_id AND c.parent_id = p.id), $2, $3, $4, $5, 1, $6, $6 \
+                 FROM docmem_nodes p WHERE p.id = $7 RETURNING root_id, position",
+            )
+            .bind(&child.id)
+            .bind(&child.context.kind)
+            .bind(&child.context.name)
+            .bind(&child.context.value)
+            .bind(&child.content)
             .bind(&now)
-            .bind(&root_id)
-            .execute(&mut *transaction)
+            .bind(&child.parent_id)
+            .fetch_optional(&mut *transaction)
             .await?;
+            let Some(row) = row else { return Ok(None) };
+            nodes.push(Node {
+                id: child.id.clone(),
+                root_id: row.try_get("root_id")?,
+                parent_id: Some(child.parent_id.clone()),
+                position: row.try_get("position")?,
+                context: child.context.clone(),
+                content: child.content.clone(),
+                version: 1,
+                created_at: now.clone(),
+                updated_at: now.clone(),
+            });
+        }
+        let mut roots: Vec<&str> = nodes.iter().map(|n| n.root_id.as_str()).collect();
+        roots.sort_unstable();
+        roots.dedup();
+        for root_id in roots {
+            sqlx::query("UPDATE docmem_nodes SET updated_at = $1 WHERE id = $2 AND updated_at < $1")
+                .bind(&now)
+                .bind(root_id)
+                .execute(&mut *transaction)
+                .await?;
+        }
         transaction.commit().await?;
-        Ok(Some(Node {
-            id: id.to_owned(),
-            root_id,
-            parent_id: Some(parent_id.to_owned()),
-            position: row.try_get("position")?,
-            context: context.clone(),
-            content: content.to_owned(),
-            version: 1,
-            created_at: now.clone(),
-            updated_at: now,
-        }))
+        Ok(Some(nodes))
     }
 
     /// Appends several children under `parent_id` at once, in order, in one transaction (e.g. to

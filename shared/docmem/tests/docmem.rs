@@ -1,6 +1,6 @@
 //! Docmem on SQLite (always) and PostgreSQL (when `MESH_TEST_POSTGRES_URL` is set).
 
-use mesh_docmem::{Context, Docmem, DocmemError};
+use mesh_docmem::{Context, Docmem, DocmemError, NewChild};
 
 async fn stores() -> Vec<(String, Docmem, Option<tempfile::TempDir>)> {
     let dir = tempfile::tempdir().unwrap();
@@ -95,6 +95,18 @@ async fn concurrent_appends_get_distinct_places_and_ids_are_idempotent() {
         assert_eq!(appended.iter().map(|n| n.position).collect::<Vec<_>>(), [17, 18], "{backend}");
         let last = docmem.read_conversation(&root.id).await.unwrap().pop().unwrap();
         assert_eq!((last.content.as_str(), last.context.value.as_str()), ("y", "d"), "{backend}");
+        let child = |id: &str| NewChild {
+            id: id.into(),
+            parent_id: root.id.clone(),
+            context: Context::agent_text("e"),
+            content: id.into(),
+        };
+        let (a, b) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
+        let many = docmem.append_many(&[child(&a), child(&b)]).await.unwrap();
+        assert_eq!(many.iter().map(|n| n.position).collect::<Vec<_>>(), [19, 20], "{backend}");
+        // Appending them again (a retried batch) returns them unchanged, and adds nothing.
+        assert_eq!(docmem.append_many(&[child(&a), child(&b)]).await.unwrap(), many, "{backend}");
+        assert_eq!(docmem.read_conversation(&root.id).await.unwrap().len(), 21, "{backend}");
     }
 }
 
