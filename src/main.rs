@@ -262,7 +262,8 @@ async fn up() -> anyhow::Result<()> {
     println!("  search             {}", urls.search);
     println!("  entity-extraction  {}", urls.entity_extraction);
     println!("  profile-selection  {}", urls.profile_selection);
-    println!("  ui-agent           {}   (WebSocket {}/ws?agent=orchestrator)", urls.ui_agent, urls.ui_agent);
+    let socket = urls.ui_agent.replacen("http://", "ws://", 1);
+    println!("  ui-agent           {}   (WebSocket {socket}/ws?agent=orchestrator)", urls.ui_agent);
     println!();
     println!("Try:");
     println!("  cargo run --release -- ask \"show me robots playing soccer\"");
