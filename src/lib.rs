@@ -1,12 +1,16 @@
 //! The whole mesh in one process: the registry and the four agents, each on its own port, wired
 //! to the registry, which holds the suite's links (`deploy/links.toml`) so the suite also runs
-//! with the graph enforced. `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
+//! with the graph enforced, and the UI agent with every agent on the conversation bus.
+//! `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
+
+pub mod chat;
 
 use std::future::Future;
 use std::path::Path;
 
 use entity_extraction::EntityExtractionConfig;
 use mesh_agent_kit::{AgentArgs, AgentConfig};
+use mesh_bus::BusConfig;
 use mesh_client::HttpClient;
 use orchestrator::OrchestratorConfig;
 use profile_selection::ProfileSelectionConfig;
@@ -15,6 +19,10 @@ use search::SearchConfig;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use ui_agent::{UiAgent, UiAgentConfig};
+
+/// Prefix of the suite-wide conversation bus variables, e.g. `MESH_BUS_KAFKA_BROKERS`.
+pub const BUS_ENV_PREFIX: &str = "MESH_BUS";
 
 /// The configuration of every service of the suite.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +32,7 @@ pub struct SuiteConfig {
     pub search: SearchConfig,
     pub entity_extraction: EntityExtractionConfig,
     pub profile_selection: ProfileSelectionConfig,
+    pub ui_agent: UiAgentConfig,
 }
 
 impl SuiteConfig {
@@ -32,7 +41,12 @@ impl SuiteConfig {
     /// nothing read from the environment: for tests and benchmarks.
     pub fn ephemeral(data_dir: &Path) -> Self {
         let tasks = format!("sqlite://{}", data_dir.join("tasks.db").display());
-        let agent = AgentConfig { port: 0, task_store_url: Some(tasks), ..AgentConfig::default() };
+        let bus = BusConfig {
+            database_url: format!("sqlite://{}", data_dir.join("bus.db").display()),
+            ..BusConfig::default()
+        };
+        let agent =
+            AgentConfig { port: 0, task_store_url: Some(tasks), bus: Some(bus.clone()), ..AgentConfig::default() };
         Self {
             registry: RegistryConfig {
                 port: 0,
@@ -47,13 +61,17 @@ impl SuiteConfig {
             },
             entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
             profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
+            ui_agent: UiAgentConfig { port: 0, bus, ..UiAgentConfig::default() },
         }
     }
 
-    /// Each service's defaults (its own port), overridden by its `MESH_<SERVICE>_*` variables.
+    /// Each service's defaults (its own port), overridden by its `MESH_<SERVICE>_*` variables;
+    /// every agent on the conversation bus of `MESH_BUS_*` (the embedded log by default, Kafka
+    /// with `MESH_BUS_KAFKA_BROKERS`) unless its own `MESH_<SERVICE>_BUS__*` says otherwise.
     pub fn from_env() -> Result<Self, mesh_config::ConfigError> {
         let agent = AgentArgs::default();
-        Ok(Self {
+        let bus: BusConfig = mesh_config::ConfigLoader::new(BUS_ENV_PREFIX, None).load()?;
+        let mut suite = Self {
             registry: mesh_config::ConfigLoader::new(registry::config::ENV_PREFIX, None).load()?,
             orchestrator: agent
                 .load(orchestrator::config::ENV_PREFIX, orchestrator::config::ORCHESTRATOR_PORT_DEFAULT)?,
@@ -62,7 +80,18 @@ impl SuiteConfig {
                 .load(entity_extraction::ENV_PREFIX, entity_extraction::ENTITY_EXTRACTION_PORT_DEFAULT)?,
             profile_selection: agent
                 .load(profile_selection::ENV_PREFIX, profile_selection::PROFILE_SELECTION_PORT_DEFAULT)?,
-        })
+            ui_agent: mesh_config::ConfigLoader::new(ui_agent::ENV_PREFIX, None).load()?,
+        };
+        for agent in [
+            &mut suite.orchestrator.agent,
+            &mut suite.search.agent,
+            &mut suite.entity_extraction.agent,
+            &mut suite.profile_selection.agent,
+        ] {
+            agent.bus.get_or_insert_with(|| bus.clone());
+        }
+        suite.ui_agent.bus = bus;
+        Ok(suite)
     }
 }
 
@@ -86,6 +115,7 @@ pub struct SuiteUrls {
     pub search: String,
     pub entity_extraction: String,
     pub profile_selection: String,
+    pub ui_agent: String,
 }
 
 /// A running suite; [`RunningSuite::stop`] shuts it down in order.
@@ -119,12 +149,14 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
     let search = search::build(&config.search, http.clone()).await?;
     let entity_extraction = entity_extraction::build(&config.entity_extraction, http.clone()).await?;
     let profile_selection = profile_selection::build(&config.profile_selection, http).await?;
+    let ui_agent = UiAgent::build(&config.ui_agent).await?;
     let urls = SuiteUrls {
         registry: registry_url,
         orchestrator: orchestrator.url().to_owned(),
         search: search.url().to_owned(),
         entity_extraction: entity_extraction.url().to_owned(),
         profile_selection: profile_selection.url().to_owned(),
+        ui_agent: ui_agent.url().to_owned(),
     };
 
     let (stop_registry, registry_stopped) = watch::channel(false);
@@ -135,6 +167,7 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
         let stopped = agents_stopped.clone();
         agents.spawn(async move { Ok(app.run_until_stopped(signalled(stopped)).await?) });
     }
+    agents.spawn(async move { Ok(ui_agent.run_until_stopped(signalled(agents_stopped)).await?) });
     Ok(RunningSuite { urls, stop_agents, stop_registry, agents, registry })
 }
 

@@ -7,6 +7,7 @@
 //! - `a2a-mesh ingest --dataset DIR` (or `--file F.jsonl`) adds documents to the search index,
 //!   into the data directory or to a running search agent.
 //! - `a2a-mesh eval --dataset DIR --split test` measures retrieval quality on a BEIR collection.
+//! - `a2a-mesh chat AGENT` holds a conversation with an agent over the conversation bus.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,8 +46,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start the registry (:8000), orchestrator (:8001), search (:8002), entity-extraction (:8010)
-    /// and profile-selection (:8011) until Ctrl-C. Each service reads its MESH_<SERVICE>_*
-    /// environment variables, e.g. MESH_SEARCH_CORPUS_PATH=corpus.jsonl or MESH_REGISTRY_PORT=9000.
+    /// and profile-selection (:8011), and the UI agent (:8020), until Ctrl-C. Each service reads
+    /// its MESH_<SERVICE>_* environment variables, e.g. MESH_SEARCH_CORPUS_PATH=corpus.jsonl or
+    /// MESH_REGISTRY_PORT=9000; MESH_BUS_KAFKA_BROKERS=HOST:PORT puts conversations on Kafka.
     Up,
     /// Ask the orchestrator a question and print the fused answer.
     Ask {
@@ -99,6 +101,17 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// Talk with an agent (e.g. orchestrator) over the conversation bus, through the UI agent:
+    /// one line, one message; answers print as they arrive.
+    Chat {
+        /// The agent's type, e.g. orchestrator.
+        agent: String,
+        /// Resume this conversation (its id is printed when a chat starts).
+        #[arg(long)]
+        conversation: Option<String>,
+        #[arg(long, default_value = a2a_mesh::chat::UI_AGENT_URL_DEFAULT, value_name = "URL")]
+        ui_url: String,
+    },
 }
 
 #[tokio::main]
@@ -119,6 +132,9 @@ async fn main() -> anyhow::Result<()> {
                 Some(url) => ingest_over_http(&path, &url).await,
                 None => ingest_into_data_dir(&path, data_dir).await,
             }
+        }
+        Command::Chat { agent, conversation, ui_url } => {
+            a2a_mesh::chat::run(&ui_url, &agent, conversation.as_deref()).await
         }
         Command::Eval { dataset, split, profiles, data_dir } => {
             let data_dir = data_dir.unwrap_or_else(|| eval_data_dir(&dataset));
@@ -246,6 +262,8 @@ async fn up() -> anyhow::Result<()> {
     println!("  search             {}", urls.search);
     println!("  entity-extraction  {}", urls.entity_extraction);
     println!("  profile-selection  {}", urls.profile_selection);
+    let socket = urls.ui_agent.replacen("http://", "ws://", 1);
+    println!("  ui-agent           {}   (WebSocket {socket}/ws?agent=orchestrator)", urls.ui_agent);
     println!();
     println!("Try:");
     println!("  cargo run --release -- ask \"show me robots playing soccer\"");
@@ -254,6 +272,7 @@ async fn up() -> anyhow::Result<()> {
         urls.orchestrator
     );
     println!("  curl -s {}/capabilities/search", urls.registry);
+    println!("  cargo run --release -- chat orchestrator    (then type a query)");
     suite.run_until(shutdown_signal()).await?;
     println!("a2a-mesh stopped");
     Ok(())

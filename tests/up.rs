@@ -30,6 +30,8 @@ fn up_serves_the_suite_answers_ask_and_stops_on_ctrl_c() {
         .env("MESH_PROFILE_SELECTION_PORT", free_port().to_string())
         .env("MESH_REGISTRY_DATABASE_URL", format!("sqlite://{}", data.path().join("registry.db").display()))
         .env("MESH_SEARCH_DATA_DIR", data.path().join("search"))
+        .env("MESH_UI_AGENT_PORT", free_port().to_string())
+        .env("MESH_BUS_DATABASE_URL", format!("sqlite://{}", data.path().join("bus.db").display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -70,6 +70,8 @@ pub struct AgentConfig {
     pub call_report_batch_max: usize,
     /// Milliseconds between posts of call reports that do not fill a batch.
     pub call_report_flush_ms: u64,
+    /// The conversation bus: with it the agent also answers conversations on its own topic.
+    pub bus: Option<mesh_bus::BusConfig>,
 }
 
 impl Default for AgentConfig {
@@ -91,6 +93,7 @@ impl Default for AgentConfig {
             call_report_queue_max: CALL_REPORT_QUEUE_MAX_DEFAULT,
             call_report_batch_max: CALL_REPORT_BATCH_MAX_DEFAULT,
             call_report_flush_ms: CALL_REPORT_FLUSH_MS_DEFAULT,
+            bus: None,
         }
     }
 }
@@ -107,6 +110,8 @@ pub enum KitError {
     Serve(#[source] std::io::Error),
     #[error("cannot open the task store: {0}")]
     TaskStore(#[from] mesh_tasks::TaskError),
+    #[error("cannot open the conversation bus: {0}")]
+    Bus(#[from] mesh_bus::BusError),
 }
 
 /// What an agent adds to the kit's routes and health report.
@@ -138,6 +143,7 @@ pub struct AgentApp {
     registration_refresh: Duration,
     metrics: Arc<ServiceMetrics>,
     graph: Option<Arc<AgentGraph>>,
+    bus: Option<crate::bus::BusRunner>,
 }
 
 impl AgentApp {
@@ -160,8 +166,16 @@ impl AgentApp {
         http: HttpClient,
         extras: AgentExtras,
     ) -> Result<Self, KitError> {
-        Self::assemble(config, card, http, extras, |card, metrics, store| agent_router(card, handler, metrics, store))
-            .await
+        let handler = Arc::new(handler);
+        let name = config.name.clone().unwrap_or_else(|| card.name.clone());
+        let bus = match &config.bus {
+            Some(bus) => Some(crate::bus::BusRunner::open(bus, &name, handler.clone()).await?),
+            None => None,
+        };
+        let app = Self::assemble(config, card, http, extras, |card, metrics, store| {
+            agent_router(card, handler, metrics, store)
+        });
+        Ok(Self { bus, ..app.await? })
     }
 
     /// An agent built on the task model directly: a [`TaskHandler`] reports each turn of a task
@@ -227,7 +241,7 @@ impl AgentApp {
         }
         let router = with_common_layers(router, limits);
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
-        Ok(Self { listener, router, url, registration, registration_refresh, metrics, graph })
+        Ok(Self { listener, router, url, registration, registration_refresh, metrics, graph, bus: None })
     }
 
     pub fn port(&self) -> u16 {
@@ -252,6 +266,7 @@ impl AgentApp {
         let registration = self.registration;
         let (refresh, metrics) = (self.registration_refresh, self.metrics);
         let graph_tasks = self.graph.map(|graph| graph.start()).unwrap_or_default();
+        let bus = self.bus.map(crate::bus::BusRunner::spawn);
         let registering = registration.clone().map(|(registry, registration)| {
             tokio::spawn(async move {
                 let mut announced = false;
@@ -287,7 +302,11 @@ impl AgentApp {
                 deregister(registry, &registration.name, &registration.url).await;
             }
         };
-        serve(self.listener, self.router, leave_then_drain).await.map_err(KitError::Serve)
+        let served = serve(self.listener, self.router, leave_then_drain).await.map_err(KitError::Serve);
+        if let Some(bus) = bus {
+            bus.stop().await;
+        }
+        served
     }
 }
 

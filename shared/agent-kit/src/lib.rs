@@ -14,6 +14,7 @@ pub mod a2a;
 mod agent;
 pub mod agent_message;
 mod app;
+mod bus;
 pub mod call_agent;
 pub mod call_safety;
 mod card;

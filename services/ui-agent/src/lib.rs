@@ -1,0 +1,208 @@
+//! The UI agent (seed 001): WebSocket clients talk plain text with any agent of the mesh; the UI
+//! agent turns each text into a docmem node and a record on the target agent's topic, and
+//! streams that agent's answers back as plain text. No docmem concept reaches the socket.
+//!
+//! It also serves the conversations API for the whole mesh (one place holding docmem and the
+//! bus, so agents keep only their A2A surface): `GET /conversations`, `GET /conversations/{id}`,
+//! `GET /conversations/{id}/messages?as=AGENT_ID` and `POST /conversations/{id}/replay`.
+
+mod api;
+mod ws;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use mesh_agent_kit::ErrorResponse;
+use mesh_agent_kit::http::{HttpLimits, reachable_url, serve, with_common_layers};
+use mesh_bus::{BusConfig, BusError, ConversationBus};
+use mesh_docmem::{Docmem, DocmemError};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+pub use ws::WS_CONVERSATION_HEADER;
+
+/// Prefix of the environment variables the UI agent reads.
+pub const ENV_PREFIX: &str = "MESH_UI_AGENT";
+pub const UI_AGENT_PORT_DEFAULT: u16 = 8020;
+/// The UI agent's type: its id is `ui-{instance_id}`.
+pub const UI_AGENT_TYPE: &str = "ui";
+/// Answers queued for one socket before the bus consumer waits for it (back-pressure).
+const SESSION_QUEUE_MESSAGES: usize = 64;
+/// Time between retention sweeps of docmem.
+const RETENTION_SWEEP_INTERVAL_MS: u64 = 3_600_000;
+const SECONDS_PER_DAY: u64 = 86_400;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct UiAgentConfig {
+    pub host: String,
+    pub port: u16,
+    pub bus: BusConfig,
+    /// Conversations untouched this many days are deleted from docmem; kept forever when absent.
+    pub retention_days: Option<u64>,
+}
+
+impl Default for UiAgentConfig {
+    fn default() -> Self {
+        Self { host: "127.0.0.1".into(), port: UI_AGENT_PORT_DEFAULT, bus: BusConfig::default(), retention_days: None }
+    }
+}
+
+/// What the UI agent's API fails with.
+#[derive(Debug, thiserror::Error)]
+pub enum UiError {
+    #[error(transparent)]
+    Docmem(#[from] DocmemError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let (status, code) = match &self {
+            Self::Docmem(DocmemError::NotFound(_)) => (StatusCode::NOT_FOUND, "CONVERSATION_NOT_FOUND"),
+            Self::Docmem(DocmemError::Conflict { .. }) => (StatusCode::CONFLICT, "VERSION_CONFLICT"),
+            Self::Docmem(DocmemError::Invalid(_)) | Self::Bus(BusError::InvalidRecord(_)) => {
+                (StatusCode::BAD_REQUEST, "REQUEST_INVALID")
+            }
+            Self::Docmem(DocmemError::Timeout(_)) | Self::Bus(BusError::Timeout { .. }) => {
+                (StatusCode::GATEWAY_TIMEOUT, "BUS_TIMEOUT")
+            }
+            Self::Bus(BusError::UnknownTopic(_)) => (StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND"),
+            _ => (StatusCode::SERVICE_UNAVAILABLE, "BUS_UNAVAILABLE"),
+        };
+        ErrorResponse::new(status, code, self.to_string()).into_response()
+    }
+}
+
+/// Shared by every route and socket.
+#[derive(Debug)]
+pub(crate) struct UiState {
+    agent_id: String,
+    bus: Arc<dyn ConversationBus>,
+    docmem: Docmem,
+    config: BusConfig,
+    /// Open sockets by conversation id: where that conversation's answers go.
+    sessions: Mutex<HashMap<String, mpsc::Sender<String>>>,
+    /// Topics this agent consumes already (one forwarding participant each).
+    topics: Mutex<HashMap<String, ()>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl UiState {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<String>>> {
+        // Each change is one insert or remove: the map is consistent whatever panicked.
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A bound, ready-to-run UI agent.
+#[derive(Debug)]
+pub struct UiAgent {
+    listener: TcpListener,
+    router: Router,
+    url: String,
+    state: Arc<UiState>,
+    stop: watch::Sender<bool>,
+    retention_days: Option<u64>,
+}
+
+impl UiAgent {
+    pub async fn build(config: &UiAgentConfig) -> Result<Self, UiError> {
+        let (bus, docmem) = mesh_bus::open_bus(&config.bus).await?;
+        let addr = format!("{}:{}", config.host, config.port);
+        let listener = TcpListener::bind(&addr).await.map_err(|source| UiError::Bind { addr, source })?;
+        let url = reachable_url(listener.local_addr().map_err(UiError::Serve)?);
+        let (stop, stopped) = watch::channel(false);
+        let state = Arc::new(UiState {
+            agent_id: mesh_bus::agent_id(UI_AGENT_TYPE, &config.bus.instance_id),
+            bus,
+            docmem,
+            config: config.bus.clone(),
+            sessions: Mutex::default(),
+            topics: Mutex::default(),
+            stop: stopped,
+        });
+        let routes = Router::new()
+            .route("/ws", get(ws::open))
+            .route("/conversations", get(api::list))
+            .route("/conversations/{id}", get(api::tree))
+            .route("/conversations/{id}/messages", get(api::messages))
+            .route("/conversations/{id}/replay", post(api::replay))
+            .route("/health", get(api::health))
+            .with_state(state.clone());
+        let router = with_common_layers(routes, HttpLimits::default());
+        Ok(Self { listener, router, url, state, stop, retention_days: config.retention_days })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+    }
+
+    /// This agent's id on the bus, `ui-{instance_id}`.
+    pub fn agent_id(&self) -> &str {
+        &self.state.agent_id
+    }
+
+    /// Serves until `shutdown` resolves; then stops consuming.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), UiError> {
+        let sweeper = self.retention_days.map(|days| tokio::spawn(sweep_retention(self.state.docmem.clone(), days)));
+        let served = serve(self.listener, self.router, shutdown).await.map_err(UiError::Serve);
+        let _ = self.stop.send(true);
+        if let Some(sweeper) = sweeper {
+            sweeper.abort();
+        }
+        served
+    }
+}
+
+/// Deletes conversations untouched for `days`, every [`RETENTION_SWEEP_INTERVAL_MS`].
+async fn sweep_retention(docmem: Docmem, days: u64) {
+    let mut interval = tokio::time::interval(Duration::from_millis(RETENTION_SWEEP_INTERVAL_MS));
+    loop {
+        interval.tick().await;
+        let age = Duration::from_secs(days.saturating_mul(SECONDS_PER_DAY));
+        let cutoff = mesh_docmem::timestamp(std::time::SystemTime::now() - age);
+        match docmem.prune_roots_older_than(&cutoff).await {
+            Ok(deleted) => tracing::info!(deleted, %cutoff, "docmem retention"),
+            Err(error) => tracing::warn!(%error, "docmem retention failed"),
+        }
+    }
+}
+
+pub(crate) fn session_channel() -> (mpsc::Sender<String>, mpsc::Receiver<String>) {
+    mpsc::channel(SESSION_QUEUE_MESSAGES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_answer_with_their_status() {
+        let cases = [
+            (UiError::Docmem(DocmemError::NotFound("c1".into())), StatusCode::NOT_FOUND),
+            (UiError::Docmem(DocmemError::Conflict { id: "n".into(), expected: 1, actual: 2 }), StatusCode::CONFLICT),
+            (UiError::Docmem(DocmemError::Invalid("x".into())), StatusCode::BAD_REQUEST),
+            (UiError::Bus(BusError::Timeout { operation: "producing", timeout_ms: 1 }), StatusCode::GATEWAY_TIMEOUT),
+            (UiError::Bus(BusError::Kafka("down".into())), StatusCode::SERVICE_UNAVAILABLE),
+        ];
+        for (error, status) in cases {
+            assert_eq!(error.into_response().status(), status);
+        }
+    }
+}

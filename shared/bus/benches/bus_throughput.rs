@@ -1,0 +1,215 @@
+//! Conversation messages per second through the bus, and the time to rebuild caches by replay,
+//! on the embedded log and on Kafka side by side.
+//!
+//! Throughput: client tasks each append a message node to docmem and produce its record; an
+//! echo agent ([`Participant`]) consumes, materializes the conversation, writes its answer node
+//! and produces the answer; a client consumer counts the answers. Figures: answered messages per
+//! second over the whole run, and p50/p99 from producing a message to seeing its answer.
+//! Replay: a topic of 100,000 records (1,000 conversations of 100 messages) rebuilt into caches.
+//!
+//! `cargo bench -p mesh-bus --bench bus_throughput -- [--messages 20000] [--senders 16] [--replay-records 100000]`
+//! Kafka runs when `MESH_TEST_KAFKA_BROKERS` names a broker (`scripts/kafka-broker.sh`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mesh_bus::{
+    ACTION_APPEND, Answerer, BusError, BusRecord, ChatMessage, ConversationBus, Conversations, KafkaBus, LogBus,
+    Participant, ParticipantSettings,
+};
+use mesh_docmem::{Context, Docmem, Node};
+
+const ECHO_AGENT: &str = "echo-1";
+const CLIENT_AGENT: &str = "ui-1";
+/// Conversations the throughput run spreads its messages over.
+const CONVERSATIONS: usize = 100;
+/// Client tasks producing at once (many users typing), unless `--senders` says otherwise.
+const SENDERS_DEFAULT: usize = 16;
+/// Messages per conversation in the replay topic.
+const REPLAY_CONVERSATION_MESSAGES: usize = 100;
+const CACHE_CONVERSATIONS_MAX: usize = 10_000;
+/// Longest a run may wait for its last answer.
+const RUN_DEADLINE_MS: u64 = 600_000;
+
+#[derive(Debug)]
+struct Echo;
+
+impl Answerer for Echo {
+    async fn answer(&self, _: &BusRecord, node: &Node, _: Vec<ChatMessage>) -> Result<Option<String>, BusError> {
+        Ok(Some(node.content.clone()))
+    }
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number")))
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Throughput {
+    messages_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: usize, senders: usize) -> Throughput {
+    let topic = format!("echo-bench-{}", uuid::Uuid::new_v4().simple());
+    bus.ensure_topic(&topic).await.unwrap();
+    let settings = ParticipantSettings {
+        agent_id: ECHO_AGENT.into(),
+        topic: topic.clone(),
+        cache_conversations_max: CACHE_CONVERSATIONS_MAX.try_into().unwrap(),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let echo = tokio::spawn(Participant::new(settings, bus.clone(), docmem.clone(), Arc::new(Echo)).run_until(async {
+        let _ = stopped.await;
+    }));
+    let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let mut roots = Vec::new();
+    for _ in 0..CONVERSATIONS {
+        roots.push(docmem.create_root(&Context::default(), "").await.unwrap().id);
+    }
+    // The client consumer: counts answers, one warm-up answer first (a Kafka group join).
+    let (answered_tx, mut answered) = tokio::sync::mpsc::channel::<f64>(messages + 1);
+    let mut consumer = bus.consumer(&topic, &format!("agent-{CLIENT_AGENT}")).await.unwrap();
+    let waiting = sent.clone();
+    let counter = tokio::spawn(async move {
+        loop {
+            for delivered in consumer.next_batch().await.unwrap() {
+                let record = delivered.record;
+                if record.agent_id != ECHO_AGENT {
+                    continue;
+                }
+                let question = record.correlation_id.unwrap_or_default();
+                let started = waiting.lock().unwrap().remove(&question);
+                if let Some(started) = started {
+                    if answered_tx.send(started.elapsed().as_secs_f64() * 1e3).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let send = {
+        let (bus, docmem, topic, sent) = (bus.clone(), docmem.clone(), topic.clone(), sent.clone());
+        move |root: String, text: String| {
+            let (bus, docmem, topic, sent) = (bus.clone(), docmem.clone(), topic.clone(), sent.clone());
+            async move {
+                let node = docmem.append_child(&root, &Context::agent_text(CLIENT_AGENT), &text).await.unwrap();
+                sent.lock().unwrap().insert(node.id.clone(), Instant::now());
+                let record = BusRecord::message(CLIENT_AGENT, &root, &node.id, ACTION_APPEND);
+                bus.produce(&topic, &record).await.unwrap();
+            }
+        }
+    };
+    send(roots[0].clone(), "warm-up".into()).await;
+    let deadline = Duration::from_millis(RUN_DEADLINE_MS);
+    tokio::time::timeout(deadline, answered.recv()).await.expect("warm-up answered");
+
+    let started = Instant::now();
+    let senders: Vec<_> = (0..senders)
+        .map(|sender| {
+            let roots = roots.clone();
+            let send = send.clone();
+            tokio::spawn(async move {
+                for i in (sender..messages).step_by(senders) {
+                    send(roots[i % CONVERSATIONS].clone(), format!("message {i}")).await;
+                }
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(messages);
+    while latencies.len() < messages {
+        let latency = tokio::time::timeout(deadline, answered.recv()).await.expect("answers keep coming").unwrap();
+        latencies.push(latency);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    let _ = stop.send(());
+    echo.await.unwrap();
+    counter.abort();
+    latencies.sort_by(f64::total_cmp);
+    Throughput {
+        messages_per_s: messages as f64 / elapsed,
+        p50_ms: percentile(&latencies, 0.50),
+        p99_ms: percentile(&latencies, 0.99),
+    }
+}
+
+/// Seconds to rebuild caches from a topic of `records` records.
+async fn replay(bus: &dyn ConversationBus, docmem: &Docmem, records: usize) -> f64 {
+    let topic = format!("replay-bench-{}", uuid::Uuid::new_v4().simple());
+    bus.ensure_topic(&topic).await.unwrap();
+    let conversations = records.div_ceil(REPLAY_CONVERSATION_MESSAGES);
+    for _ in 0..conversations {
+        let root = docmem.create_root(&Context::default(), "").await.unwrap().id;
+        let children: Vec<(Context, String)> = (0..REPLAY_CONVERSATION_MESSAGES)
+            .map(|i| {
+                let sender = if i % 2 == 0 { CLIENT_AGENT } else { ECHO_AGENT };
+                (Context::agent_text(sender), format!("message {i} of a conversation replayed"))
+            })
+            .collect();
+        let nodes = docmem.append_children(&root, &children).await.unwrap();
+        let batch: Vec<BusRecord> = nodes
+            .iter()
+            .map(|n| BusRecord::message(n.context.agent_id().unwrap(), &root, &n.id, ACTION_APPEND))
+            .collect();
+        bus.produce_many(&topic, &batch).await.unwrap();
+    }
+    let started = Instant::now();
+    let mut caches = Conversations::new(CACHE_CONVERSATIONS_MAX.try_into().unwrap());
+    let replayed = caches.rebuild(bus, docmem, &topic, &|_| true).await.unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(replayed, conversations * REPLAY_CONVERSATION_MESSAGES);
+    assert_eq!(caches.len(), conversations.min(CACHE_CONVERSATIONS_MAX));
+    elapsed
+}
+
+#[tokio::main]
+async fn main() {
+    let messages = arg("--messages", 20_000);
+    let replay_records = arg("--replay-records", 100_000);
+    let senders = arg("--senders", SENDERS_DEFAULT);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("bus.db").display());
+    let docmem = Docmem::open(&url).await.unwrap();
+    let mut backends: Vec<(&str, Arc<dyn ConversationBus>)> =
+        vec![("embedded log (SQLite)", Arc::new(LogBus::open(&url, None).await.unwrap()))];
+    match std::env::var("MESH_TEST_KAFKA_BROKERS") {
+        Ok(brokers) => backends.push(("kafka (tansu)", Arc::new(KafkaBus::connect(&brokers).unwrap()))),
+        Err(_) => println!("MESH_TEST_KAFKA_BROKERS unset: Kafka is not measured"),
+    }
+    println!(
+        "{messages} messages over {CONVERSATIONS} conversations from {senders} senders; replay of {replay_records} records; docmem on SQLite"
+    );
+    println!("{:<24} {:>12} {:>10} {:>10} {:>14}", "backend", "messages/s", "p50 ms", "p99 ms", "replay s");
+    let mut rows = Vec::new();
+    for (name, bus) in backends {
+        let run = throughput(bus.clone(), &docmem, messages, senders).await;
+        let replay_s = replay(bus.as_ref(), &docmem, replay_records).await;
+        println!(
+            "{name:<24} {:>12.0} {:>10.2} {:>10.2} {:>14.2}",
+            run.messages_per_s, run.p50_ms, run.p99_ms, replay_s
+        );
+        rows.push((run, replay_s));
+    }
+    if let [(log, log_replay), (kafka, kafka_replay)] = rows.as_slice() {
+        println!(
+            "kafka / embedded log: throughput x{:.2}, p50 x{:.2}, replay time x{:.2}",
+            kafka.messages_per_s / log.messages_per_s,
+            kafka.p50_ms / log.p50_ms,
+            kafka_replay / log_replay
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! The Kafka backend: `rdkafka` against any Kafka-protocol broker. Topics are created with the
+//! admin client (one partition, as seed 001 starts with); records are keyed by conversation id;
+//! consumer groups commit by hand, only what the caller says is done.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::{
+    BUS_OPERATION_TIMEOUT_MS, BusConsumer, BusError, BusRecord, BusReplay, CONSUMER_BATCH_MAX, ConversationBus,
+    Delivered, bounded,
+};
+
+/// Every topic has one partition for now (seed 001); the key already routes by conversation.
+const TOPIC_PARTITION: i32 = 0;
+/// A departed member's partitions move to a new one after this long (DEPENDENCIES.md: short,
+/// so a restarted agent resumes quickly).
+const SESSION_TIMEOUT_MS: u64 = 6_000;
+/// How long the broker may hold a fetch waiting for data: bounds a conversation turn's latency.
+const FETCH_WAIT_MAX_MS: u64 = 10;
+/// How long the producer waits to batch records; a few ms trades little latency for throughput.
+const PRODUCER_LINGER_MS: u64 = 2;
+/// Records the producer may hold unsent: a bounded queue (librdkafka's own default is 100,000).
+const PRODUCER_QUEUE_RECORDS_MAX: u64 = 50_000;
+/// Records a consumer prefetches per partition (bounded memory).
+const CONSUMER_QUEUE_RECORDS_MIN: u64 = 10_000;
+/// A replay waits this long for a record before the end it read at its start.
+const REPLAY_IDLE_MS: u64 = 5_000;
+/// Past that end, a replay stops once the topic is quiet this long. Some brokers (tansu 0.6)
+/// report the high watermark as the last batch's base offset + 1, short of the batch's end, so
+/// the watermark alone would cut a replay short.
+const REPLAY_TAIL_IDLE_MS: u64 = 250;
+
+/// The Kafka backend; clones share one producer and one admin client.
+#[derive(Clone)]
+pub struct KafkaBus {
+    brokers: String,
+    producer: FutureProducer,
+    admin: Arc<AdminClient<DefaultClientContext>>,
+}
+
+impl std::fmt::Debug for KafkaBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaBus").field("brokers", &self.brokers).finish_non_exhaustive()
+    }
+}
+
+impl KafkaBus {
+    /// Connects lazily to `brokers` (`host:port[,host:port...]`).
+    pub fn connect(brokers: &str) -> Result<Self, BusError> {
+        let producer = base_config(brokers)
+            .set("acks", "all")
+            .set("linger.ms", PRODUCER_LINGER_MS.to_string())
+            .set("message.timeout.ms", BUS_OPERATION_TIMEOUT_MS.to_string())
+            .set("queue.buffering.max.messages", PRODUCER_QUEUE_RECORDS_MAX.to_string())
+            .create()?;
+        let admin = base_config(brokers).create()?;
+        Ok(Self { brokers: brokers.to_owned(), producer, admin: Arc::new(admin) })
+    }
+
+    fn consumer_config(&self, group: &str) -> ClientConfig {
+        let mut config = base_config(&self.brokers);
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", SESSION_TIMEOUT_MS.to_string())
+            .set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS.to_string())
+            .set("queued.min.messages", CONSUMER_QUEUE_RECORDS_MIN.to_string());
+        config
+    }
+}
+
+fn base_config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("socket.timeout.ms", BUS_OPERATION_TIMEOUT_MS.to_string())
+        .set("log_level", "4");
+    config
+}
+
+#[async_trait::async_trait]
+impl ConversationBus for KafkaBus {
+    async fn ensure_topic(&self, topic: &str) -> Result<(), BusError> {
+        let timeout = Duration::from_millis(BUS_OPERATION_TIMEOUT_MS);
+        let options = AdminOptions::new().operation_timeout(Some(timeout)).request_timeout(Some(timeout));
+        let created = bounded("creating a topic", async {
+            Ok(self.admin.create_topics(&[NewTopic::new(topic, 1, TopicReplication::Fixed(1))], &options).await?)
+        })
+        .await?;
+        for result in created {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => return Err(BusError::Kafka(format!("cannot create topic {name}: {code}"))),
+            }
+        }
+        Ok(())
+    }
+
+    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError> {
+        let offsets = self.produce_many(topic, std::slice::from_ref(record)).await?;
+        Ok(offsets[0])
+    }
+
+    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<i64>, BusError> {
+        let bodies = records.iter().map(BusRecord::to_json).collect::<Result<Vec<_>, _>>()?;
+        let timeout = Duration::from_millis(BUS_OPERATION_TIMEOUT_MS);
+        // All in flight at once, in order on the one partition (librdkafka keeps the order of a
+        // partition's queue); each future settles when the broker acknowledged its record.
+        let sends = records.iter().zip(&bodies).map(|(record, body)| {
+            let send = FutureRecord::to(topic).key(&record.conversation_id).payload(body);
+            async move {
+                self.producer.send(send, timeout).await.map(|delivery| delivery.offset).map_err(
+                    |(error, _)| match error.rdkafka_error_code() {
+                        Some(RDKafkaErrorCode::UnknownTopicOrPartition) => BusError::UnknownTopic(topic.to_owned()),
+                        _ => error.into(),
+                    },
+                )
+            }
+        });
+        bounded("producing records", futures::future::try_join_all(sends)).await
+    }
+
+    async fn consumer(&self, topic: &str, group: &str) -> Result<Box<dyn BusConsumer>, BusError> {
+        let consumer: StreamConsumer = self.consumer_config(group).create()?;
+        consumer.subscribe(&[topic])?;
+        Ok(Box::new(KafkaConsumer { topic: topic.to_owned(), consumer: Some(Arc::new(consumer)) }))
+    }
+
+    async fn replay(&self, topic: &str) -> Result<Box<dyn BusReplay>, BusError> {
+        // A group of its own that never commits: a replay moves no agent's offsets.
+        let consumer: StreamConsumer = self.consumer_config(&format!("replay-{}", uuid::Uuid::new_v4())).create()?;
+        let consumer = Arc::new(consumer);
+        let (owned_topic, probe) = (topic.to_owned(), consumer.clone());
+        let (low, high) = bounded("reading a topic's end", async move {
+            tokio::task::spawn_blocking(move || {
+                probe.fetch_watermarks(&owned_topic, TOPIC_PARTITION, Duration::from_millis(BUS_OPERATION_TIMEOUT_MS))
+            })
+            .await
+            .map_err(|e| BusError::Kafka(e.to_string()))?
+            .map_err(BusError::from)
+        })
+        .await?;
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(topic, TOPIC_PARTITION, Offset::Beginning)?;
+        consumer.assign(&assignment)?;
+        Ok(Box::new(KafkaReplay {
+            topic: topic.to_owned(),
+            consumer: Some(consumer),
+            next_offset: low,
+            end: high,
+            done: false,
+        }))
+    }
+
+    fn backend(&self) -> &'static str {
+        "kafka"
+    }
+}
+
+/// Reads what is at hand without waiting, after a first record that was waited for.
+async fn take_ready(
+    consumer: &StreamConsumer,
+    topic: &str,
+    batch: &mut Vec<Delivered>,
+    max: usize,
+) -> Result<(), BusError> {
+    while batch.len() < max {
+        match tokio::time::timeout(Duration::ZERO, consumer.recv()).await {
+            Ok(message) => batch.push(delivered(topic, &message?)?),
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}
+
+fn delivered(topic: &str, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<Delivered, BusError> {
+    let payload = message.payload().ok_or_else(|| BusError::InvalidRecord("a record without a value".into()))?;
+    Ok(Delivered { topic: topic.to_owned(), offset: message.offset(), record: BusRecord::from_json(payload)? })
+}
+
+/// Closing a consumer blocks (it leaves its group), so it happens off the async threads.
+fn close_in_background(consumer: Option<Arc<StreamConsumer>>) {
+    if let (Some(consumer), Ok(runtime)) = (consumer, tokio::runtime::Handle::try_current()) {
+        runtime.spawn_blocking(move || drop(consumer));
+    }
+}
+
+struct KafkaConsumer {
+    topic: String,
+    /// Always present until dropped; an option only so that `drop` can move it off-thread.
+    consumer: Option<Arc<StreamConsumer>>,
+}
+
+impl KafkaConsumer {
+    fn consumer(&self) -> &Arc<StreamConsumer> {
+        self.consumer.as_ref().expect("present until dropped")
+    }
+}
+
+impl std::fmt::Debug for KafkaConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConsumer").field("topic", &self.topic).finish_non_exhaustive()
+    }
+}
+
+impl Drop for KafkaConsumer {
+    fn drop(&mut self) {
+        close_in_background(self.consumer.take());
+    }
+}
+
+#[async_trait::async_trait]
+impl BusConsumer for KafkaConsumer {
+    async fn next_batch(&mut self) -> Result<Vec<Delivered>, BusError> {
+        let consumer = self.consumer().clone();
+        // Waiting for the next record is not an outbound call: it waits as long as the topic is quiet.
+        let first = consumer.recv().await?;
+        let mut batch = vec![delivered(&self.topic, &first)?];
+        drop(first);
+        take_ready(&consumer, &self.topic, &mut batch, CONSUMER_BATCH_MAX).await?;
+        Ok(batch)
+    }
+
+    async fn commit(&mut self, offset: i64) -> Result<(), BusError> {
+        let mut offsets = TopicPartitionList::new();
+        // Kafka commits the next offset to read.
+        offsets.add_partition_offset(&self.topic, TOPIC_PARTITION, Offset::Offset(offset + 1))?;
+        let consumer = self.consumer().clone();
+        bounded("committing an offset", async move {
+            // A synchronous commit blocks its thread until the broker answers.
+            tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+                .await
+                .map_err(|e| BusError::Kafka(e.to_string()))?
+                .map_err(BusError::from)
+        })
+        .await
+    }
+}
+
+struct KafkaReplay {
+    topic: String,
+    consumer: Option<Arc<StreamConsumer>>,
+    next_offset: i64,
+    /// The topic's end (high watermark) as the broker reported it when the replay began.
+    end: i64,
+    done: bool,
+}
+
+impl std::fmt::Debug for KafkaReplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaReplay").field("topic", &self.topic).field("end", &self.end).finish_non_exhaustive()
+    }
+}
+
+impl Drop for KafkaReplay {
+    fn drop(&mut self) {
+        close_in_background(self.consumer.take());
+    }
+}
+
+#[async_trait::async_trait]
+impl BusReplay for KafkaReplay {
+    async fn next_batch(&mut self) -> Result<Option<Vec<Delivered>>, BusError> {
+        if self.done {
+            return Ok(None);
+        }
+        let consumer = self.consumer.as_ref().expect("present until dropped").clone();
+        let past_end = self.next_offset >= self.end;
+        let wait_ms = if past_end { REPLAY_TAIL_IDLE_MS } else { REPLAY_IDLE_MS };
+        let first = match tokio::time::timeout(Duration::from_millis(wait_ms), consumer.recv()).await {
+            Ok(message) => message?,
+            Err(_) if past_end => {
+                self.done = true;
+                return Ok(None);
+            }
+            Err(_) => return Err(BusError::Timeout { operation: "replaying records", timeout_ms: wait_ms }),
+        };
+        let mut batch = vec![delivered(&self.topic, &first)?];
+        drop(first);
+        take_ready(&consumer, &self.topic, &mut batch, CONSUMER_BATCH_MAX * 8).await?;
+        // Records produced since the replay began may come too: applying them is harmless, the
+        // live consumer applies each node once.
+        self.next_offset = batch.last().map_or(self.next_offset, |last| last.offset + 1);
+        Ok(Some(batch))
+    }
+}

@@ -1,0 +1,88 @@
+//! The conversation bus (seed 001): every agent owns one topic, `{agent-type}-{instance-id}`;
+//! conversations are multiplexed on it by `conversation_id`, the record key; every participant
+//! reads it with its own consumer group, `agent-{agent_id}`. Records only point at docmem nodes:
+//! content never travels on the bus.
+//!
+//! [`ConversationBus`] is the one interface, with two backends: [`LogBus`], an offset-ordered
+//! table in the mesh's own database (the default: no broker needed), and [`KafkaBus`], `rdkafka`
+//! against a Kafka-protocol broker. [`Participant`] is what an agent runs on it: it materializes
+//! conversations role-relative, answers them, and rebuilds its caches by replay.
+
+mod config;
+mod conversation;
+mod error;
+mod kafka;
+mod log;
+mod participant;
+mod record;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+pub use config::{BusConfig, open_bus};
+pub use conversation::{ChatMessage, ConversationCache, Conversations, Role, message_list};
+pub use error::BusError;
+pub use kafka::KafkaBus;
+pub use log::LogBus;
+pub use participant::{Answerer, Participant, ParticipantSettings, answer_node_id};
+pub use record::{
+    ACTION_APPEND, ACTION_CREATE, BusRecord, Delivered, RECORD_VERSION, TOOL_AGENT_ID, agent_id, agent_topic,
+    consumer_group,
+};
+
+/// Longest any single bus operation (produce, commit, topic creation, a replay read) may take.
+pub const BUS_OPERATION_TIMEOUT_MS: u64 = 10_000;
+/// Most records one [`BusConsumer::next_batch`] returns, and so most held in memory per consumer.
+pub const CONSUMER_BATCH_MAX: usize = 512;
+
+/// One topic-and-group reader: yields records from the group's committed offset on, in offset
+/// order, and moves the committed offset only when told to.
+#[async_trait::async_trait]
+pub trait BusConsumer: Send + Debug {
+    /// Waits until at least one record is there, then returns those at hand (at most
+    /// [`CONSUMER_BATCH_MAX`]), in offset order.
+    async fn next_batch(&mut self) -> Result<Vec<Delivered>, BusError>;
+    /// Records that every record up to and including `offset` is done with: a restarted
+    /// consumer of this group starts after it.
+    async fn commit(&mut self, offset: i64) -> Result<(), BusError>;
+}
+
+/// A read of a whole topic from its first record to (at least) the end it had when the read began.
+#[async_trait::async_trait]
+pub trait BusReplay: Send + Debug {
+    /// The next records in offset order; `None` once the end is reached.
+    async fn next_batch(&mut self) -> Result<Option<Vec<Delivered>>, BusError>;
+}
+
+/// The conversation bus: the one interface both backends implement.
+#[async_trait::async_trait]
+pub trait ConversationBus: Send + Sync + Debug {
+    /// Creates the topic (one partition, as seed 001 starts with) unless it exists.
+    async fn ensure_topic(&self, topic: &str) -> Result<(), BusError>;
+    /// Appends a record to an existing topic, keyed by its `conversation_id`; returns its offset
+    /// once it is durable.
+    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError>;
+    /// Appends records in their order, at once (one transaction, or sends in flight together);
+    /// returns their offsets once all are durable.
+    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<i64>, BusError>;
+    /// A consumer of `topic` for `group`, starting at the group's committed offset (at the
+    /// beginning for a new group).
+    async fn consumer(&self, topic: &str, group: &str) -> Result<Box<dyn BusConsumer>, BusError>;
+    /// Reads `topic` from the beginning, whatever any group committed: for rebuilding state.
+    async fn replay(&self, topic: &str) -> Result<Box<dyn BusReplay>, BusError>;
+    /// Which backend this is, for logs and `/health`.
+    fn backend(&self) -> &'static str;
+}
+
+/// A bus shared by the tasks of a process.
+pub type SharedBus = Arc<dyn ConversationBus>;
+
+/// Runs one outbound bus operation under [`BUS_OPERATION_TIMEOUT_MS`].
+pub(crate) async fn bounded<T>(
+    operation: &'static str,
+    future: impl Future<Output = Result<T, BusError>>,
+) -> Result<T, BusError> {
+    tokio::time::timeout(std::time::Duration::from_millis(BUS_OPERATION_TIMEOUT_MS), future)
+        .await
+        .map_err(|_| BusError::Timeout { operation, timeout_ms: BUS_OPERATION_TIMEOUT_MS })?
+}

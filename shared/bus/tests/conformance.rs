@@ -1,0 +1,325 @@
+//! One conformance suite, run against both backends: the embedded log always (on SQLite, and on
+//! PostgreSQL too when `MESH_TEST_POSTGRES_URL` is set), Kafka when `MESH_TEST_KAFKA_BROKERS`
+//! names a broker (`scripts/kafka-broker.sh` starts one). Under CI (`CI=true`) a missing broker
+//! fails the Kafka half instead of skipping it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mesh_bus::{
+    ACTION_APPEND, ACTION_CREATE, Answerer, BusError, BusRecord, ChatMessage, ConversationBus, Conversations, KafkaBus,
+    LogBus, Participant, ParticipantSettings, Role, TOOL_AGENT_ID, answer_node_id, consumer_group, message_list,
+};
+use mesh_docmem::{Context, Docmem, Node};
+
+/// Longest a test waits for the bus to deliver (a Kafka group join takes a few seconds).
+const DELIVERY_WAIT_MS: u64 = 30_000;
+
+struct Backend {
+    name: &'static str,
+    bus: Arc<dyn ConversationBus>,
+    docmem: Docmem,
+    _dir: tempfile::TempDir,
+}
+
+async fn backends() -> Vec<Backend> {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("bus.db").display());
+    let docmem = Docmem::open(&url).await.unwrap();
+    let mut backends = vec![Backend {
+        name: "embedded-log",
+        bus: Arc::new(LogBus::open(&url, None).await.unwrap()),
+        docmem,
+        _dir: dir,
+    }];
+    if let Ok(url) = std::env::var("MESH_TEST_POSTGRES_URL") {
+        // Topics and groups are unique per test, so runs sharing the database never meet.
+        let bus = Arc::new(LogBus::open(&url, None).await.unwrap());
+        let docmem = Docmem::open(&url).await.unwrap();
+        backends.push(Backend { name: "embedded-log-postgres", bus, docmem, _dir: tempfile::tempdir().unwrap() });
+    }
+    match std::env::var("MESH_TEST_KAFKA_BROKERS") {
+        Ok(brokers) => {
+            let dir = tempfile::tempdir().unwrap();
+            let docmem = Docmem::open(&format!("sqlite://{}", dir.path().join("docmem.db").display())).await.unwrap();
+            backends.push(Backend {
+                name: "kafka",
+                bus: Arc::new(KafkaBus::connect(&brokers).unwrap()),
+                docmem,
+                _dir: dir,
+            });
+        }
+        Err(_) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("CI=true but MESH_TEST_KAFKA_BROKERS is unset: start scripts/kafka-broker.sh and export it")
+        }
+        Err(_) => eprintln!("MESH_TEST_KAFKA_BROKERS unset: the Kafka half of the suite is skipped"),
+    }
+    backends
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Appends a message node from `sender` and produces its record, as a client agent does.
+async fn say(backend: &Backend, topic: &str, root: &str, sender: &str, text: &str) -> BusRecord {
+    let node = backend.docmem.append_child(root, &Context::agent_text(sender), text).await.unwrap();
+    let first = backend.docmem.read_conversation(root).await.unwrap().len() == 1;
+    let record = BusRecord::message(sender, root, &node.id, if first { ACTION_CREATE } else { ACTION_APPEND });
+    backend.bus.produce(topic, &record).await.unwrap();
+    record
+}
+
+async fn new_conversation(backend: &Backend) -> String {
+    backend.docmem.create_root(&Context::default(), "").await.unwrap().id
+}
+
+/// Reads `count` records of `topic` for `group`, without committing.
+async fn read(backend: &Backend, topic: &str, group: &str, count: usize) -> Vec<mesh_bus::Delivered> {
+    let mut consumer = backend.bus.consumer(topic, group).await.unwrap();
+    let mut read = Vec::new();
+    let deadline = Duration::from_millis(DELIVERY_WAIT_MS);
+    while read.len() < count {
+        let batch = tokio::time::timeout(deadline, consumer.next_batch()).await.expect("records delivered").unwrap();
+        read.extend(batch);
+    }
+    read
+}
+
+#[derive(Debug)]
+struct Echo;
+
+impl Answerer for Echo {
+    async fn answer(&self, _: &BusRecord, node: &Node, messages: Vec<ChatMessage>) -> Result<Option<String>, BusError> {
+        Ok(Some(format!("echo {} (of {} messages)", node.content, messages.len())))
+    }
+}
+
+fn participant(backend: &Backend, agent_id: &str, topic: &str) -> Participant<Echo> {
+    let settings = ParticipantSettings {
+        agent_id: agent_id.into(),
+        topic: topic.into(),
+        cache_conversations_max: 100.try_into().unwrap(),
+    };
+    Participant::new(settings, backend.bus.clone(), backend.docmem.clone(), Arc::new(Echo))
+}
+
+/// Waits until the conversation holds `count` messages.
+async fn wait_for_messages(backend: &Backend, root: &str, count: usize) -> Vec<Node> {
+    let started = Instant::now();
+    loop {
+        let messages = backend.docmem.read_conversation(root).await.unwrap();
+        if messages.len() >= count {
+            return messages;
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(DELIVERY_WAIT_MS),
+            "{}: {} of {count} messages",
+            backend.name,
+            messages.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_a_conversation_arrive_in_order() {
+    for backend in backends().await {
+        let topic = unique("agent");
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let root = new_conversation(&backend).await;
+        let mut sent = Vec::new();
+        for i in 0..20 {
+            sent.push(say(&backend, &topic, &root, "ui-1", &format!("m{i}")).await.node_id);
+        }
+        let read = read(&backend, &topic, &unique("group"), 20).await;
+        let offsets: Vec<i64> = read.iter().map(|d| d.offset).collect();
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{}: {offsets:?}", backend.name);
+        let nodes: Vec<String> = read.iter().map(|d| d.record.node_id.clone()).collect();
+        assert_eq!(nodes, sent, "{}", backend.name);
+        assert_eq!(read[0].record.action, ACTION_CREATE);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interleaved_conversations_on_one_topic_stay_apart() {
+    for backend in backends().await {
+        let topic = unique("agent");
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let (a, b) = (new_conversation(&backend).await, new_conversation(&backend).await);
+        for i in 0..10 {
+            say(&backend, &topic, &a, "ui-1", &format!("a{i}")).await;
+            say(&backend, &topic, &b, "ui-2", &format!("b{i}")).await;
+        }
+        let read = read(&backend, &topic, &unique("group"), 20).await;
+        let mut conversations = Conversations::new(10.try_into().unwrap());
+        conversations.apply_batch(&backend.docmem, &read).await.unwrap();
+        for (root, prefix) in [(&a, "a"), (&b, "b")] {
+            let texts: Vec<String> =
+                conversations.peek(root).unwrap().message_list("x").into_iter().map(|m| m.content).collect();
+            assert_eq!(texts, (0..10).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>(), "{}", backend.name);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_answers_others_and_tools_but_never_itself() {
+    for backend in backends().await {
+        let topic = unique("conv");
+        let agent = topic.clone();
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let root = new_conversation(&backend).await;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(participant(&backend, &agent, &topic).run_until(async {
+            let _ = stopped.await;
+        }));
+        say(&backend, &topic, &root, "ui-123", "Hello").await;
+        wait_for_messages(&backend, &root, 2).await;
+        // A tool result is someone else's message: it is answered. A record of the agent's own
+        // is not.
+        say(&backend, &topic, &root, TOOL_AGENT_ID, "total 48").await;
+        wait_for_messages(&backend, &root, 4).await;
+        say(&backend, &topic, &root, &agent, "a note to myself").await;
+        say(&backend, &topic, &root, "ui-123", "Bye").await;
+        let messages = wait_for_messages(&backend, &root, 7).await;
+        let _ = stop.send(());
+        running.await.unwrap();
+        let roles: Vec<Role> = message_list(&messages, &agent).iter().map(|m| m.role).collect();
+        use Role::{Assistant as A, User as U};
+        assert_eq!(roles, [U, A, U, A, A, U, A], "{}", backend.name);
+        assert_eq!(messages[1].content, "echo Hello (of 1 messages)", "{}", backend.name);
+        assert_eq!(messages[3].content, "echo total 48 (of 3 messages)", "{}", backend.name);
+        assert_eq!(messages[6].content, "echo Bye (of 6 messages)", "{}", backend.name);
+        let seen_from_ui: Vec<Role> = message_list(&messages, "ui-123").iter().map(|m| m.role).collect();
+        assert_eq!(seen_from_ui, [A, U, U, U, U, A, U], "{}", backend.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_resumes_after_its_committed_offset() {
+    for backend in backends().await {
+        let topic = unique("agent");
+        let group = consumer_group(&unique("ui"));
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let root = new_conversation(&backend).await;
+        for i in 0..6 {
+            say(&backend, &topic, &root, "ui-1", &format!("m{i}")).await;
+        }
+        {
+            let mut consumer = backend.bus.consumer(&topic, &group).await.unwrap();
+            let mut read = Vec::new();
+            while read.len() < 6 {
+                read.extend(consumer.next_batch().await.unwrap());
+            }
+            consumer.commit(read[2].offset).await.unwrap();
+        }
+        // The restarted consumer of the group goes on after the committed record, not from the start.
+        let resumed = read(&backend, &topic, &group, 3).await;
+        let texts: Vec<String> = backend
+            .docmem
+            .get_many(&resumed.iter().map(|d| d.record.node_id.clone()).collect::<Vec<_>>())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|n| n.content)
+            .collect();
+        let mut texts = texts;
+        texts.sort();
+        assert_eq!(texts, ["m3", "m4", "m5"], "{}", backend.name);
+        assert_eq!(resumed[0].offset, 3, "{}: offsets start at 0 on a new topic", backend.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_rebuilds_the_same_message_lists() {
+    for backend in backends().await {
+        let topic = unique("conv");
+        let agent = topic.clone();
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let roots = [new_conversation(&backend).await, new_conversation(&backend).await];
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(participant(&backend, &agent, &topic).run_until(async {
+            let _ = stopped.await;
+        }));
+        for turn in 0..3 {
+            for root in &roots {
+                say(&backend, &topic, root, "ui-9", &format!("turn {turn}")).await;
+                wait_for_messages(&backend, root, 2 * turn + 2).await;
+            }
+        }
+        let _ = stop.send(());
+        running.await.unwrap();
+        let mut rebuilt = Conversations::new(10.try_into().unwrap());
+        let replayed = rebuilt.rebuild(backend.bus.as_ref(), &backend.docmem, &topic, &|_| true).await.unwrap();
+        assert_eq!(replayed, 12, "{}", backend.name);
+        for root in &roots {
+            let stored = message_list(&backend.docmem.read_conversation(root).await.unwrap(), &agent);
+            assert_eq!(rebuilt.peek(root).unwrap().message_list(&agent), stored, "{}", backend.name);
+            assert_eq!(stored.len(), 6);
+        }
+        // Only one conversation, when the filter asks for it.
+        let mut one = Conversations::new(10.try_into().unwrap());
+        let root = roots[0].clone();
+        one.rebuild(backend.bus.as_ref(), &backend.docmem, &topic, &|r| r.conversation_id == root).await.unwrap();
+        assert_eq!(one.len(), 1, "{}", backend.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_between_answering_and_committing_answers_once() {
+    for backend in backends().await {
+        let topic = unique("conv");
+        let agent = topic.clone();
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let root = new_conversation(&backend).await;
+        let question = say(&backend, &topic, &root, "ui-1", "once?").await;
+        {
+            // The agent answers (node written, record produced) and dies before committing.
+            let mut consumer = backend.bus.consumer(&topic, &consumer_group(&agent)).await.unwrap();
+            let batch = tokio::time::timeout(Duration::from_millis(DELIVERY_WAIT_MS), consumer.next_batch())
+                .await
+                .unwrap()
+                .unwrap();
+            participant(&backend, &agent, &topic).apply_batch(&batch).await.unwrap();
+        }
+        assert_eq!(backend.docmem.read_conversation(&root).await.unwrap().len(), 2, "{}", backend.name);
+        // The restarted agent gets the question again, finds it answered, and goes on.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(participant(&backend, &agent, &topic).run_until(async {
+            let _ = stopped.await;
+        }));
+        say(&backend, &topic, &root, "ui-1", "and again?").await;
+        wait_for_messages(&backend, &root, 4).await;
+        // Time for a wrong second answer to show up, were one coming.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = stop.send(());
+        running.await.unwrap();
+        let messages = backend.docmem.read_conversation(&root).await.unwrap();
+        let texts: Vec<&str> = messages.iter().map(|n| n.content.as_str()).collect();
+        assert_eq!(
+            texts,
+            ["once?", "echo once? (of 1 messages)", "and again?", "echo and again? (of 3 messages)"],
+            "{}",
+            backend.name
+        );
+        assert_eq!(messages[1].id, answer_node_id(&agent, &question.node_id), "{}", backend.name);
+        // No duplicate answer on the topic either, as a replay sees it.
+        let mut rebuilt = Conversations::new(10.try_into().unwrap());
+        rebuilt.rebuild(backend.bus.as_ref(), &backend.docmem, &topic, &|_| true).await.unwrap();
+        assert_eq!(rebuilt.peek(&root).unwrap().len(), 4, "{}", backend.name);
+    }
+}
+
+#[tokio::test]
+async fn producing_to_a_missing_topic_is_refused() {
+    for backend in backends().await {
+        if backend.name == "kafka" {
+            // Brokers may auto-create topics; the embedded log never does.
+            continue;
+        }
+        let record = BusRecord::message("ui-1", "root", "n1", ACTION_CREATE);
+        let error = backend.bus.produce(&unique("missing"), &record).await.unwrap_err();
+        assert!(matches!(error, BusError::UnknownTopic(_)), "{error}");
+    }
+}

@@ -1,0 +1,182 @@
+//! End to end over the conversation bus: a WebSocket conversation with the orchestrator through
+//! the UI agent. The orchestrator runs as a child process on the bus (embedded log in a SQLite
+//! file shared with this process); it is SIGKILLed and restarted mid-conversation, and the
+//! conversation goes on with its history intact and the seed's roles. The same again on Kafka
+//! when `MESH_TEST_KAFKA_BROKERS` names a broker.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use a2a_mesh::{SuiteConfig, start};
+use futures::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
+
+/// Longest one answer may take (the first includes the orchestrator's start and discovery).
+const ANSWER_DEADLINE_MS: u64 = 60_000;
+
+/// The orchestrator binary beside this test's own binaries, built when missing.
+fn orchestrator_binary() -> std::path::PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "orchestrator", "--bin", "orchestrator"])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cannot build the orchestrator");
+    std::path::Path::new(env!("CARGO_BIN_EXE_a2a-mesh")).with_file_name("orchestrator")
+}
+
+fn spawn_orchestrator(binary: &std::path::Path, registry: &str, bus: &mesh_bus::BusConfig) -> Child {
+    let mut command = Command::new(binary);
+    if let Some(brokers) = &bus.kafka_brokers {
+        command.env("MESH_ORCHESTRATOR_BUS__KAFKA_BROKERS", brokers);
+    }
+    command
+        .args(["--registry-url", registry, "--port", "0"])
+        .env("MESH_ORCHESTRATOR_BUS__DATABASE_URL", &bus.database_url)
+        .env("MESH_ORCHESTRATOR_BUS__INSTANCE_ID", &bus.instance_id)
+        .env("MESH_ORCHESTRATOR_TASK_STORE_URL", "sqlite::memory:")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the orchestrator starts")
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Sends one line and waits for the one answer.
+async fn turn(socket: &mut Socket, text: &str) -> serde_json::Value {
+    socket.send(Message::Text(text.into())).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_millis(ANSWER_DEADLINE_MS), socket.next())
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {text:?}"))
+        .unwrap()
+        .unwrap();
+    let Message::Text(answer) = answer else { panic!("a text answer, not {answer:?}") };
+    parse(answer.as_str())
+}
+
+/// The orchestrator's answer over the bus is its HTTP answer's data as plain (JSON) text on the
+/// first line, then any warnings of a partial answer.
+fn parse(answer: &str) -> serde_json::Value {
+    let first = answer.lines().next().unwrap_or_default();
+    serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {answer}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_on_the_embedded_log_survives_the_orchestrator_being_killed() {
+    conversation_survives_a_killed_orchestrator(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_on_kafka_survives_the_orchestrator_being_killed() {
+    match std::env::var("MESH_TEST_KAFKA_BROKERS") {
+        Ok(brokers) => conversation_survives_a_killed_orchestrator(Some(brokers)).await,
+        Err(_) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("CI=true but MESH_TEST_KAFKA_BROKERS is unset: start scripts/kafka-broker.sh and export it")
+        }
+        Err(_) => eprintln!("MESH_TEST_KAFKA_BROKERS unset: the Kafka conversation test is skipped"),
+    }
+}
+
+async fn conversation_survives_a_killed_orchestrator(kafka_brokers: Option<String>) {
+    let binary = tokio::task::spawn_blocking(orchestrator_binary).await.unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = SuiteConfig::ephemeral(data.path());
+    // The bus's orchestrator is the child process below; the in-process one answers HTTP only.
+    config.orchestrator.agent.bus = None;
+    // Topics and groups of their own on a broker that outlives test runs.
+    config.ui_agent.bus.instance_id = format!("t{}", uuid::Uuid::new_v4().simple());
+    config.ui_agent.bus.kafka_brokers = kafka_brokers;
+    let bus = config.ui_agent.bus.clone();
+    let suite = start(config).await.unwrap();
+    let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus);
+    let orchestrator_id = mesh_bus::agent_id("orchestrator", &bus.instance_id);
+    let ui_agent_id = mesh_bus::agent_id("ui", &bus.instance_id);
+
+    let ws_url = format!("{}/ws?agent=orchestrator", suite.urls.ui_agent.replacen("http://", "ws://", 1));
+    let (mut socket, response) = tokio_tungstenite::connect_async(ws_url.as_str()).await.unwrap();
+    let conversation = response.headers()[ui_agent::WS_CONVERSATION_HEADER].to_str().unwrap().to_owned();
+
+    let questions = [
+        "show me robots playing soccer",
+        "what about underwater drones",
+        "and solar powered cars",
+        "now electric guitars",
+        "finally mountain bikes",
+    ];
+    for question in &questions[..3] {
+        let answer = turn(&mut socket, question).await;
+        assert_eq!(answer["query"], *question, "{answer}");
+    }
+
+    // Killed mid-conversation: the next message waits on the topic until it comes back.
+    orchestrator.kill().unwrap();
+    orchestrator.wait().unwrap();
+    socket.send(Message::Text(questions[3].into())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus);
+    let answer =
+        tokio::time::timeout(Duration::from_millis(ANSWER_DEADLINE_MS), socket.next()).await.unwrap().unwrap().unwrap();
+    let answer = parse(answer.to_text().unwrap());
+    assert_eq!(answer["query"], questions[3], "{answer}");
+    let answer = turn(&mut socket, questions[4]).await;
+    assert_eq!(answer["query"], questions[4], "{answer}");
+    orchestrator.kill().unwrap();
+    orchestrator.wait().unwrap();
+
+    let http = reqwest::Client::new();
+    let messages = |viewer: &str| {
+        let url = format!("{}/conversations/{conversation}/messages?as={viewer}", suite.urls.ui_agent);
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
+    };
+    // Five questions, five answers, none twice, in order: the history came through the restart.
+    let as_orchestrator = messages(&orchestrator_id).await;
+    let list = as_orchestrator["messages"].as_array().unwrap();
+    assert_eq!(list.len(), 10, "{as_orchestrator}");
+    for (i, question) in questions.iter().enumerate() {
+        assert_eq!(list[2 * i]["role"], "user");
+        assert_eq!(list[2 * i]["content"], *question);
+        assert_eq!(list[2 * i + 1]["role"], "assistant");
+        let answer = parse(list[2 * i + 1]["content"].as_str().unwrap());
+        assert_eq!(answer["query"], *question);
+    }
+    let as_ui = messages(&ui_agent_id).await;
+    let roles: Vec<&str> = as_ui["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["assistant", "user"].repeat(5));
+
+    // The log rebuilds the same conversation, and lists and the tree find it.
+    let replay: serde_json::Value = http
+        .post(format!("{}/conversations/{conversation}/replay?as={orchestrator_id}", suite.urls.ui_agent))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(replay["matches_docmem"], true, "{replay}");
+    assert_eq!(replay["messages"], as_orchestrator["messages"]);
+    let listed: serde_json::Value = http
+        .get(format!("{}/conversations?agent={orchestrator_id}", suite.urls.ui_agent))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["conversations"][0]["id"], conversation.as_str(), "{listed}");
+    let tree: serde_json::Value = http
+        .get(format!("{}/conversations/{conversation}", suite.urls.ui_agent))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(tree["nodes"].as_array().unwrap().len(), 11, "root and ten messages");
+    assert_eq!(tree["nodes"][1]["context"], format!("text:agent:{ui_agent_id}"));
+    let missing = http.get(format!("{}/conversations/nope", suite.urls.ui_agent)).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+
+    socket.close(None).await.unwrap();
+    suite.stop().await.unwrap();
+}
