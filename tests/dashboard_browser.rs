@@ -8,13 +8,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use a2a_mesh::{RunningSuite, SuiteConfig, start};
-use mesh_client::{HttpClient, RegistryClient};
+use a2a_mesh::{RunningSuite, SuiteConfig};
 
-const WAIT_DEADLINE_MS: u64 = 10_000;
-const SUITE_AGENTS: usize = 4;
+mod common;
+
 /// The script's own waits add up to about a minute at worst; past this it is stuck.
 const BROWSER_RUN_DEADLINE_S: u64 = 180;
 const CHROMIUM_DEFAULT: &str = "/usr/bin/chromium";
@@ -41,14 +40,7 @@ fn prerequisites(root: &Path) -> Result<(PathBuf, PathBuf), String> {
 }
 
 async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
-    let suite = start(SuiteConfig::ephemeral(data.path())).await.unwrap();
-    let registry = RegistryClient::new(&suite.urls.registry, HttpClient::with_reqwest().unwrap()).unwrap();
-    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
-    while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < SUITE_AGENTS {
-        assert!(Instant::now() < deadline, "the agents never all registered as healthy");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    suite
+    common::start_healthy(SuiteConfig::ephemeral(data.path())).await
 }
 
 /// The links `deploy/` gives the suite: the orchestrator is superior to its three workers, so the

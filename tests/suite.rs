@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use a2a_mesh::{RunningSuite, SuiteConfig, start};
+use a2a_mesh::{RunningSuite, SuiteConfig};
 use mesh_client::{HttpClient, RegistryClient, reply_data, send_task};
 use mesh_protocol::agents::QueryAnswer;
 use mesh_protocol::error::ErrorBody;
@@ -11,22 +11,16 @@ use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use registry::RegistryConfig;
 use serde_json::json;
 
-const WAIT_DEADLINE_MS: u64 = 10_000;
-const SUITE_AGENTS: usize = 4;
+mod common;
+
+use common::WAIT_DEADLINE_MS;
 
 async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
     start_suite_with(SuiteConfig::ephemeral(data.path())).await
 }
 
 async fn start_suite_with(config: SuiteConfig) -> RunningSuite {
-    let suite = start(config).await.unwrap();
-    let registry = RegistryClient::new(&suite.urls.registry, HttpClient::with_reqwest().unwrap()).unwrap();
-    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
-    while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < SUITE_AGENTS {
-        assert!(Instant::now() < deadline, "the agents never all registered as healthy");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    suite
+    common::start_healthy(config).await
 }
 
 async fn ask(suite: &RunningSuite, query: &str) -> (ResponseStatus, QueryAnswer) {
