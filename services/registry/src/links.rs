@@ -45,12 +45,8 @@ pub struct LinkDef {
     pub direction: LinkDirection,
     #[serde(default)]
     pub relationship: LinkRelationship,
-    #[serde(default = "enabled_default")]
+    #[serde(default = "mesh_protocol::graph::link_enabled_default")]
     pub enabled: bool,
-}
-
-fn enabled_default() -> bool {
-    true
 }
 
 /// What a sync of the configured links changed, for events and the log.

@@ -162,11 +162,12 @@ pub struct NewLink {
     pub direction: LinkDirection,
     #[serde(default)]
     pub relationship: LinkRelationship,
-    #[serde(default = "enabled_default")]
+    #[serde(default = "link_enabled_default")]
     pub enabled: bool,
 }
 
-fn enabled_default() -> bool {
+/// A link is enabled unless it says otherwise (the API's and the configuration's default).
+pub fn link_enabled_default() -> bool {
     true
 }
 
