@@ -11,7 +11,6 @@ use mesh_docmem::{DocmemError, Node};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::ws::{ROOT_CONTEXT_NAME, ROOT_CONTEXT_TYPE};
 use crate::{UiError, UiState};
 
 /// Conversations per page when the request names no limit.
@@ -35,11 +34,6 @@ struct ConversationSummary {
     updated_at: String,
 }
 
-fn topic_of(root: &Node) -> Option<String> {
-    (root.context.kind == ROOT_CONTEXT_TYPE && root.context.name == ROOT_CONTEXT_NAME)
-        .then(|| root.context.value.clone())
-}
-
 /// `GET /conversations?agent=&before=&limit=`: newest first, a bounded page.
 pub(crate) async fn list(
     State(state): State<Arc<UiState>>,
@@ -54,7 +48,7 @@ pub(crate) async fn list(
         .iter()
         .map(|root| ConversationSummary {
             id: root.id.clone(),
-            topic: topic_of(root),
+            topic: mesh_bus::conversation_topic(root).map(str::to_owned),
             created_at: root.created_at.clone(),
             updated_at: root.updated_at.clone(),
         })
@@ -113,7 +107,7 @@ pub(crate) async fn replay(
     QueryParams(params): QueryParams<ReplayParams>,
 ) -> Result<Json<Value>, UiError> {
     let root = state.docmem.get(&id).await?;
-    let topic = topic_of(&root).ok_or_else(|| {
+    let topic = mesh_bus::conversation_topic(&root).map(str::to_owned).ok_or_else(|| {
         DocmemError::Invalid(format!("{id} was not opened through the UI agent: its topic is unknown"))
     })?;
     let mut rebuilt = Conversations::new(std::num::NonZeroUsize::MIN);

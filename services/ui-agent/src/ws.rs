@@ -21,9 +21,6 @@ use crate::{UiError, UiState, session_channel};
 /// The upgrade response names the conversation here, so a client can resume it later
 /// (`&conversation=`) or read it through the API; the socket itself carries only text.
 pub const WS_CONVERSATION_HEADER: &str = "x-conversation-id";
-/// The root context of a conversation opened here: which topic it lives on.
-pub(crate) const ROOT_CONTEXT_TYPE: &str = "conversation";
-pub(crate) const ROOT_CONTEXT_NAME: &str = "topic";
 /// Time an answer may wait for a slow socket before it is dropped for that socket (it stays in
 /// docmem and the API).
 const SOCKET_SEND_TIMEOUT_MS: u64 = 5_000;
@@ -53,9 +50,7 @@ pub(crate) async fn open(
             root.id
         }
         None => {
-            let context =
-                Context { kind: ROOT_CONTEXT_TYPE.into(), name: ROOT_CONTEXT_NAME.into(), value: topic.clone() };
-            state.docmem.create_root(&context, "").await?.id
+            state.docmem.create_root(&mesh_bus::conversation_root_context(&topic), "").await?.id
         }
     };
     let header = HeaderValue::from_str(&root).map_err(|e| DocmemError::Invalid(e.to_string()))?;

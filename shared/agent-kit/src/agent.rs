@@ -73,17 +73,19 @@ struct AgentState<H> {
 }
 
 /// The routes of an agent answering seed tasks: `POST /tasks/send`, the A2A bindings over the
-/// same handler and the same task store, the card and `/health`. Add
+/// same handler and the same task store, the card and `/health`. With `join`, A2A turns in a
+/// conversation of the agent's bus topic share its history. Add
 /// [`crate::http::with_common_layers`] around it to serve it.
 pub fn agent_router<H: AgentHandler>(
     card: CardDocument,
     handler: H,
     metrics: Arc<ServiceMetrics>,
     store: TaskStore,
+    join: Option<mesh_bus::ConversationJoin>,
 ) -> Router {
     let card = Arc::new(card);
     let handler = Arc::new(handler);
-    let engine = TaskEngine::new(store, Arc::new(SeedTasks::new(handler.clone())));
+    let engine = TaskEngine::new(store, Arc::new(SeedTasks::new(handler.clone(), join)));
     let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
     let circuits = Arc::new(move || handler.circuits());

@@ -172,8 +172,9 @@ impl AgentApp {
             Some(bus) => Some(crate::bus::BusRunner::open(bus, &name, handler.clone()).await?),
             None => None,
         };
+        let join = bus.as_ref().map(crate::bus::BusRunner::join);
         let app = Self::assemble(config, card, http, extras, |card, metrics, store| {
-            agent_router(card, handler, metrics, store)
+            agent_router(card, handler, metrics, store, join)
         });
         Ok(Self { bus, ..app.await? })
     }

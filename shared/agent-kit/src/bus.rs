@@ -8,7 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use mesh_bus::{
-    Answerer, BusConfig, BusError, BusRecord, ChatMessage, Participant, ParticipantSettings, Role, agent_id,
+    Answerer, BusConfig, BusError, BusRecord, ChatMessage, ConversationJoin, Participant, ParticipantSettings, Role,
+    agent_id,
 };
 use mesh_client::CallScope;
 use mesh_docmem::Node;
@@ -34,6 +35,7 @@ impl<H: AgentHandler> AgentHandler for Arc<H> {
 /// An agent's bus participant, ready to run beside its HTTP server.
 pub struct BusRunner {
     agent_id: String,
+    join: ConversationJoin,
     run: Pin<Box<dyn Future<Output = ()> + Send>>,
     stop: watch::Sender<bool>,
 }
@@ -54,13 +56,19 @@ impl BusRunner {
             topic: mesh_bus::agent_topic(&id),
             cache_conversations_max: config.cache_conversations_max()?,
         };
+        let join = ConversationJoin::new(bus.clone(), docmem.clone(), &id, &settings.topic);
         let answerer = Arc::new(HandlerAnswerer { agent: agent_name.to_owned(), handler });
         let participant = Participant::new(settings, bus, docmem, answerer);
         let (stop, mut stopped) = watch::channel(false);
         let run = Box::pin(participant.run_until(async move {
             let _ = stopped.wait_for(|stopped| *stopped).await;
         }));
-        Ok(Self { agent_id: id, run, stop })
+        Ok(Self { agent_id: id, join, run, stop })
+    }
+
+    /// What lets the agent's HTTP turns join the conversations on its topic.
+    pub fn join(&self) -> ConversationJoin {
+        self.join.clone()
     }
 
     /// Runs the participant until [`BusStop::stop`].
@@ -109,14 +117,14 @@ impl<H: AgentHandler> Answerer for HandlerAnswerer<H> {
         };
         // A failed task is still an answer: the sender reads why, as an HTTP caller would.
         let text = match self.handler.handle(task).await {
-            Ok(reply) => reply_text(&reply.parts, &reply.warnings),
+            Ok(reply) => plain_text(&reply.parts, &reply.warnings),
             Err(error) => format!("error: {error}"),
         };
         Ok(Some(text))
     }
 }
 
-fn seed_message(message: ChatMessage) -> seed::Message {
+pub(crate) fn seed_message(message: ChatMessage) -> seed::Message {
     let role = match message.role {
         Role::User => seed::Role::User,
         Role::Assistant => seed::Role::Agent,
@@ -126,7 +134,7 @@ fn seed_message(message: ChatMessage) -> seed::Message {
 
 /// Docmem content is plain text: text parts as they are, data parts as their JSON text, and
 /// warnings of a partial answer after them.
-fn reply_text(parts: &[Part], warnings: &[String]) -> String {
+pub(crate) fn plain_text(parts: &[Part], warnings: &[String]) -> String {
     let mut lines: Vec<String> = parts
         .iter()
         .map(|part| match part {
@@ -145,7 +153,7 @@ mod tests {
     #[test]
     fn replies_become_plain_text() {
         let parts = [Part::Text { text: "hello".into() }, Part::Data { data: serde_json::json!({"a": 1}) }];
-        assert_eq!(reply_text(&parts, &["slow".into()]), "hello\n{\"a\":1}\nwarning: slow");
+        assert_eq!(plain_text(&parts, &["slow".into()]), "hello\n{\"a\":1}\nwarning: slow");
         assert_eq!(seed_message(ChatMessage { role: Role::Assistant, content: "x".into() }).role, seed::Role::Agent);
     }
 }

@@ -7,10 +7,12 @@
 //! table in the mesh's own database (the default: no broker needed), and [`KafkaBus`], `rdkafka`
 //! against a Kafka-protocol broker. [`Participant`] is what an agent runs on it: it materializes
 //! conversations role-relative, answers them, and rebuilds its caches by replay.
+//! [`ConversationJoin`] lets an A2A message over HTTP take a turn in such a conversation.
 
 mod config;
 mod conversation;
 mod error;
+mod join;
 mod kafka;
 mod log;
 mod participant;
@@ -22,6 +24,7 @@ use std::sync::Arc;
 pub use config::{BusConfig, open_bus};
 pub use conversation::{ChatMessage, ConversationCache, Conversations, Role, message_list};
 pub use error::BusError;
+pub use join::{ConversationJoin, JoinedTurn, conversation_root_context, conversation_topic};
 pub use kafka::KafkaBus;
 pub use log::LogBus;
 pub use participant::{Answerer, Participant, ParticipantSettings, answer_node_id};

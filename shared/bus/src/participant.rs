@@ -6,7 +6,7 @@
 //! node `n` has the id [`answer_node_id`]`(me, n)`, so a record redelivered after a crash (between
 //! producing the answer and committing) finds its answer written and does not answer again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,11 +120,14 @@ impl<A: Answerer> Participant<A> {
             batch.iter().filter(|d| d.record.agent_id != me).map(|d| answer_node_id(&me, &d.record.node_id)).collect();
         let written: HashMap<String, Node> =
             self.docmem.get_many(&answer_ids).await?.into_iter().map(|n| (n.id.clone(), n)).collect();
+        // Answers whose own record is in this batch (an HTTP turn produces its message and answer
+        // together): applied when their record comes, not produced again.
+        let in_batch: HashSet<&str> = batch.iter().map(|d| d.record.node_id.as_str()).collect();
         let mut answers = Vec::new();
         let mut replies = Vec::new();
         for delivered in batch {
             let record = &delivered.record;
-            if let Some((reply, answer)) = self.apply(record, nodes.get(&record.node_id), &written).await? {
+            if let Some((reply, answer)) = self.apply(record, nodes.get(&record.node_id), &written, &in_batch).await? {
                 answers.extend(answer);
                 replies.push(reply);
             }
@@ -135,13 +138,15 @@ impl<A: Answerer> Participant<A> {
     }
 
     /// Caches one record whose node is `node` (`None`: gone from docmem) and, when it is someone
-    /// else's new message not answered yet, answers it: the answer's record to produce, and its
-    /// node to write unless `written` holds it already.
+    /// else's new message not answered yet (neither cached nor among the nodes of `in_batch`),
+    /// answers it: the answer's record to produce, and its node to write unless `written` holds
+    /// it already.
     async fn apply(
         &mut self,
         record: &BusRecord,
         node: Option<&Node>,
         written: &HashMap<String, Node>,
+        in_batch: &HashSet<&str>,
     ) -> Result<Option<(BusRecord, Option<NewChild>)>, BusError> {
         let me = self.settings.agent_id.clone();
         let cache = self.cache(&record.conversation_id).await?;
@@ -150,7 +155,7 @@ impl<A: Answerer> Participant<A> {
         let is_message = record.action == ACTION_CREATE || record.action == ACTION_APPEND;
         let Some(node) = node.filter(|_| record.agent_id != me && is_message) else { return Ok(None) };
         let answer_id = answer_node_id(&me, &node.id);
-        if cache.contains(&answer_id) {
+        if cache.contains(&answer_id) || in_batch.contains(answer_id.as_str()) {
             return Ok(None);
         }
         let messages = cache.message_list(&me);

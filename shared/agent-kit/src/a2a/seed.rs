@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use mesh_bus::{ConversationJoin, JoinedTurn};
 use mesh_client::CallScope;
 use mesh_protocol::a2a::v1::{self, Artifact, JsonObject, Task, TaskState, TaskStatus};
 use mesh_protocol::call::CallContext;
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::engine::{TaskEvents, TaskHandler, Turn};
 use crate::agent::{AgentHandler, AgentReply, TaskInput};
-use crate::error::ErrorResponse;
+use crate::error::{AgentError, ErrorResponse};
 use crate::graph::inbound_link;
 
 /// Name of the artifact holding a seed handler's reply.
@@ -29,27 +30,46 @@ pub(crate) fn unscoped_call() -> CallScope {
 #[derive(Debug)]
 pub struct SeedTasks<H> {
     handler: Arc<H>,
+    /// With the conversation bus: turns whose `contextId` is a conversation on the agent's topic
+    /// take their history from it and are written to it.
+    join: Option<ConversationJoin>,
 }
 
 impl<H> SeedTasks<H> {
-    pub fn new(handler: Arc<H>) -> Self {
-        Self { handler }
+    pub fn new(handler: Arc<H>, join: Option<ConversationJoin>) -> Self {
+        Self { handler, join }
     }
 }
+
+/// The sender of an HTTP turn in a bus conversation when no agent called: an A2A client.
+pub const A2A_CLIENT_SENDER: &str = "a2a-client";
 
 impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
     async fn run(&self, turn: Turn, events: TaskEvents) {
         if events.status(TaskState::Working, None).await.is_err() {
             return;
         }
-        let mut history = turn.previous.map(|task| task.history).unwrap_or_default();
-        history.push(turn.message.clone());
+        let joined = match self.joined_turn(&turn).await {
+            Ok(joined) => joined,
+            Err(error) => {
+                let error = AgentError::Unavailable(format!("the conversation {} is unavailable: {error}", turn.context_id));
+                return fail(&events, error).await;
+            }
+        };
+        let messages = match &joined {
+            Some(joined) => joined.messages.iter().cloned().map(crate::bus::seed_message).collect(),
+            None => {
+                let mut history = turn.previous.map(|task| task.history).unwrap_or_default();
+                history.push(turn.message.clone());
+                history.iter().map(seed_message).collect()
+            }
+        };
         let input = TaskInput {
             task_id: turn.task_id,
             request_id: None,
             text: text_of(&turn.message.parts),
             data: data_of(&turn.message.parts),
-            messages: history.iter().map(seed_message).collect(),
+            messages,
             link: inbound_link(&turn.message, &turn.call),
             call: turn.call,
         };
@@ -58,20 +78,47 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
             // Canceled: the task is already marked so; stop working on it.
             () = turn.cancellation.cancelled() => return,
         };
+        if let (Some(join), Some(joined)) = (&self.join, &joined) {
+            // The answer joins the conversation as a bus answer would: a failure is an answer too.
+            let text = match &outcome {
+                Ok(reply) => crate::bus::plain_text(&reply.parts, &reply.warnings),
+                Err(error) => format!("error: {error}"),
+            };
+            if let Err(error) = join.finish(joined, &text).await {
+                let error = AgentError::Unavailable(format!(
+                    "the answer could not be written to the conversation {}: {error}",
+                    joined.conversation_id()
+                ));
+                return fail(&events, error).await;
+            }
+        }
         match outcome {
             Ok(reply) => {
                 if events.artifact(reply_artifact(&reply, events.task_id()), false, true).await.is_ok() {
                     let _ = events.status(TaskState::Completed, None).await;
                 }
             }
-            Err(error) => {
-                let body = ErrorResponse::from(error).body;
-                let mut message = events.agent_message(&body.error_message);
-                message.parts.push(v1::Part::data(json!(body)));
-                let _ = events.status_with(TaskState::Failed, Some(message)).await;
-            }
+            Err(error) => fail(&events, error).await,
         }
     }
+}
+
+impl<H> SeedTasks<H> {
+    /// The turn in the bus conversation the message's `contextId` names, when it names one.
+    async fn joined_turn(&self, turn: &Turn) -> Result<Option<JoinedTurn>, mesh_bus::BusError> {
+        let Some(join) = &self.join else { return Ok(None) };
+        let sender = turn.call.context().chain.last().map_or(A2A_CLIENT_SENDER, String::as_str);
+        let text = crate::bus::plain_text(&turn.message.parts.iter().filter_map(seed_part).collect::<Vec<_>>(), &[]);
+        join.begin(&turn.context_id, sender, &turn.message.message_id, &text).await
+    }
+}
+
+/// Fails the task with the mesh error body in its status message.
+async fn fail(events: &TaskEvents, error: AgentError) {
+    let body = ErrorResponse::from(error).body;
+    let mut message = events.agent_message(&body.error_message);
+    message.parts.push(v1::Part::data(json!(body)));
+    let _ = events.status_with(TaskState::Failed, Some(message)).await;
 }
 
 /// Text parts joined by newlines.
@@ -89,17 +136,16 @@ fn seed_message(message: &v1::Message) -> seed::Message {
         v1::Role::User => seed::Role::User,
         v1::Role::Agent => seed::Role::Agent,
     };
-    let parts = message
-        .parts
-        .iter()
-        .filter_map(|part| match (part.as_text(), part.as_data()) {
-            (Some(text), _) => Some(seed::Part::Text { text: text.to_owned() }),
-            (_, Some(data)) => Some(seed::Part::Data { data: data.clone() }),
-            // Files have no seed form; seed handlers never asked for them.
-            _ => None,
-        })
-        .collect();
-    seed::Message { role, parts }
+    seed::Message { role, parts: message.parts.iter().filter_map(seed_part).collect() }
+}
+
+fn seed_part(part: &v1::Part) -> Option<seed::Part> {
+    match (part.as_text(), part.as_data()) {
+        (Some(text), _) => Some(seed::Part::Text { text: text.to_owned() }),
+        (_, Some(data)) => Some(seed::Part::Data { data: data.clone() }),
+        // Files have no seed form; seed handlers never asked for them.
+        _ => None,
+    }
 }
 
 fn a2a_part(part: &seed::Part) -> v1::Part {

@@ -1,0 +1,205 @@
+//! HTTP and bus turns of one conversation share one history: a real agent on port 0 with the
+//! conversation bus (the embedded log in a SQLite file) answers a bus turn, then an A2A
+//! `SendMessage` whose `contextId` is the conversation, then a bus turn again. Each turn's
+//! handler sees every earlier turn, role-relative; docmem and the topic hold every message once.
+
+use std::time::{Duration, Instant};
+
+use mesh_agent_kit::testing::{RunningAgent, local_agent_config};
+use mesh_agent_kit::{AgentApp, AgentError, AgentHandler, AgentReply, TaskInput};
+use mesh_bus::{ACTION_APPEND, BusConfig, BusRecord, ConversationBus, conversation_root_context};
+use mesh_docmem::{Context, Docmem};
+use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::seed::{Part, Role};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(15);
+const POLL: Duration = Duration::from_millis(20);
+/// The user on the bus: any sender that is not the agent.
+const UI_AGENT_ID: &str = "ui-test";
+
+/// Answers with the conversation it was given: one line per message, `role: text`.
+struct Transcript;
+
+impl AgentHandler for Transcript {
+    async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        let lines: Vec<String> = task
+            .messages
+            .iter()
+            .map(|message| {
+                let role = match message.role {
+                    Role::User | Role::System => "user",
+                    Role::Agent | Role::Assistant => "assistant",
+                };
+                let text: Vec<&str> = message
+                    .parts
+                    .iter()
+                    .filter_map(|part| match part {
+                        Part::Text { text } => Some(text.as_str()),
+                        Part::Data { .. } => None,
+                    })
+                    .collect();
+                format!("{role}: {}", text.join(" "))
+            })
+            .collect();
+        Ok(AgentReply { parts: vec![Part::Text { text: lines.join(" | ") }], ..AgentReply::default() })
+    }
+}
+
+fn card() -> AgentCard {
+    serde_json::from_value(json!({
+        "name": "transcriber", "description": "repeats the conversation", "version": "1.0.0",
+        "supportedInterfaces": [], "capabilities": {}, "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "transcribe", "name": "transcribe", "description": "repeats", "tags": ["test"]}]
+    }))
+    .unwrap()
+}
+
+struct Conversation {
+    bus: std::sync::Arc<dyn ConversationBus>,
+    docmem: Docmem,
+    topic: String,
+    root: String,
+}
+
+impl Conversation {
+    /// A message from the UI agent on the bus.
+    async fn say(&self, text: &str) -> String {
+        let node = self.docmem.append_child(&self.root, &Context::agent_text(UI_AGENT_ID), text).await.unwrap();
+        self.bus
+            .produce(&self.topic, &BusRecord::message(UI_AGENT_ID, &self.root, &node.id, ACTION_APPEND))
+            .await
+            .unwrap();
+        node.id
+    }
+
+    /// Waits until the conversation holds `count` messages, and returns them as `(sender, text)`.
+    async fn messages(&self, count: usize) -> Vec<(String, String)> {
+        let started = Instant::now();
+        loop {
+            let nodes = self.docmem.read_conversation(&self.root).await.unwrap();
+            let messages: Vec<(String, String)> = nodes
+                .iter()
+                .filter_map(|n| Some((n.context.agent_id()?.to_owned(), n.content.clone())))
+                .collect();
+            if messages.len() >= count {
+                return messages;
+            }
+            assert!(started.elapsed() < DEADLINE, "{count} messages expected, have {messages:?}");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Every record on the topic, in offset order.
+    async fn records(&self) -> Vec<BusRecord> {
+        let mut replay = self.bus.replay(&self.topic).await.unwrap();
+        let mut records = Vec::new();
+        while let Some(batch) = replay.next_batch().await.unwrap() {
+            records.extend(batch.into_iter().map(|d| d.record));
+        }
+        records
+    }
+}
+
+async fn send_message(agent: &RunningAgent, context_id: &str, message_id: &str, text: &str) -> Value {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": {
+            "messageId": message_id, "contextId": context_id, "role": "ROLE_USER", "parts": [{"text": text}]
+        }}
+    });
+    let response = reqwest::Client::new()
+        .post(agent.url())
+        .header("A2A-Version", "1.0")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// The text of the reply artifact of a completed task.
+fn answer_of(response: &Value) -> &str {
+    let task = &response["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{response}");
+    task["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or_else(|| panic!("no text answer in {response}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_and_bus_turns_share_one_history() {
+    let data = tempfile::tempdir().unwrap();
+    let bus_config = BusConfig {
+        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
+        instance_id: "7".into(),
+        ..BusConfig::default()
+    };
+    let config = mesh_agent_kit::AgentConfig { bus: Some(bus_config.clone()), ..local_agent_config() };
+    let agent = RunningAgent::start(|http| AgentApp::build(&config, card(), Transcript, http)).await;
+    let me = mesh_bus::agent_id("transcriber", "7");
+    let (bus, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
+    let topic = mesh_bus::agent_topic(&me);
+    bus.ensure_topic(&topic).await.unwrap();
+    let root = docmem.create_root(&conversation_root_context(&topic), "").await.unwrap().id;
+    let conversation = Conversation { bus, docmem, topic, root: root.clone() };
+
+    // A bus turn: the agent's participant answers it.
+    conversation.say("first on the bus").await;
+    let after_bus = conversation.messages(2).await;
+    assert_eq!(after_bus[1], (me.clone(), "user: first on the bus".into()));
+
+    // An HTTP turn in the same conversation sees the bus turn, and joins the conversation.
+    let response = send_message(&agent, &root, "m-http-1", "then over HTTP").await;
+    assert_eq!(
+        answer_of(&response),
+        "user: first on the bus | assistant: user: first on the bus | user: then over HTTP"
+    );
+    assert_eq!(response["result"]["task"]["contextId"], root.as_str());
+    let after_http = conversation.messages(4).await;
+    assert_eq!(after_http[2], ("a2a-client".into(), "then over HTTP".into()));
+    assert_eq!(after_http[3].0, me);
+
+    // The next bus turn sees the HTTP turn.
+    conversation.say("back on the bus").await;
+    let after = conversation.messages(6).await;
+    assert_eq!(after[5].1.matches(" | ").count(), 4, "five messages seen: {after:?}");
+    assert!(after[5].1.contains("user: then over HTTP"), "{after:?}");
+
+    // Every message once in docmem and once on the topic: the participant did not answer the
+    // HTTP turn a second time.
+    let records = conversation.records().await;
+    let mut nodes: Vec<&str> = records.iter().map(|r| r.node_id.as_str()).collect();
+    let produced = nodes.len();
+    nodes.sort_unstable();
+    nodes.dedup();
+    assert_eq!((produced, nodes.len()), (6, 6), "{records:?}");
+    let ids: Vec<String> = conversation.docmem.read_conversation(&root).await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids.len(), 6);
+    assert!(records.iter().all(|r| ids.contains(&r.node_id)));
+
+    // A retried request (same messageId) writes its message once.
+    send_message(&agent, &root, "m-http-1", "then over HTTP").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(conversation.docmem.read_conversation(&root).await.unwrap().len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_that_is_no_conversation_on_the_topic_stays_an_a2a_context() {
+    let data = tempfile::tempdir().unwrap();
+    let bus_config = BusConfig {
+        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
+        ..BusConfig::default()
+    };
+    let config = mesh_agent_kit::AgentConfig { bus: Some(bus_config.clone()), ..local_agent_config() };
+    let agent = RunningAgent::start(|http| AgentApp::build(&config, card(), Transcript, http)).await;
+    let (_, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
+    // A conversation on another agent's topic is not this agent's to join.
+    let elsewhere = docmem.create_root(&conversation_root_context("search-1"), "").await.unwrap().id;
+
+    for context in ["an-a2a-context", elsewhere.as_str()] {
+        let response = send_message(&agent, context, &format!("m-{context}"), "hello").await;
+        assert_eq!(answer_of(&response), "user: hello");
+    }
+    assert!(docmem.read_conversation(&elsewhere).await.unwrap().is_empty());
+}
