@@ -31,15 +31,7 @@ impl AgentHandler for Transcript {
                     Role::User | Role::System => "user",
                     Role::Agent | Role::Assistant => "assistant",
                 };
-                let text: Vec<&str> = message
-                    .parts
-                    .iter()
-                    .filter_map(|part| match part {
-                        Part::Text { text } => Some(text.as_str()),
-                        Part::Data { .. } => None,
-                    })
-                    .collect();
-                format!("{role}: {}", text.join(" "))
+                format!("{role}: {}", message.text())
             })
             .collect();
         Ok(AgentReply { parts: vec![Part::Text { text: lines.join(" | ") }], ..AgentReply::default() })
