@@ -8,6 +8,7 @@ use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::registry::{AGENT_CARD_PATH, Registration};
 use url::Url;
 
+use crate::directory::Directory;
 use crate::error::RegistryError;
 use crate::store::StoredAgent;
 
@@ -74,11 +75,24 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
     })
 }
 
+/// Whether a registration of `name` fits the registry's capacity: re-registering a known name
+/// always does, a new name only below `registrations_max`. This is where per-identity caps go
+/// once registrations carry an authenticated identity. Registrations of new names racing each
+/// other may overshoot by as many as are in flight (bounded by the server's concurrency limit).
+pub fn admit_registration(directory: &Directory, name: &str, registrations_max: usize) -> Result<(), RegistryError> {
+    if directory.get(name).is_err() && directory.count() >= registrations_max {
+        return Err(RegistryError::RegistrationsFull(registrations_max));
+    }
+    Ok(())
+}
+
 /// Checks that the registrant's origin is an address the registry may reach (the outbound
 /// address policy, on what its name resolves to now), so an agent nobody could call is not
 /// handed out, and nobody is pointed at an internal address through the registry.
 pub async fn vet_address(http: &HttpClient, agent: &StoredAgent) -> Result<(), RegistryError> {
-    http.vet(&agent.url).await.map_err(|e| RegistryError::AddressRefused { url: agent.url.clone(), reason: e.to_string() })
+    http.vet(&agent.url)
+        .await
+        .map_err(|e| RegistryError::AddressRefused { url: agent.url.clone(), reason: e.to_string() })
 }
 
 /// Fetches the agent's card and checks it names the registering agent, so nobody registers an

@@ -198,7 +198,8 @@ impl HostLookup for StaticLookup {
         let found = self.hosts.get(&host.to_ascii_lowercase()).cloned();
         let host = host.to_owned();
         Box::pin(async move {
-            found.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} is not in the table")))
+            found
+                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} is not in the table")))
         })
     }
 }
@@ -336,10 +337,7 @@ mod tests {
             ("agent.test".to_owned(), vec![ip("127.0.0.1")]),
         ]);
         let guard = OutboundGuard::new(AddressPolicy::allow_all(), Arc::new(lookup));
-        assert!(matches!(
-            guard.vet("http://metadata.test:80/").await,
-            Err(AddressRefused::NoAllowedAddress { .. })
-        ));
+        assert!(matches!(guard.vet("http://metadata.test:80/").await, Err(AddressRefused::NoAllowedAddress { .. })));
         assert_eq!(guard.resolve("mixed.test").await, Ok(vec![ip("127.0.0.1")]));
         assert_eq!(guard.vet("http://agent.test:9/").await, Ok(()));
         assert!(matches!(guard.vet("http://unknown.test/").await, Err(AddressRefused::Unresolved { .. })));

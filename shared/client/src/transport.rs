@@ -55,9 +55,8 @@ pub struct ReqwestTransport {
 
 impl ReqwestTransport {
     pub fn new() -> Result<Self, TransportError> {
-        let client = Self::builder()
-            .build()
-            .map_err(|e| TransportError::Other(format!("cannot build the HTTP client: {e}")))?;
+        let client =
+            Self::builder().build().map_err(|e| TransportError::Other(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self { client, guard: None })
     }
 
