@@ -244,6 +244,8 @@ async fn serve_agent_kit() -> Result<(), BoxError> {
         port: 0,
         registry_url: None,
         task_store_url: Some(std::env::var(TASK_STORE_ENV)?),
+        // Throughput is measured here, not the per-tenant limiter (one tenant sends everything).
+        rate_limit_per_s: 0,
         ..AgentConfig::default()
     };
     let app = AgentApp::build(&config, card, Echo, HttpClient::with_reqwest()?).await?;
