@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesh_agent_kit::ServiceMetrics;
+use mesh_agent_kit::auth::AccessControl;
 use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining, with_common_layers};
 use mesh_client::{AddressPolicy, HttpClient, OutboundGuard, SystemLookup};
 use tokio::net::TcpListener;
@@ -56,12 +57,18 @@ impl RegistryService {
             registrations_max: config.registrations_max,
         });
         sync_config_links(&state, &config.links).await?;
+        let access = AccessControl::from_config(&config.auth)
+            .map_err(|e| RegistryError::Startup(e.to_string()))?
+            .with_public(crate::dashboard::PUBLIC_PATHS, crate::dashboard::PUBLIC_PREFIXES);
+        mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)
+            .map_err(|e| RegistryError::Startup(e.to_string()))?;
         let limits = HttpLimits {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
             concurrency_max: config.concurrency_max,
             rate_limit_per_s: config.rate_limit_per_s,
             rate_limit_burst: config.rate_limit_burst,
+            access,
         };
         let routes =
             router(state.clone(), ServiceMetrics::new("registry")).merge(crate::dashboard::routes(state.clone()));

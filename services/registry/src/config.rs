@@ -56,6 +56,8 @@ pub struct RegistryConfig {
     pub rate_limit_burst: u32,
     /// Milliseconds shutdown waits for open requests and streams before closing them.
     pub shutdown_drain_ms: u64,
+    /// How callers authenticate (see the README's "Authentication"); open when empty.
+    pub auth: mesh_auth::AuthConfig,
 }
 
 impl Default for RegistryConfig {
@@ -81,6 +83,7 @@ impl Default for RegistryConfig {
             rate_limit_per_s: mesh_agent_kit::http::RATE_LIMIT_PER_S_DEFAULT,
             rate_limit_burst: mesh_agent_kit::http::RATE_LIMIT_BURST_DEFAULT,
             shutdown_drain_ms: mesh_agent_kit::http::SHUTDOWN_DRAIN_MS_DEFAULT,
+            auth: mesh_auth::AuthConfig::default(),
         }
     }
 }

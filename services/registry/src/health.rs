@@ -30,7 +30,9 @@ pub async fn check(http: &HttpClient, health_url: &str, timeout: Duration) -> He
     match http.send(request, timeout).await {
         Ok(response) if response.status() == http::StatusCode::OK => HealthStatus::Healthy,
         Ok(_) => HealthStatus::Unhealthy,
-        Err(ClientError::Transport { .. } | ClientError::InvalidUrl { .. }) => HealthStatus::Unreachable,
+        Err(ClientError::Transport { .. } | ClientError::InvalidUrl { .. } | ClientError::InvalidCredential) => {
+            HealthStatus::Unreachable
+        }
         Err(ClientError::Status { .. } | ClientError::Decode { .. }) => HealthStatus::Unhealthy,
     }
 }

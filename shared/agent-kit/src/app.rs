@@ -16,8 +16,9 @@ use tokio::net::TcpListener;
 
 use mesh_tasks::{Retention, TaskStore};
 
-use crate::a2a::{TaskHandler, TaskLimits, describe_interfaces};
+use crate::a2a::{TaskHandler, TaskLimits, describe_interfaces, describe_security};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
+use crate::auth::AccessControl;
 use crate::card::CardDocument;
 use crate::graph::AgentGraph;
 use crate::http::{
@@ -100,6 +101,8 @@ pub struct AgentConfig {
     /// At start, fail the tasks a previous run left submitted or working. Turn off for replicas
     /// sharing one task database under one name: each would fail the others' running tasks.
     pub fail_interrupted_tasks_at_start: bool,
+    /// How callers authenticate, and the credential this agent presents (see [`crate::auth`]).
+    pub auth: mesh_auth::AuthConfig,
 }
 
 impl Default for AgentConfig {
@@ -133,6 +136,7 @@ impl Default for AgentConfig {
             task_subscribers_max: crate::a2a::TASK_SUBSCRIBERS_MAX_DEFAULT,
             task_artifact_bytes_max: crate::a2a::TASK_ARTIFACT_BYTES_MAX_DEFAULT,
             fail_interrupted_tasks_at_start: true,
+            auth: mesh_auth::AuthConfig::default(),
         }
     }
 }
@@ -151,6 +155,8 @@ pub enum KitError {
     TaskStore(#[from] mesh_tasks::TaskError),
     #[error("cannot open the conversation bus: {0}")]
     Bus(#[from] mesh_bus::BusError),
+    #[error("{0}")]
+    Auth(#[from] mesh_auth::AuthError),
 }
 
 /// What an agent adds to the kit's routes and health report.
@@ -243,6 +249,10 @@ impl AgentApp {
         extras: AgentExtras,
         routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore, TaskLimits) -> axum::Router,
     ) -> Result<Self, KitError> {
+        let access = AccessControl::from_config(&config.auth)?;
+        mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
+        // Calls to the registry and to other agents carry this agent's own credential.
+        let http = http.with_bearer(config.auth.outbound_credential()?.as_deref())?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(KitError::Serve)?;
@@ -251,6 +261,9 @@ impl AgentApp {
             card.name = name.clone();
         }
         describe_interfaces(&mut card, &url, config.legacy_card_fields);
+        if access.enabled() {
+            describe_security(&mut card, config.legacy_card_fields);
+        }
         let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
         let store = TaskStore::open(&store_url, &card.name).await?;
         if config.fail_interrupted_tasks_at_start {
@@ -284,6 +297,7 @@ impl AgentApp {
             concurrency_max: config.concurrency_max,
             rate_limit_per_s: config.rate_limit_per_s,
             rate_limit_burst: config.rate_limit_burst,
+            access,
         };
         if registration.is_some() {
             metrics.set_registration(RegistrationState::Pending);

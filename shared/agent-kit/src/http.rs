@@ -25,6 +25,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::auth::AccessControl;
 use crate::error::ErrorResponse;
 pub use crate::limits::{
     CONCURRENCY_MAX_DEFAULT, RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_PER_S_DEFAULT, RETRY_AFTER_S, rate_limit_key,
@@ -44,8 +45,8 @@ pub const SHUTDOWN_DRAIN_MS_DEFAULT: u64 = 10_000;
 /// Header carrying the request id, set when the caller did not send one, echoed on the answer.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Limits applied to every request of a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Limits applied to every request of a server, and who may send them.
+#[derive(Debug, Clone)]
 pub struct HttpLimits {
     pub request_timeout: Duration,
     pub body_limit_bytes: usize,
@@ -54,6 +55,8 @@ pub struct HttpLimits {
     /// Requests per second per tenant (0: no rate limit), and the burst above it.
     pub rate_limit_per_s: u32,
     pub rate_limit_burst: u32,
+    /// Authentication of every request ([`crate::auth`]); open by default.
+    pub access: AccessControl,
 }
 
 impl Default for HttpLimits {
@@ -64,6 +67,7 @@ impl Default for HttpLimits {
             concurrency_max: CONCURRENCY_MAX_DEFAULT,
             rate_limit_per_s: RATE_LIMIT_PER_S_DEFAULT,
             rate_limit_burst: RATE_LIMIT_BURST_DEFAULT,
+            access: AccessControl::open(),
         }
     }
 }
@@ -132,7 +136,8 @@ fn json_rejection(rejection: JsonRejection) -> ErrorResponse {
 /// Adds the shared behaviour to a server's routes: JSON 404/405 fallbacks, the body limit, a
 /// request timeout answering 504 with a body, panics turned into 500 with a body, request ids
 /// and request tracing, header values with control characters refused before anything logs
-/// them, a per-tenant rate limit (429) and load shedding beyond the concurrency limit (503).
+/// them, load shedding beyond the concurrency limit (503), authentication, and a per-tenant
+/// rate limit (429) keyed by the authenticated tenant.
 pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
     let rate_limit = TenantRateLimit::new(limits.rate_limit_per_s, limits.rate_limit_burst);
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.concurrency_max.max(1)));
@@ -143,10 +148,13 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
             .layer(TraceLayer::new_for_http())
             .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
             .layer(middleware::from_fn(stamp_request_id))
-            .option_layer(rate_limit.map(|limit| middleware::from_fn_with_state(limit, limit_rate)))
+            // Shed before authenticating (cheap refusals first); rate limit after it, by the
+            // tenant the credential gives.
             .layer(middleware::from_fn_with_state(permits, shed_load))
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
+            .layer(middleware::from_fn_with_state(limits.access, crate::auth::authenticate))
+            .option_layer(rate_limit.map(|limit| middleware::from_fn_with_state(limit, limit_rate)))
             .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
     )
 }

@@ -16,6 +16,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use mesh_auth::Caller;
 use mesh_protocol::call::TENANT_HEADER;
 use mesh_protocol::call::validate_tenant_id;
 use tokio::sync::Semaphore;
@@ -65,17 +66,24 @@ pub async fn refuse_control_characters(request: Request, next: Next) -> Response
     next.run(request).await
 }
 
-/// The key a request is rate limited by: the tenant its call context names (`x-mesh-tenant`),
-/// or the shared default tenant when it names none or an invalid one. Once callers are
-/// authenticated, this is where the principal's tenant replaces the caller-chosen header.
+/// The key a request is rate limited by: the tenant it acts in. For an authenticated caller
+/// that is the tenant its credential allows (a `user`'s own, whatever it names; the tenant an
+/// `agent` or `admin` names in `x-mesh-tenant`); on an open service, the tenant the header
+/// names; otherwise (no valid tenant named, anonymous callers) one shared default tenant.
 pub fn rate_limit_key(request: &Request) -> String {
-    request
+    let named = request
         .headers()
         .get(TENANT_HEADER)
         .and_then(|value| value.to_str().ok())
         .filter(|tenant| validate_tenant_id(tenant).is_ok())
-        .unwrap_or_default()
-        .to_owned()
+        .unwrap_or_default();
+    match request.extensions().get::<Caller>() {
+        Some(caller @ Caller::Authenticated(principal)) => {
+            caller.tenant(named, None).unwrap_or_else(|_| principal.tenant.clone())
+        }
+        Some(Caller::Anonymous) => String::new(),
+        Some(Caller::Open) | None => named.to_owned(),
+    }
 }
 
 /// The per-tenant token buckets of one server.
@@ -177,6 +185,22 @@ mod tests {
         assert_eq!(rate_limit_key(&request_with_tenant(Some("acme"))), "acme");
         assert_eq!(rate_limit_key(&request_with_tenant(None)), "");
         assert_eq!(rate_limit_key(&request_with_tenant(Some("no spaces"))), "");
+    }
+
+    #[test]
+    fn an_authenticated_user_is_limited_in_its_own_tenant_whatever_it_names() {
+        let principal = |role| mesh_auth::Principal { subject: "s".into(), tenant: "own".into(), roles: vec![role] };
+        for (caller, named, expected) in [
+            (Caller::Authenticated(principal(mesh_auth::Role::User)), Some("other"), "own"),
+            (Caller::Authenticated(principal(mesh_auth::Role::User)), None, "own"),
+            (Caller::Authenticated(principal(mesh_auth::Role::Agent)), Some("users"), "users"),
+            (Caller::Anonymous, Some("acme"), ""),
+            (Caller::Open, Some("acme"), "acme"),
+        ] {
+            let mut request = request_with_tenant(named);
+            request.extensions_mut().insert(caller.clone());
+            assert_eq!(rate_limit_key(&request), expected, "{caller:?}");
+        }
     }
 
     #[test]
