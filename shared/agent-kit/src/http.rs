@@ -145,12 +145,14 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
         ServiceBuilder::new()
             .layer(middleware::from_fn(refuse_control_characters))
             .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+            // Shed before tracing and authenticating: under overload every refusal must cost
+            // next to nothing, and a log line (an error, for a 503) per shed request would
+            // turn the overload into a logging one.
+            .layer(middleware::from_fn_with_state(permits, shed_load))
             .layer(TraceLayer::new_for_http())
             .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
             .layer(middleware::from_fn(stamp_request_id))
-            // Shed before authenticating (cheap refusals first); rate limit after it, by the
-            // tenant the credential gives.
-            .layer(middleware::from_fn_with_state(permits, shed_load))
+            // Rate limited after authentication, by the tenant the credential gives.
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
             .layer(middleware::from_fn_with_state(limits.access, crate::auth::authenticate))

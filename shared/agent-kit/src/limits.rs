@@ -22,6 +22,7 @@ use mesh_protocol::call::validate_tenant_id;
 use tokio::sync::Semaphore;
 
 use crate::error::ErrorResponse;
+use crate::http::REQUEST_ID_HEADER;
 
 /// Requests handled at once by default; more are shed.
 pub const CONCURRENCY_MAX_DEFAULT: usize = 512;
@@ -150,14 +151,22 @@ pub async fn shed_load(State(permits): State<Arc<Semaphore>>, request: Request, 
         return next.run(request).await;
     }
     let Ok(_permit) = permits.try_acquire() else {
-        return with_retry_after(
+        // Ahead of the layers that stamp and echo the request id, so it is put here.
+        let request_id = request.headers().get(REQUEST_ID_HEADER).cloned();
+        let body_id = request_id.as_ref().and_then(|id| id.to_str().ok()).map(str::to_owned);
+        let mut response = with_retry_after(
             ErrorResponse::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "SERVER_OVERLOADED",
                 "the server is handling as many requests as it can; try again shortly",
-            ),
+            )
+            .with_request_id(body_id),
             RETRY_AFTER_S,
         );
+        if let Some(id) = request_id {
+            response.headers_mut().insert(REQUEST_ID_HEADER, id);
+        }
+        return response;
     };
     next.run(request).await
 }
