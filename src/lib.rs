@@ -137,8 +137,8 @@ impl SuiteConfig {
         for (name, agent) in [
             ("orchestrator", &mut self.orchestrator.agent),
             ("search", &mut self.search.agent),
-            ("entity-extraction", &mut self.entity_extraction.agent),
-            ("profile-selection", &mut self.profile_selection.agent),
+            ("entity_extraction", &mut self.entity_extraction.agent),
+            ("profile_selection", &mut self.profile_selection.agent),
         ] {
             let own = agent.auth.credential.clone().or(own_credential(agent.name.as_deref().unwrap_or(name))?);
             if !configures(&agent.auth) {

@@ -41,7 +41,7 @@ const INGEST_CHUNK_TIMEOUT_MS: u64 = 120_000;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The credential (a token or an API key) `ask` and `ingest --search-url` present to a
+    /// The credential (a token or an API key) `ask`, `chat` and `ingest --search-url` present to a
     /// suite that requires authentication.
     #[arg(long, global = true, env = "MESH_CREDENTIAL", hide_env_values = true)]
     credential: Option<String>,
@@ -172,7 +172,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Chat { agent, conversation, ui_url } => {
-            a2a_mesh::chat::run(&ui_url, &agent, conversation.as_deref()).await
+            a2a_mesh::chat::run(&ui_url, &agent, conversation.as_deref(), credential).await
         }
         Command::Eval { dataset, split, profiles, data_dir } => {
             let data_dir = data_dir.unwrap_or_else(|| eval_data_dir(&dataset));

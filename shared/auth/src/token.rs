@@ -98,7 +98,11 @@ impl JwtVerifier {
             return Err(AuthError::Invalid(format!("no key verifies {:?} tokens with this kid", header.alg)));
         }
         let mut validation = Validation::new(header.alg);
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        // A configured issuer or audience must be present, not only match when present.
+        let mut required = vec!["exp", "sub"];
+        required.extend(self.issuer.as_ref().map(|_| "iss"));
+        required.extend(self.audience.as_ref().map(|_| "aud"));
+        validation.set_required_spec_claims(&required);
         validation.leeway = CLOCK_LEEWAY_S;
         match &self.issuer {
             Some(issuer) => validation.set_issuer(&[issuer]),
