@@ -31,7 +31,7 @@ use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api;
 use crate::health::{check_and_record, now_rfc3339};
-use crate::intake::{validate, verify_card};
+use crate::intake::{admit_registration, validate, verify_card, vet_address};
 use crate::links::LinkStore;
 use crate::ownership;
 use crate::store::AgentStore;
@@ -49,6 +49,8 @@ pub struct RegistryState {
     /// `None` skips verification of agent cards.
     pub card_fetch_timeout: Option<Duration>,
     pub health_check_timeout: Duration,
+    /// Agents registered at once, at most.
+    pub registrations_max: usize,
 }
 
 impl RegistryState {
@@ -165,7 +167,8 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
 #[utoipa::path(post, path = "/register", request_body = Registration, responses(
     (status = 200, description = "Registered (or updated)", body = StatusMessage),
     (status = 400, description = "Invalid registration", body = ErrorBody),
-    (status = 422, description = "The agent's card cannot be fetched, is not a card, or names another agent", body = ErrorBody),
+    (status = 409, description = "The registry holds as many registrations as it keeps", body = ErrorBody),
+    (status = 422, description = "The agent's address is refused by the outbound address policy, or its card cannot be fetched, is not a card, or names another agent", body = ErrorBody),
     (status = 503, description = "Storage unavailable", body = ErrorBody),
 ))]
 async fn register(
@@ -177,6 +180,8 @@ async fn register(
     // Before any fetch: a name held by another identity is refused without touching its URL.
     let current_owner = state.directory.owner(&agent.name).flatten();
     agent.owner = ownership::claim(&caller_of(caller), &agent.name, current_owner.as_deref())?;
+    admit_registration(&state.directory, &agent.name, state.registrations_max)?;
+    vet_address(&state.http, &agent).await?;
     if let Some(timeout) = state.card_fetch_timeout {
         verify_card(&state.http, &agent, timeout).await?;
     }

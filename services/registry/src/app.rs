@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use mesh_agent_kit::ServiceMetrics;
 use mesh_agent_kit::auth::AccessControl;
-use mesh_agent_kit::http::{HttpLimits, reachable_url, serve, with_common_layers};
-use mesh_client::HttpClient;
+use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining, with_common_layers};
+use mesh_client::{AddressPolicy, HttpClient, OutboundGuard, SystemLookup};
 use tokio::net::TcpListener;
 
 use crate::api::{RegistryState, router};
@@ -32,6 +32,7 @@ pub struct RegistryService {
     router: axum::Router,
     state: Arc<RegistryState>,
     poll: PollSettings,
+    shutdown_drain: Duration,
 }
 
 impl RegistryService {
@@ -53,6 +54,7 @@ impl RegistryService {
                 .verify_registrations
                 .then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
             health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
+            registrations_max: config.registrations_max,
         });
         sync_config_links(&state, &config.links).await?;
         let access = AccessControl::from_config(&config.auth)
@@ -63,6 +65,9 @@ impl RegistryService {
         let limits = HttpLimits {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
+            concurrency_max: config.concurrency_max,
+            rate_limit_per_s: config.rate_limit_per_s,
+            rate_limit_burst: config.rate_limit_burst,
             access,
         };
         let routes =
@@ -73,7 +78,7 @@ impl RegistryService {
             timeout: Duration::from_millis(config.health_check_timeout_ms),
             concurrency_max: config.health_check_concurrency_max,
         };
-        Ok(Self { router, state, poll })
+        Ok(Self { router, state, poll, shutdown_drain: Duration::from_millis(config.shutdown_drain_ms) })
     }
 
     /// The routes, with the shared layers.
@@ -115,8 +120,13 @@ impl RegistryService {
 }
 
 impl Application {
+    /// Builds the registry with its outbound client under the configured address policy: every
+    /// URL it fetches was chosen by a registrant.
     pub async fn build(config: &RegistryConfig) -> Result<Self, RegistryError> {
-        Self::build_with_client(config, HttpClient::with_reqwest().map_err(|e| RegistryError::Startup(e.to_string()))?)
+        let policy = AddressPolicy::from_networks(&config.allowed_networks)
+            .map_err(|e| RegistryError::Startup(e.to_string()))?;
+        let guard = OutboundGuard::new(policy, Arc::new(SystemLookup));
+        Self::build_with_client(config, HttpClient::guarded(guard).map_err(|e| RegistryError::Startup(e.to_string()))?)
             .await
     }
 
@@ -154,7 +164,7 @@ impl Application {
             shutdown.await;
             service.close_events();
         };
-        let served = serve(self.listener, self.service.router(), shutdown).await;
+        let served = serve_draining(self.listener, self.service.router(), shutdown, self.service.shutdown_drain).await;
         poller.abort();
         self.service.close_storage().await;
         served.map_err(|e| RegistryError::Startup(format!("server failed: {e}")))

@@ -15,6 +15,8 @@ pub const HEALTH_CHECK_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Health checks in flight at once; bounds the poller's sockets however many agents register.
 pub const HEALTH_CHECK_CONCURRENCY_MAX_DEFAULT: usize = 32;
 pub const CARD_FETCH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Agents registered at once, at most, whoever registers them.
+pub const REGISTRATIONS_MAX_DEFAULT: usize = 10_000;
 /// Prefix of the environment variables the registry reads.
 pub const ENV_PREFIX: &str = "MESH_REGISTRY";
 
@@ -41,6 +43,19 @@ pub struct RegistryConfig {
     pub events_buffered: usize,
     /// Event streams open at once, at most.
     pub event_subscribers_max: usize,
+    /// Networks (CIDR) the registry may fetch agent cards and health endpoints from, checked
+    /// on the resolved addresses. Empty: every address except link-local, metadata and
+    /// unspecified ones, which are refused whatever this says.
+    pub allowed_networks: Vec<String>,
+    /// Agents registered at once, at most; a new name beyond it is refused.
+    pub registrations_max: usize,
+    /// Requests handled at once, at most; more are answered 503 at once.
+    pub concurrency_max: usize,
+    /// Requests per second each tenant may make (sustained), and the burst above it.
+    pub rate_limit_per_s: u32,
+    pub rate_limit_burst: u32,
+    /// Milliseconds shutdown waits for open requests and streams before closing them.
+    pub shutdown_drain_ms: u64,
     /// How callers authenticate (see the README's "Authentication"); open when empty.
     pub auth: mesh_auth::AuthConfig,
 }
@@ -62,6 +77,12 @@ impl Default for RegistryConfig {
             links: Vec::new(),
             events_buffered: EVENTS_BUFFERED_DEFAULT,
             event_subscribers_max: EVENT_SUBSCRIBERS_MAX_DEFAULT,
+            allowed_networks: Vec::new(),
+            registrations_max: REGISTRATIONS_MAX_DEFAULT,
+            concurrency_max: mesh_agent_kit::http::CONCURRENCY_MAX_DEFAULT,
+            rate_limit_per_s: mesh_agent_kit::http::RATE_LIMIT_PER_S_DEFAULT,
+            rate_limit_burst: mesh_agent_kit::http::RATE_LIMIT_BURST_DEFAULT,
+            shutdown_drain_ms: mesh_agent_kit::http::SHUTDOWN_DRAIN_MS_DEFAULT,
             auth: mesh_auth::AuthConfig::default(),
         }
     }
@@ -76,7 +97,8 @@ impl Default for RegistryConfig {
     after_help = "Every setting can also come from the TOML file given by --config (keys as below, in \
 snake_case: host, port, database_url, health_check_interval_ms, health_check_timeout_ms, \
 health_check_concurrency_max, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
-body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, and [[links]] tables with from, \
+body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, allowed_networks, \
+registrations_max, concurrency_max, rate_limit_per_s, rate_limit_burst, shutdown_drain_ms, and [[links]] tables with from, \
 to, direction, relationship, enabled) or from environment variables MESH_REGISTRY_<KEY> (e.g. \
 MESH_REGISTRY_PORT=8000, MESH_REGISTRY_GRAPH_MODE=enforced). Flags win over the environment, which \
 wins over the file. SIGHUP reloads the file's links and graph mode."

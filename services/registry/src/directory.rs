@@ -50,6 +50,11 @@ impl Directory {
         directory
     }
 
+    /// How many agents are registered.
+    pub fn count(&self) -> usize {
+        self.read().agents.len()
+    }
+
     /// A token to pass to [`Self::replace_all`] with a snapshot of storage read after this call.
     pub fn mutations(&self) -> u64 {
         self.read().mutations

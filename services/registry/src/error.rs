@@ -16,11 +16,19 @@ pub enum RegistryError {
     ReportStale { name: String, url: String, current: String },
     #[error("no registered agent has the capability {0:?}")]
     CapabilityNotFound(String),
-    #[error("cannot fetch the agent card at {url}: {reason}")]
+    /// The reason stays in the logs: echoing transport errors would tell a caller which
+    /// internal hosts and ports answer.
+    #[error("cannot fetch the agent card at {url}")]
     CardUnreachable { url: String, reason: String },
-    #[error("the document at {url} is not an agent card: {reason}")]
+    #[error("{url} is not an address the registry may reach (outbound address policy)")]
+    AddressRefused { url: String, reason: String },
+    #[error("the registry keeps at most {0} registrations")]
+    RegistrationsFull(usize),
+    /// The reason and the name found stay in the logs: they quote the fetched document, which
+    /// must not leak back to the caller when the URL points somewhere it should not.
+    #[error("the document at {url} is not an agent card")]
     CardInvalid { url: String, reason: String },
-    #[error("the agent card at {url} names {found:?}, not {expected:?}")]
+    #[error("the agent card at {url} does not name {expected:?}")]
     CardMismatch { url: String, expected: String, found: String },
     #[error("no link with id {0:?}")]
     LinkNotFound(String),
@@ -56,6 +64,8 @@ impl From<RegistryError> for ErrorResponse {
                 (StatusCode::CONFLICT, "AGENT_INSTANCE_REPLACED")
             }
             RegistryError::CardUnreachable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_UNREACHABLE"),
+            RegistryError::AddressRefused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_ADDRESS_REFUSED"),
+            RegistryError::RegistrationsFull(_) => (StatusCode::CONFLICT, "REGISTRATIONS_FULL"),
             RegistryError::CardInvalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_INVALID"),
             RegistryError::CardMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_MISMATCH"),
             RegistryError::LinkNotFound(_) => (StatusCode::NOT_FOUND, "LINK_NOT_FOUND"),
@@ -71,8 +81,17 @@ impl From<RegistryError> for ErrorResponse {
                 (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
             }
         };
-        if status.is_server_error() {
-            tracing::error!(%error, "registry request failed");
+        match &error {
+            _ if status.is_server_error() => tracing::error!(%error, "registry request failed"),
+            RegistryError::CardUnreachable { url, reason }
+            | RegistryError::AddressRefused { url, reason }
+            | RegistryError::CardInvalid { url, reason } => {
+                tracing::warn!(%url, %reason, "registration refused");
+            }
+            RegistryError::CardMismatch { url, expected, found } => {
+                tracing::warn!(%url, %expected, %found, "registration refused: the card names another agent");
+            }
+            _ => {}
         }
         ErrorResponse::new(status, code, error.to_string())
     }

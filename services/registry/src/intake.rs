@@ -8,6 +8,7 @@ use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::registry::{AGENT_CARD_PATH, Registration};
 use url::Url;
 
+use crate::directory::Directory;
 use crate::error::RegistryError;
 use crate::store::StoredAgent;
 
@@ -46,13 +47,19 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
             .map(String::from)
             .map_err(|e| invalid(format!("{field} {value:?}: {e}")))
     };
+    // Every endpoint on the registrant's own origin: the card vouches for the agent only if the
+    // agent serves it (from another origin anybody could register any name by publishing a
+    // card that names it), and a health or task endpoint elsewhere would make the registry, and
+    // the agents it hands the endpoint to, send requests wherever a registrant likes.
+    let on_origin = |field: &str, value: &str| {
+        let url = resolve(field, value)?;
+        if Url::parse(&url).map(|u| u.origin()).ok() != Some(base.origin()) {
+            return Err(invalid(format!("{field} {value:?} must be on the agent's own origin")));
+        }
+        Ok(url)
+    };
     let card_url = registration.agent_card_url.clone().unwrap_or_else(|| AGENT_CARD_PATH.to_owned());
-    let agent_card_url = resolve("agent_card_url", &card_url)?;
-    // The card vouches for the agent only if the agent serves it: from another origin anybody
-    // could register any name by publishing a card that names it.
-    if Url::parse(&agent_card_url).map(|u| u.origin()).ok() != Some(base.origin()) {
-        return Err(invalid(format!("agent_card_url {card_url:?} must be served from the agent's own origin")));
-    }
+    let agent_card_url = on_origin("agent_card_url", &card_url)?;
     let mut capabilities = registration.capabilities.clone();
     capabilities.sort();
     capabilities.dedup();
@@ -60,13 +67,33 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
         name: name.to_owned(),
         url: registration.url.trim_end_matches('/').to_owned(),
         capabilities,
-        health_endpoint: resolve("health_endpoint", &registration.health_endpoint)?,
-        process_endpoint: resolve("process_endpoint", &registration.process_endpoint)?,
+        health_endpoint: on_origin("health_endpoint", &registration.health_endpoint)?,
+        process_endpoint: on_origin("process_endpoint", &registration.process_endpoint)?,
         agent_card_url,
         registered_at: now.to_owned(),
         updated_at: now.to_owned(),
         owner: None,
     })
+}
+
+/// Whether a registration of `name` fits the registry's capacity: re-registering a known name
+/// always does, a new name only below `registrations_max`. This is where per-identity caps go
+/// once registrations carry an authenticated identity. Registrations of new names racing each
+/// other may overshoot by as many as are in flight (bounded by the server's concurrency limit).
+pub fn admit_registration(directory: &Directory, name: &str, registrations_max: usize) -> Result<(), RegistryError> {
+    if directory.get(name).is_err() && directory.count() >= registrations_max {
+        return Err(RegistryError::RegistrationsFull(registrations_max));
+    }
+    Ok(())
+}
+
+/// Checks that the registrant's origin is an address the registry may reach (the outbound
+/// address policy, on what its name resolves to now), so an agent nobody could call is not
+/// handed out, and nobody is pointed at an internal address through the registry.
+pub async fn vet_address(http: &HttpClient, agent: &StoredAgent) -> Result<(), RegistryError> {
+    http.vet(&agent.url)
+        .await
+        .map_err(|e| RegistryError::AddressRefused { url: agent.url.clone(), reason: e.to_string() })
 }
 
 /// Fetches the agent's card and checks it names the registering agent, so nobody registers an
@@ -75,6 +102,9 @@ pub async fn verify_card(http: &HttpClient, agent: &StoredAgent, timeout: Durati
     let url = &agent.agent_card_url;
     let card: serde_json::Value = http.get_json(url, timeout).await.map_err(|e| match e {
         mesh_client::ClientError::Decode { reason, .. } => RegistryError::CardInvalid { url: url.clone(), reason },
+        refused if refused.is_refused_address() => {
+            RegistryError::AddressRefused { url: url.clone(), reason: refused.to_string() }
+        }
         other => RegistryError::CardUnreachable { url: url.clone(), reason: other.to_string() },
     })?;
     let card: AgentCard = serde_json::from_value(card)
@@ -124,12 +154,12 @@ mod tests {
     }
 
     #[test]
-    fn keeps_a_path_prefix_for_relative_endpoints_and_accepts_absolute_ones() {
+    fn keeps_a_path_prefix_for_relative_endpoints_and_accepts_absolute_ones_on_the_origin() {
         let mut reg = registration("http://mesh.local/agents/search");
-        reg.health_endpoint = "http://probe.local:9000/healthz".into();
+        reg.health_endpoint = "http://mesh.local/healthz".into();
         let agent = validate(&reg, "now").unwrap();
         assert_eq!(agent.process_endpoint, "http://mesh.local/agents/search/tasks/send");
-        assert_eq!(agent.health_endpoint, "http://probe.local:9000/healthz");
+        assert_eq!(agent.health_endpoint, "http://mesh.local/healthz");
     }
 
     #[test]
@@ -146,6 +176,8 @@ mod tests {
                 Box::new(|r: &mut Registration| r.agent_card_url = Some("http://evil.example/card.json".into())),
                 "origin",
             ),
+            (Box::new(|r: &mut Registration| r.health_endpoint = "http://169.254.169.254/".into()), "origin"),
+            (Box::new(|r: &mut Registration| r.process_endpoint = "http://127.0.0.1:8003/x".into()), "origin"),
         ] {
             let mut reg = registration("http://127.0.0.1:8002");
             mutate(&mut reg);

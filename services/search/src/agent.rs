@@ -75,8 +75,9 @@ impl SearchAgent {
             .map(|profile| {
                 let (index, profile, query, modality) =
                     (self.index.clone(), profile.clone(), query.to_owned(), request.modality);
-                // Ranking is CPU work on tantivy's blocking API: keep it off the async workers.
-                tokio::task::spawn_blocking(move || {
+                // Ranking is CPU work on tantivy's blocking API: keep it off the async workers,
+                // one profile per core at a time.
+                crate::spawn_bounded(move || {
                     let started = Instant::now();
                     let hits = index.rank(&profile, &query, modality, limit);
                     (profile, hits, started.elapsed().as_secs_f64() * 1000.0)
@@ -88,7 +89,7 @@ impl SearchAgent {
         let mut rankings = Vec::with_capacity(finished.len());
         let mut profile_time_ms = BTreeMap::new();
         for finished in finished {
-            let (profile, hits, elapsed_ms) = finished.map_err(|e| SearchError::Worker(e.to_string()))?;
+            let (profile, hits, elapsed_ms) = finished.map_err(|e| SearchError::Worker(e.to_string()))??;
             profile_time_ms.insert(profile.clone(), elapsed_ms);
             rankings.push(Ranking { profile, hits: hits? });
         }

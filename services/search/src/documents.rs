@@ -53,15 +53,26 @@ pub struct DeleteAnswer {
     pub documents: usize,
 }
 
+/// The index the routes change, and the lock that lets one change run at a time: two ingests
+/// at once would each compute vectors on every core, both slower than one after the other, and
+/// their memory would add up.
+#[derive(Debug)]
+struct Documents {
+    index: Arc<SearchIndex>,
+    writing: tokio::sync::Mutex<()>,
+}
+
 /// Documents are the admin's to ingest and delete; anyone authenticated reads them.
 pub fn routes(index: Arc<SearchIndex>) -> Router {
     let writes = Router::new().route("/documents", post(ingest)).route("/documents/{id}", delete(remove));
     let reads = Router::new().route("/documents/{id}", get(fetch));
-    require(writes, ADMIN_ROLES).merge(require(reads, ANY_ROLE)).with_state(index)
+    require(writes, ADMIN_ROLES)
+        .merge(require(reads, ANY_ROLE))
+        .with_state(Arc::new(Documents { index, writing: tokio::sync::Mutex::new(()) }))
 }
 
 async fn ingest(
-    State(index): State<Arc<SearchIndex>>,
+    State(documents_state): State<Arc<Documents>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<IngestAnswer>, ErrorResponse> {
@@ -75,7 +86,10 @@ async fn ingest(
         ErrorResponse::new(rejection.status(), code, rejection.body_text())
     })?;
     let documents = parse_documents(&headers, &body)?;
+    let index = &documents_state.index;
     let writer = index.clone();
+    // Waiting ingests queue here; the request timeout bounds how long.
+    let _writing = documents_state.writing.lock().await;
     let report = on_blocking_thread(move || writer.upsert(documents, &|_| {})).await?;
     let IngestReport { added, replaced, unchanged, embedded } = report;
     Ok(Json(IngestAnswer {
@@ -120,17 +134,19 @@ fn parse_documents(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Document>, Er
 }
 
 async fn fetch(
-    State(index): State<Arc<SearchIndex>>,
+    State(documents): State<Arc<Documents>>,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<Document>, ErrorResponse> {
-    index.document(&id).map(|document| Json((*document).clone())).ok_or_else(|| not_found(&id))
+    documents.index.document(&id).map(|document| Json((*document).clone())).ok_or_else(|| not_found(&id))
 }
 
 async fn remove(
-    State(index): State<Arc<SearchIndex>>,
+    State(documents): State<Arc<Documents>>,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<DeleteAnswer>, ErrorResponse> {
+    let index = &documents.index;
     let (writer, ids) = (index.clone(), vec![id.clone()]);
+    let _writing = documents.writing.lock().await;
     let deleted = on_blocking_thread(move || writer.delete(&ids)).await?;
     if deleted == 0 {
         return Err(not_found(&id));

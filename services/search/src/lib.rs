@@ -15,7 +15,7 @@ mod index;
 
 use std::io::BufReader;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use mesh_agent_kit::{AgentApp, AgentExtras, KitError};
 use mesh_client::HttpClient;
@@ -23,6 +23,7 @@ use mesh_embedding::{Encoder, MODEL_ID, ensure_model};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::agents::search_profiles_extension;
 use serde::Serialize;
+use tokio::sync::Semaphore;
 
 /// Every binary that links the search agent allocates through mimalloc. The embedding model
 /// (candle) allocates new tensors of several megabytes for every operation; the system allocator
@@ -126,11 +127,37 @@ pub async fn open_or_seed_index(config: &SearchConfig) -> Result<(Arc<SearchInde
     Ok((index, status))
 }
 
-/// Runs index work (reading files, computing vectors) on a blocking thread.
+/// Blocking work (ranking, computing vectors, writing the index) running at once: one piece per
+/// core. Unbounded, a burst of searches would start hundreds of blocking threads (tokio allows
+/// 512), all competing for the same cores, each answer slower than the last, memory growing.
+static BLOCKING_PERMITS: LazyLock<Semaphore> = LazyLock::new(|| {
+    Semaphore::new(std::thread::available_parallelism().map_or(BLOCKING_PERMITS_FALLBACK, usize::from))
+});
+/// Permits when the number of cores cannot be read.
+const BLOCKING_PERMITS_FALLBACK: usize = 2;
+
+/// Runs `work` on a blocking thread once a core is free (see [`BLOCKING_PERMITS`]); waiting for
+/// one counts against the caller's deadline like the work itself.
+fn spawn_bounded<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> tokio::task::JoinHandle<Result<T, SearchError>> {
+    tokio::spawn(async move {
+        let _permit =
+            BLOCKING_PERMITS.acquire().await.map_err(|e| SearchError::Worker(format!("no worker permit: {e}")))?;
+        tokio::task::spawn_blocking(work).await.map_err(|e| SearchError::Worker(e.to_string()))
+    })
+}
+
+/// Runs index work (reading files, computing vectors) on a blocking thread, bounded as
+/// [`spawn_bounded`] says.
 async fn on_blocking_thread<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, SearchError> + Send + 'static,
 ) -> Result<T, SearchError> {
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| Err(SearchError::Worker(e.to_string())))
+    match spawn_bounded(work).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(error)) => Err(error),
+        Err(error) => Err(SearchError::Worker(error.to_string())),
+    }
 }
 
 /// The documents of a JSON Lines file, or of the bundled sample when `path` is `None`.

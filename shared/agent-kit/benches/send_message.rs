@@ -262,6 +262,8 @@ async fn serve_agent_kit() -> Result<(), BoxError> {
         port: 0,
         registry_url: None,
         task_store_url: Some(std::env::var(TASK_STORE_ENV)?),
+        // Throughput is measured here, not the per-tenant limiter (one tenant sends everything).
+        rate_limit_per_s: 0,
         ..AgentConfig::default()
     };
     config.auth.jwt_hs256_secret = std::env::var(AUTH_SECRET_ENV).ok();

@@ -14,18 +14,22 @@ use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROC
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
-use mesh_tasks::TaskStore;
+use mesh_tasks::{Retention, TaskStore};
 
-use crate::a2a::{TaskHandler, describe_interfaces, describe_security};
+use crate::a2a::{TaskHandler, TaskLimits, describe_interfaces, describe_security};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::auth::AccessControl;
 use crate::card::CardDocument;
 use crate::graph::AgentGraph;
 use crate::http::{
-    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve, with_common_layers,
+    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining, with_common_layers,
 };
 use crate::metrics::{RegistrationState, ServiceMetrics, track};
 use crate::registration::{deregister, register_until_accepted};
+
+/// Why a task left submitted or working by a previous run is failed at start.
+const INTERRUPTED_TASK_REASON: &str =
+    "the agent stopped while working on this task (crash or restart); send the message again";
 
 /// Default time between re-registrations.
 pub const REGISTRATION_REFRESH_MS_DEFAULT: u64 = 30_000;
@@ -73,6 +77,30 @@ pub struct AgentConfig {
     pub call_report_flush_ms: u64,
     /// The conversation bus: with it the agent also answers conversations on its own topic.
     pub bus: Option<mesh_bus::BusConfig>,
+    /// Requests handled at once, at most; more are answered 503 at once.
+    pub concurrency_max: usize,
+    /// Requests per second each tenant may make (sustained; 0 turns the limit off), and the
+    /// burst above it.
+    pub rate_limit_per_s: u32,
+    pub rate_limit_burst: u32,
+    /// Milliseconds shutdown waits for open requests and streams before closing them.
+    pub shutdown_drain_ms: u64,
+    /// Milliseconds a finished task is kept after its last change (default 7 days), and between
+    /// two purges of older ones.
+    pub finished_task_ttl_ms: u64,
+    pub task_purge_interval_ms: u64,
+    /// Unfinished tasks kept in memory at once, at most.
+    pub live_tasks_max: usize,
+    /// Milliseconds a live task may go without a change: a running one is then failed, one
+    /// waiting for the user leaves memory (it stays stored).
+    pub live_task_ttl_ms: u64,
+    /// `SubscribeToTask` streams open on one task, at most.
+    pub task_subscribers_max: usize,
+    /// Largest size of one task's artifacts, as stored JSON; a task growing past it fails.
+    pub task_artifact_bytes_max: usize,
+    /// At start, fail the tasks a previous run left submitted or working. Turn off for replicas
+    /// sharing one task database under one name: each would fail the others' running tasks.
+    pub fail_interrupted_tasks_at_start: bool,
     /// How callers authenticate, and the credential this agent presents (see [`crate::auth`]).
     pub auth: mesh_auth::AuthConfig,
 }
@@ -97,6 +125,17 @@ impl Default for AgentConfig {
             call_report_batch_max: CALL_REPORT_BATCH_MAX_DEFAULT,
             call_report_flush_ms: CALL_REPORT_FLUSH_MS_DEFAULT,
             bus: None,
+            concurrency_max: crate::http::CONCURRENCY_MAX_DEFAULT,
+            rate_limit_per_s: crate::http::RATE_LIMIT_PER_S_DEFAULT,
+            rate_limit_burst: crate::http::RATE_LIMIT_BURST_DEFAULT,
+            shutdown_drain_ms: crate::http::SHUTDOWN_DRAIN_MS_DEFAULT,
+            finished_task_ttl_ms: mesh_tasks::FINISHED_TASK_TTL_MS_DEFAULT,
+            task_purge_interval_ms: mesh_tasks::TASK_PURGE_INTERVAL_MS_DEFAULT,
+            live_tasks_max: crate::a2a::LIVE_TASKS_MAX_DEFAULT,
+            live_task_ttl_ms: crate::a2a::LIVE_TASK_TTL_MS_DEFAULT,
+            task_subscribers_max: crate::a2a::TASK_SUBSCRIBERS_MAX_DEFAULT,
+            task_artifact_bytes_max: crate::a2a::TASK_ARTIFACT_BYTES_MAX_DEFAULT,
+            fail_interrupted_tasks_at_start: true,
             auth: mesh_auth::AuthConfig::default(),
         }
     }
@@ -150,6 +189,9 @@ pub struct AgentApp {
     metrics: Arc<ServiceMetrics>,
     graph: Option<Arc<AgentGraph>>,
     bus: Option<crate::bus::BusRunner>,
+    /// The task store's retention job, stopped with the agent.
+    purger: tokio::task::JoinHandle<()>,
+    shutdown_drain: Duration,
 }
 
 impl AgentApp {
@@ -179,8 +221,8 @@ impl AgentApp {
             None => None,
         };
         let join = bus.as_ref().map(crate::bus::BusRunner::join);
-        let app = Self::assemble(config, card, http, extras, |card, metrics, store| {
-            agent_router(card, handler, metrics, store, join)
+        let app = Self::assemble(config, card, http, extras, |card, metrics, store, limits| {
+            agent_router(card, handler, metrics, store, join, limits)
         });
         Ok(Self { bus, ..app.await? })
     }
@@ -194,8 +236,8 @@ impl AgentApp {
         handler: T,
         http: HttpClient,
     ) -> Result<Self, KitError> {
-        Self::assemble(config, card, http, AgentExtras::default(), |card, metrics, store| {
-            task_agent_router(card, handler, metrics, store)
+        Self::assemble(config, card, http, AgentExtras::default(), |card, metrics, store, limits| {
+            task_agent_router(card, handler, metrics, store, limits)
         })
         .await
     }
@@ -205,7 +247,7 @@ impl AgentApp {
         mut card: AgentCard,
         http: HttpClient,
         extras: AgentExtras,
-        routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore) -> axum::Router,
+        routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore, TaskLimits) -> axum::Router,
     ) -> Result<Self, KitError> {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
@@ -224,6 +266,22 @@ impl AgentApp {
         }
         let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
         let store = TaskStore::open(&store_url, &card.name).await?;
+        if config.fail_interrupted_tasks_at_start {
+            let failed = store.fail_interrupted(INTERRUPTED_TASK_REASON).await?;
+            if failed > 0 {
+                tracing::warn!(failed, "failed the tasks a previous run left unfinished");
+            }
+        }
+        let purger = store.spawn_purger(Retention {
+            finished_task_ttl: Duration::from_millis(config.finished_task_ttl_ms),
+            purge_interval: Duration::from_millis(config.task_purge_interval_ms),
+        });
+        let task_limits = TaskLimits {
+            live_tasks_max: config.live_tasks_max,
+            live_task_ttl: Duration::from_millis(config.live_task_ttl_ms),
+            subscribers_per_task_max: config.task_subscribers_max,
+            artifact_bytes_max: config.task_artifact_bytes_max,
+        };
         let graph = match extras.graph {
             Some(graph) => Some(graph),
             None => AgentGraph::new(config, http.clone())?,
@@ -236,6 +294,9 @@ impl AgentApp {
         let limits = HttpLimits {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
+            concurrency_max: config.concurrency_max,
+            rate_limit_per_s: config.rate_limit_per_s,
+            rate_limit_burst: config.rate_limit_burst,
             access,
         };
         if registration.is_some() {
@@ -244,7 +305,7 @@ impl AgentApp {
         for (name, probe) in extras.components {
             metrics.add_component(name, probe);
         }
-        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store);
+        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store, task_limits);
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
         }
@@ -256,7 +317,19 @@ impl AgentApp {
         }
         let router = with_common_layers(router, limits);
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
-        Ok(Self { listener, router, url, registration, registration_refresh, metrics, graph, bus: None })
+        let shutdown_drain = Duration::from_millis(config.shutdown_drain_ms);
+        Ok(Self {
+            listener,
+            router,
+            url,
+            registration,
+            registration_refresh,
+            metrics,
+            graph,
+            bus: None,
+            purger,
+            shutdown_drain,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -317,7 +390,10 @@ impl AgentApp {
                 deregister(registry, &registration.name, &registration.url).await;
             }
         };
-        let served = serve(self.listener, self.router, leave_then_drain).await.map_err(KitError::Serve);
+        let served = serve_draining(self.listener, self.router, leave_then_drain, self.shutdown_drain)
+            .await
+            .map_err(KitError::Serve);
+        self.purger.abort();
         if let Some(bus) = bus {
             bus.stop().await;
         }

@@ -3,7 +3,7 @@
 //! serving with graceful shutdown on a listener the caller bound (so tests bind port 0).
 
 use std::any::Any;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,10 @@ use tower_http::trace::TraceLayer;
 
 use crate::auth::AccessControl;
 use crate::error::ErrorResponse;
+pub use crate::limits::{
+    CONCURRENCY_MAX_DEFAULT, RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_PER_S_DEFAULT, RETRY_AFTER_S, rate_limit_key,
+};
+use crate::limits::{TenantRateLimit, limit_rate, refuse_control_characters, shed_load};
 use crate::metrics::ServiceMetrics;
 pub use crate::metrics::track as track_requests;
 
@@ -34,6 +38,9 @@ pub use crate::metrics::track as track_requests;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Default largest accepted request body.
 pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1024 * 1024;
+
+/// Default time shutdown waits for open requests and streams before it closes them.
+pub const SHUTDOWN_DRAIN_MS_DEFAULT: u64 = 10_000;
 
 /// Header carrying the request id, set when the caller did not send one, echoed on the answer.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -43,6 +50,11 @@ pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id"
 pub struct HttpLimits {
     pub request_timeout: Duration,
     pub body_limit_bytes: usize,
+    /// Requests handled at once; more are answered `503` at once (load shedding).
+    pub concurrency_max: usize,
+    /// Requests per second per tenant (0: no rate limit), and the burst above it.
+    pub rate_limit_per_s: u32,
+    pub rate_limit_burst: u32,
     /// Authentication of every request ([`crate::auth`]); open by default.
     pub access: AccessControl,
 }
@@ -52,6 +64,9 @@ impl Default for HttpLimits {
         Self {
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+            concurrency_max: CONCURRENCY_MAX_DEFAULT,
+            rate_limit_per_s: RATE_LIMIT_PER_S_DEFAULT,
+            rate_limit_burst: RATE_LIMIT_BURST_DEFAULT,
             access: AccessControl::open(),
         }
     }
@@ -119,18 +134,29 @@ fn json_rejection(rejection: JsonRejection) -> ErrorResponse {
 }
 
 /// Adds the shared behaviour to a server's routes: JSON 404/405 fallbacks, the body limit, a
-/// request timeout answering 504 with a body, panics turned into 500 with a body, request ids,
-/// request tracing and authentication.
+/// request timeout answering 504 with a body, panics turned into 500 with a body, request ids
+/// and request tracing, header values with control characters refused before anything logs
+/// them, load shedding beyond the concurrency limit (503), authentication, and a per-tenant
+/// rate limit (429) keyed by the authenticated tenant.
 pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
+    let rate_limit = TenantRateLimit::new(limits.rate_limit_per_s, limits.rate_limit_burst);
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.concurrency_max.max(1)));
     router.fallback(route_not_found).method_not_allowed_fallback(method_not_allowed).layer(
         ServiceBuilder::new()
+            .layer(middleware::from_fn(refuse_control_characters))
             .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+            // Shed before tracing and authenticating: under overload every refusal must cost
+            // next to nothing, and a log line (an error, for a 503) per shed request would
+            // turn the overload into a logging one.
+            .layer(middleware::from_fn_with_state(permits, shed_load))
             .layer(TraceLayer::new_for_http())
             .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
             .layer(middleware::from_fn(stamp_request_id))
+            // Rate limited after authentication, by the tenant the credential gives.
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
             .layer(middleware::from_fn_with_state(limits.access, crate::auth::authenticate))
+            .option_layer(rate_limit.map(|limit| middleware::from_fn_with_state(limit, limit_rate)))
             .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
     )
 }
@@ -231,13 +257,42 @@ pub fn reachable_url(local: SocketAddr) -> String {
     format!("http://{host}:{}", local.port())
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
+/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
+/// for at most [`SHUTDOWN_DRAIN_MS_DEFAULT`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    serve_draining(listener, router, shutdown, Duration::from_millis(SHUTDOWN_DRAIN_MS_DEFAULT)).await
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
+/// for at most `drain`: an open stream (SSE) or a slow client cannot hold a stopping server.
+/// Connections still open at the deadline are abandoned (closed when the process exits).
+pub async fn serve_draining(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let signalled = tokio_util::sync::CancellationToken::new();
+    let notify = signalled.clone();
+    let shutdown = async move {
+        shutdown.await;
+        notify.cancel();
+    };
+    let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown);
+    tokio::select! {
+        served = serving.into_future() => served,
+        () = async {
+            signalled.cancelled().await;
+            tokio::time::sleep(drain).await;
+        } => {
+            tracing::warn!(drain_ms = drain.as_millis(), "connections still open at the drain deadline; closing them");
+            Ok(())
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM, the signals an operator or an orchestrator sends.

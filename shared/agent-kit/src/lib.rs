@@ -24,6 +24,7 @@ pub mod conformance;
 mod error;
 pub mod graph;
 pub mod http;
+mod limits;
 mod metrics;
 mod registration;
 #[cfg(feature = "testing")]

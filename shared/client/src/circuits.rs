@@ -22,6 +22,11 @@ use crate::http_client::{ClientError, HttpClient};
 pub const CIRCUIT_CONSECUTIVE_FAILURES_DEFAULT: usize = 3;
 /// How long an open circuit refuses calls before it lets a probe through.
 pub const CIRCUIT_OPEN_MS_DEFAULT: u64 = 5_000;
+/// A circuit not used for this long is dropped (its instance is gone or no longer called); a
+/// new one starts closed if the instance is called again.
+const CIRCUIT_IDLE_MS: u64 = 600_000;
+/// Circuits kept at most; the least recently used goes first.
+const CIRCUITS_MAX: usize = 1_024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CircuitSettings {
@@ -76,6 +81,8 @@ struct Circuit {
     agent: String,
     service: Guarded,
     handle: CircuitBreakerHandle<Classifier>,
+    /// On tokio's clock, so the deterministic simulation controls it.
+    last_used: tokio::time::Instant,
 }
 
 /// The circuits of every instance this process calls, keyed by task endpoint.
@@ -141,9 +148,12 @@ impl Circuits {
 
     fn service(&self, agent: &str, endpoint: &str) -> Result<Guarded, ClientError> {
         let mut circuits = self.lock();
-        if let Some(circuit) = circuits.get(endpoint) {
+        let now = tokio::time::Instant::now();
+        if let Some(circuit) = circuits.get_mut(endpoint) {
+            circuit.last_used = now;
             return Ok(circuit.service.clone());
         }
+        evict_stale(&mut circuits, now);
         let (layer, handle) = CircuitBreakerLayer::builder()
             .name(endpoint)
             .consecutive_failures(self.settings.consecutive_failures.max(1))
@@ -158,11 +168,62 @@ impl Circuits {
             async move { http.send(request, timeout).await }
         });
         let service = BoxCloneService::new(layer.layer(send));
-        circuits.insert(endpoint.to_owned(), Circuit { agent: agent.to_owned(), service: service.clone(), handle });
+        circuits.insert(
+            endpoint.to_owned(),
+            Circuit { agent: agent.to_owned(), service: service.clone(), handle, last_used: now },
+        );
         Ok(service)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Circuit>> {
         self.circuits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Drops the circuits idle for [`CIRCUIT_IDLE_MS`], then the least recently used one while the
+/// map is full, making room for one more.
+fn evict_stale(circuits: &mut BTreeMap<String, Circuit>, now: tokio::time::Instant) {
+    let idle = std::time::Duration::from_millis(CIRCUIT_IDLE_MS);
+    circuits.retain(|_, circuit| now.duration_since(circuit.last_used) < idle);
+    while circuits.len() >= CIRCUITS_MAX {
+        let Some(oldest) = circuits.iter().min_by_key(|(_, c)| c.last_used).map(|(endpoint, _)| endpoint.clone())
+        else {
+            break;
+        };
+        circuits.remove(&oldest);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::transport::{BoxFuture, Transport, TransportError};
+
+    #[derive(Debug)]
+    struct Refusing;
+
+    impl Transport for Refusing {
+        fn send(&self, _: Request<Bytes>, _: Duration) -> BoxFuture<'static, Result<Response<Bytes>, TransportError>> {
+            Box::pin(async { Err(TransportError::Connect("refused".into())) })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_circuits_are_dropped_and_the_map_stays_bounded() {
+        let circuits = Circuits::new(HttpClient::new(Arc::new(Refusing)), CircuitSettings::default());
+        circuits.service("a", "http://a/").unwrap();
+        tokio::time::advance(Duration::from_millis(CIRCUIT_IDLE_MS)).await;
+        circuits.service("b", "http://b/").unwrap();
+        let endpoints: Vec<String> = circuits.report().into_iter().map(|r| r.endpoint).collect();
+        assert_eq!(endpoints, ["http://b/"]);
+        for i in 0..CIRCUITS_MAX + 5 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            circuits.service("x", &format!("http://x{i}/")).unwrap();
+        }
+        let report = circuits.report();
+        assert_eq!(report.len(), CIRCUITS_MAX);
+        assert!(report.iter().all(|r| r.endpoint != "http://b/"), "the least recently used goes first");
     }
 }

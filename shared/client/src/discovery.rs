@@ -17,6 +17,10 @@ use crate::registry::RegistryClient;
 
 /// Time allowed to fetch an agent card.
 const CARD_FETCH_TIMEOUT_MS: u64 = 2_000;
+/// How long an entry is kept for use while the registry is down; older ones are dropped.
+const CACHE_STALE_KEEP_MS: u64 = 3_600_000;
+/// Entries each cache holds at most (capabilities, names, cards); the oldest goes first.
+const CACHE_ENTRIES_MAX: usize = 1_024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DiscoveryError {
@@ -73,6 +77,10 @@ impl Discovery {
         let (mut healthy, mut others) = self.listed(capability).await?;
         let turn = {
             let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+            if turns.len() >= CACHE_ENTRIES_MAX && !turns.contains_key(capability) {
+                // Cursors only spread calls; starting them over costs one uneven round.
+                turns.clear();
+            }
             let turn = turns.entry(capability.to_owned()).or_default();
             *turn = turn.wrapping_add(1);
             *turn - 1
@@ -166,6 +174,39 @@ fn stale<T: Clone>(cache: &Mutex<HashMap<String, Cached<T>>>, key: &str) -> Opti
     cache.lock().unwrap_or_else(|e| e.into_inner()).get(key).map(|c| c.value.clone())
 }
 
+/// Caches `value` under `key`, dropping entries too old even for an outage, and the oldest entry
+/// when the cache is full.
 fn store<T>(cache: &Mutex<HashMap<String, Cached<T>>>, key: &str, value: T) {
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_owned(), Cached { fetched: Instant::now(), value });
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let keep = Duration::from_millis(CACHE_STALE_KEEP_MS);
+    cache.retain(|_, cached| cached.fetched.elapsed() < keep);
+    if cache.len() >= CACHE_ENTRIES_MAX && !cache.contains_key(key) {
+        if let Some(oldest) = cache.iter().min_by_key(|(_, cached)| cached.fetched).map(|(key, _)| key.clone()) {
+            cache.remove(&oldest);
+        }
+    }
+    cache.insert(key.to_owned(), Cached { fetched: Instant::now(), value });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_caches_drop_entries_too_old_for_an_outage_and_stay_bounded() {
+        let cache: Mutex<HashMap<String, Cached<u32>>> = Mutex::new(HashMap::new());
+        store(&cache, "old", 1);
+        tokio::time::advance(Duration::from_millis(CACHE_STALE_KEEP_MS)).await;
+        store(&cache, "new", 2);
+        assert_eq!(stale(&cache, "old"), None);
+        assert_eq!(stale(&cache, "new"), Some(2));
+        for i in 0..CACHE_ENTRIES_MAX + 10 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            store(&cache, &format!("k{i}"), 0);
+        }
+        let cache = cache.lock().unwrap();
+        assert_eq!(cache.len(), CACHE_ENTRIES_MAX);
+        assert!(!cache.contains_key("new") && !cache.contains_key("k0"), "the oldest entries go first");
+        assert!(cache.contains_key(&format!("k{}", CACHE_ENTRIES_MAX + 9)));
+    }
 }

@@ -7,6 +7,7 @@ use mesh_protocol::error::ErrorBody;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::address_policy::OutboundGuard;
 use crate::transport::{ReqwestTransport, Transport, TransportError};
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,11 @@ impl ClientError {
     /// True when the request ran out of time (as opposed to failing).
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Transport { source: TransportError::Timeout { .. }, .. })
+    }
+
+    /// True when the outbound address policy refused the target (nothing was sent).
+    pub fn is_refused_address(&self) -> bool {
+        matches!(self, Self::Transport { source: TransportError::Refused(_), .. })
     }
 }
 
@@ -59,6 +65,12 @@ impl HttpClient {
         Ok(Self::new(Arc::new(ReqwestTransport::new()?)))
     }
 
+    /// A client on the `reqwest` transport under an outbound address policy, for targets that
+    /// third parties choose (see [`ReqwestTransport::guarded`]).
+    pub fn guarded(guard: OutboundGuard) -> Result<Self, TransportError> {
+        Ok(Self::new(Arc::new(ReqwestTransport::guarded(guard)?)))
+    }
+
     /// Sends a request and returns the response whatever its status.
     pub async fn send(&self, mut request: Request<Bytes>, timeout: Duration) -> Result<Response<Bytes>, ClientError> {
         if let Some(authorization) = &self.authorization
@@ -68,6 +80,12 @@ impl HttpClient {
         }
         let url = request.uri().to_string();
         self.transport.send(request, timeout).await.map_err(|source| ClientError::Transport { url, source })
+    }
+
+    /// Whether `url` may be requested under the transport's outbound address policy (its host
+    /// resolved and checked now); requests are checked again when sent.
+    pub async fn vet(&self, url: &str) -> Result<(), ClientError> {
+        self.transport.vet(url).await.map_err(|source| ClientError::Transport { url: url.to_owned(), source })
     }
 
     /// `GET url`, expecting a 2xx JSON body.

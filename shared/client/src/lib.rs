@@ -10,6 +10,7 @@
 //! and a circuit breaker per instance ([`Circuits`]), the link policy checked before sending
 //! (a cache fed by [`follow_policy`]) and every call reported to the registry ([`CallReporter`]).
 
+pub mod address_policy;
 mod agent;
 mod call_reports;
 mod caller;
@@ -20,6 +21,7 @@ mod link_feed;
 mod registry;
 mod transport;
 
+pub use address_policy::{AddressPolicy, AddressRefused, OutboundGuard, StaticLookup, SystemLookup};
 pub use agent::{fetch_card, fetch_card_at, post_task, reply_data, send_task};
 pub use call_reports::{
     CALL_REPORT_BATCH_MAX_DEFAULT, CALL_REPORT_FLUSH_MS_DEFAULT, CALL_REPORT_QUEUE_MAX_DEFAULT,

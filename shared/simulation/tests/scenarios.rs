@@ -368,7 +368,14 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
                 let worker = Worker { name, delay: Duration::from_millis(delay_ms), handled };
                 let handler = WithCallAgent::new(worker, caller);
                 let metrics = ServiceMetrics::new(name);
-                let router = agent_router(CardDocument::new(card(name, capability))?, handler, metrics, tasks, None);
+                let router = agent_router(
+                    CardDocument::new(card(name, capability))?,
+                    handler,
+                    metrics,
+                    tasks,
+                    None,
+                    mesh_agent_kit::a2a::TaskLimits::default(),
+                );
                 serve(PORT, with_common_layers(router, HttpLimits::default())).await?;
                 Ok(())
             }

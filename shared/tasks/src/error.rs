@@ -15,6 +15,12 @@ pub enum TaskError {
     InvalidParams(String),
     #[error("task storage failed: {0}")]
     Storage(String),
+    /// A bound of the agent's memory is reached (live tasks, subscribers): try again later.
+    #[error("{0}")]
+    Busy(String),
+    /// The task would store more than the agent keeps (its artifacts).
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl TaskError {
@@ -24,7 +30,8 @@ impl TaskError {
             Self::NotCancelable { .. } => A2aErrorCode::TaskNotCancelable,
             Self::Unsupported(_) => A2aErrorCode::UnsupportedOperation,
             Self::InvalidParams(_) => A2aErrorCode::InvalidParams,
-            Self::Storage(_) => A2aErrorCode::InternalError,
+            // A2A has no code for a full agent or an oversize task; the message says which.
+            Self::Storage(_) | Self::Busy(_) | Self::TooLarge(_) => A2aErrorCode::InternalError,
         }
     }
 }

@@ -4,7 +4,9 @@
 
 mod error;
 pub mod model;
+mod retention;
 mod store;
 
 pub use error::TaskError;
+pub use retention::{FINISHED_TASK_TTL_MS_DEFAULT, Retention, TASK_PURGE_INTERVAL_MS_DEFAULT};
 pub use store::{LIST_PAGE_SIZE_DEFAULT, LIST_PAGE_SIZE_MAX, TaskStore, history_length};

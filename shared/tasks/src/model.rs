@@ -42,7 +42,9 @@ pub fn apply(task: &mut Task, event: &StreamResponse) {
     }
 }
 
-fn apply_artifact(artifacts: &mut Vec<Artifact>, update: &TaskArtifactUpdateEvent) {
+/// Applies an artifact update to a task's artifacts: a chunk extends the artifact with the same
+/// id (`append`), otherwise the update replaces it or adds a new one.
+pub fn apply_artifact(artifacts: &mut Vec<Artifact>, update: &TaskArtifactUpdateEvent) {
     let existing = artifacts.iter_mut().find(|a| a.artifact_id == update.artifact.artifact_id);
     match existing {
         Some(artifact) if update.append => artifact.parts.extend(update.artifact.parts.iter().cloned()),

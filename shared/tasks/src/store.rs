@@ -49,8 +49,8 @@ struct Write {
 /// Tasks of one agent, durable in SQLite or PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct TaskStore {
-    agent: String,
-    pool: AnyPool,
+    pub(crate) agent: String,
+    pub(crate) pool: AnyPool,
     writes: mpsc::Sender<Write>,
     pending: Arc<PendingWrites>,
 }
@@ -263,7 +263,7 @@ fn decode(row: &sqlx::any::AnyRow) -> Result<Task, TaskError> {
     parse(&row.try_get::<String, _>("body")?)
 }
 
-fn parse(body: &str) -> Result<Task, TaskError> {
+pub(crate) fn parse(body: &str) -> Result<Task, TaskError> {
     serde_json::from_str(body).map_err(|e| TaskError::Storage(format!("a stored task does not parse: {e}")))
 }
 

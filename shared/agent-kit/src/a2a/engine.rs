@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use futures::FutureExt;
 use mesh_client::CallScope;
@@ -13,10 +14,45 @@ use mesh_protocol::a2a::v1::{
     Artifact, CancelTaskRequest, GetTaskRequest, JsonObject, ListTasksRequest, ListTasksResponse, Message, Role,
     SendMessageRequest, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
-use mesh_tasks::model::{accepts_messages, add_user_message, apply, now_timestamp, state_name, trim_history};
+use mesh_tasks::model::{
+    accepts_messages, add_user_message, apply, apply_artifact, now_timestamp, state_name, trim_history,
+};
 use mesh_tasks::{TaskError, TaskStore, history_length};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// Tasks kept in memory at once (running, or waiting for the user) by default.
+pub const LIVE_TASKS_MAX_DEFAULT: usize = 10_000;
+/// How long a live task may go without a change by default: a running turn is failed after it,
+/// a task waiting for the user leaves memory (it stays stored and is reloaded when needed).
+pub const LIVE_TASK_TTL_MS_DEFAULT: u64 = 3_600_000;
+/// `SubscribeToTask` streams open on one task at once, by default.
+pub const TASK_SUBSCRIBERS_MAX_DEFAULT: usize = 16;
+/// Largest size of a task's artifacts (as JSON) by default; a task growing past it fails.
+pub const TASK_ARTIFACT_BYTES_MAX_DEFAULT: usize = 4 * 1024 * 1024;
+/// Longest time between two sweeps of expired live tasks.
+const LIVE_TASK_SWEEP_MS_MAX: u64 = 60_000;
+
+/// What bounds the engine's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskLimits {
+    pub live_tasks_max: usize,
+    pub live_task_ttl: Duration,
+    pub subscribers_per_task_max: usize,
+    pub artifact_bytes_max: usize,
+}
+
+impl Default for TaskLimits {
+    fn default() -> Self {
+        Self {
+            live_tasks_max: LIVE_TASKS_MAX_DEFAULT,
+            live_task_ttl: Duration::from_millis(LIVE_TASK_TTL_MS_DEFAULT),
+            subscribers_per_task_max: TASK_SUBSCRIBERS_MAX_DEFAULT,
+            artifact_bytes_max: TASK_ARTIFACT_BYTES_MAX_DEFAULT,
+        }
+    }
+}
 
 /// What an agent built on the task model implements: one turn of a task, started by a user
 /// message, reported through `events` until the task is finished or waits for the user.
@@ -66,6 +102,8 @@ struct LiveState {
     /// The number of the turn that owns the task; a later message starts the next one. An older
     /// turn's late events and its end are then no longer the task's.
     turn: u64,
+    /// When the task last changed, for its time to live.
+    touched: Instant,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -77,12 +115,20 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Core {
     store: TaskStore,
     live: Mutex<HashMap<TaskKey, Arc<LiveTask>>>,
+    limits: TaskLimits,
 }
 
 impl LiveTask {
     fn new(task: Task, running: bool) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(LiveState { task, subscribers: Vec::new(), running, closed: false, turn: 0 }),
+            state: Mutex::new(LiveState {
+                task,
+                subscribers: Vec::new(),
+                running,
+                closed: false,
+                turn: 0,
+                touched: Instant::now(),
+            }),
             cancellation: CancellationToken::new(),
         })
     }
@@ -116,7 +162,64 @@ impl Core {
         if stored.status.state.is_terminal() {
             return Err(finished(&stored));
         }
-        Ok(lock(&self.live).entry(key.clone()).or_insert_with(|| LiveTask::new(stored, false)).clone())
+        let mut live = lock(&self.live);
+        if !live.contains_key(key) {
+            self.check_room(live.len())?;
+        }
+        Ok(live.entry(key.clone()).or_insert_with(|| LiveTask::new(stored, false)).clone())
+    }
+
+    /// Refuses one more live task when `live` are kept already.
+    fn check_room(&self, live: usize) -> Result<(), TaskError> {
+        if live >= self.limits.live_tasks_max {
+            return Err(TaskError::Busy(format!(
+                "the agent holds {} unfinished tasks, as many as it may; try again later",
+                self.limits.live_tasks_max
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fails the running turns and forgets the waiting tasks that did not change within the
+    /// time to live; the forgotten ones stay stored and are reloaded when a message comes.
+    async fn sweep(&self) {
+        let expired: Vec<(TaskKey, Arc<LiveTask>)> = lock(&self.live)
+            .iter()
+            .filter(|(_, live)| lock(&live.state).touched.elapsed() >= self.limits.live_task_ttl)
+            .map(|(key, live)| (key.clone(), live.clone()))
+            .collect();
+        for (key, live) in expired {
+            let failed = {
+                let mut state = lock(&live.state);
+                if state.closed || !state.running {
+                    // Waiting for the user: dropping the senders ends the subscribers' streams.
+                    state.subscribers.clear();
+                    None
+                } else {
+                    state.closed = true;
+                    state.running = false;
+                    let reason = format!(
+                        "the task did not change for {} ms, its time to live; it was stopped",
+                        self.limits.live_task_ttl.as_millis()
+                    );
+                    let message = Message::text(Role::Agent, new_id(), reason);
+                    let update = status_update(&state.task, TaskState::Failed, Some(message));
+                    apply(&mut state.task, &update);
+                    Some((state.task.clone(), update, std::mem::take(&mut state.subscribers)))
+                }
+            };
+            self.forget(&key, &live);
+            if let Some((task, update, subscribers)) = failed {
+                live.cancellation.cancel();
+                tracing::warn!(task = %key.1, "a live task outlived its time to live; failed");
+                if let Err(error) = self.save(&key.0, &task, true).await {
+                    tracing::error!(task = %key.1, %error, "could not save the expired task");
+                }
+                for subscriber in subscribers {
+                    let _ = subscriber.send(update.clone());
+                }
+            }
+        }
     }
 
     async fn save(&self, tenant: &str, task: &Task, durable: bool) -> Result<(), TaskError> {
@@ -143,7 +246,17 @@ impl<H> Clone for TaskEngine<H> {
 
 impl<H: TaskHandler> TaskEngine<H> {
     pub fn new(store: TaskStore, handler: Arc<H>) -> Self {
-        Self { core: Arc::new(Core { store, live: Mutex::new(HashMap::new()) }), handler }
+        Self::with_limits(store, handler, TaskLimits::default())
+    }
+
+    /// An engine bounded by `limits`, whose expired live tasks a background job sweeps for as
+    /// long as the engine exists.
+    pub fn with_limits(store: TaskStore, handler: Arc<H>, limits: TaskLimits) -> Self {
+        let core = Arc::new(Core { store, live: Mutex::new(HashMap::new()), limits });
+        let period =
+            (limits.live_task_ttl / 4).clamp(Duration::from_millis(1), Duration::from_millis(LIVE_TASK_SWEEP_MS_MAX));
+        tokio::spawn(sweep_while_alive(Arc::downgrade(&core), period));
+        Self { core, handler }
     }
 
     pub fn store(&self) -> &TaskStore {
@@ -184,6 +297,7 @@ impl<H: TaskHandler> TaskEngine<H> {
                     history: Vec::new(),
                     metadata: None,
                 };
+                self.core.check_room(lock(&self.core.live).len())?;
                 (LiveTask::new(task, true), None, message)
             }
         };
@@ -255,6 +369,7 @@ impl<H: TaskHandler> TaskEngine<H> {
             }
             state.running = true;
             state.turn += 1;
+            state.touched = Instant::now();
             state.task.clone()
         };
         Ok((live, Some(previous), message))
@@ -315,6 +430,13 @@ impl<H: TaskHandler> TaskEngine<H> {
         if state.closed {
             return Err(finished(&state.task));
         }
+        state.subscribers.retain(|subscriber| !subscriber.is_closed());
+        if state.subscribers.len() >= self.core.limits.subscribers_per_task_max {
+            return Err(TaskError::Busy(format!(
+                "task {task_id} has {} subscribers, as many as it may",
+                self.core.limits.subscribers_per_task_max
+            )));
+        }
         let (sender, events) = mpsc::unbounded_channel();
         let _ = sender.send(StreamResponse::Task(state.task.clone()));
         state.subscribers.push(sender);
@@ -325,8 +447,33 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// same task model and store hold it. Its answer does not wait for the commit: the record is
     /// bookkeeping of a stateless call (`GetTask` sees it at once all the same).
     pub async fn record(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
+        let bytes = artifact_bytes(&task.artifacts);
+        if bytes > self.core.limits.artifact_bytes_max {
+            return Err(artifacts_too_large(bytes, self.core.limits.artifact_bytes_max));
+        }
         self.core.save(tenant, task, false).await
     }
+}
+
+/// Sweeps expired live tasks every `period` until the engine is gone.
+async fn sweep_while_alive(core: Weak<Core>, period: Duration) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(core) = core.upgrade() else { return };
+        core.sweep().await;
+    }
+}
+
+/// The size of artifacts as stored (JSON).
+fn artifact_bytes(artifacts: &[Artifact]) -> usize {
+    serde_json::to_vec(artifacts).map_or(usize::MAX, |json| json.len())
+}
+
+fn artifacts_too_large(bytes: usize, max: usize) -> TaskError {
+    TaskError::TooLarge(format!("the task's artifacts would take {bytes} bytes; at most {max} are stored"))
 }
 
 /// What a blocking `SendMessage` answers.
@@ -495,17 +642,44 @@ impl TaskEvents {
         message
     }
 
+    /// [`Self::agent_message`] for a caller holding the task's state already.
+    fn agent_message_in(&self, task: &Task, text: &str) -> Message {
+        let mut message = Message::text(Role::Agent, new_id(), text);
+        message.task_id = Some(task.id.clone());
+        message.context_id = Some(task.context_id.clone());
+        message
+    }
+
     fn key_and_context(&self) -> (String, String) {
         (self.key.1.clone(), lock(&self.live.state).task.context_id.clone())
     }
 
     async fn emit(&self, event: StreamResponse) -> Result<(), TaskClosed> {
-        let (snapshot, first, ends_turn) = {
+        let mut refused = false;
+        let (snapshot, first, ends_turn, event) = {
             let mut published = lock(&self.published);
             let mut state = lock(&self.live.state);
             if state.closed || state.turn != self.turn {
                 return Err(TaskClosed);
             }
+            // An artifact past the cap is not stored: the task fails saying why instead.
+            let event = match &event {
+                StreamResponse::ArtifactUpdate(update) => {
+                    let mut artifacts = state.task.artifacts.clone();
+                    apply_artifact(&mut artifacts, update);
+                    let (bytes, max) = (artifact_bytes(&artifacts), self.core.limits.artifact_bytes_max);
+                    if bytes > max {
+                        refused = true;
+                        let reason = artifacts_too_large(bytes, max).to_string();
+                        tracing::warn!(task = %self.key.1, %reason, "artifact refused; the task fails");
+                        status_update(&state.task, TaskState::Failed, Some(self.agent_message_in(&state.task, &reason)))
+                    } else {
+                        event
+                    }
+                }
+                _ => event,
+            };
+            state.touched = Instant::now();
             let first = (!*published).then(|| state.task.clone());
             *published = true;
             apply(&mut state.task, &event);
@@ -515,7 +689,7 @@ impl TaskEvents {
             if ends_turn {
                 state.running = false;
             }
-            (state.task.clone(), first, ends_turn)
+            (state.task.clone(), first, ends_turn, event)
         };
         if let Some(first) = first {
             lock(&self.core.live).entry(self.key.clone()).or_insert_with(|| self.live.clone());
@@ -534,7 +708,7 @@ impl TaskEvents {
             drop(state);
             self.core.forget(&self.key, &self.live);
         }
-        Ok(())
+        if refused { Err(TaskClosed) } else { Ok(()) }
     }
 
     /// After the handler returned (or panicked): a turn that did not reach a final state fails.

@@ -30,7 +30,11 @@ use mesh_protocol::jsonrpc::{A2aErrorCode, version_not_supported_message};
 use mesh_tasks::TaskError;
 use serde::Serialize;
 
-pub use engine::{Answer, TaskClosed, TaskEngine, TaskEvents, TaskHandler, Turn, TurnEvents, answer};
+pub use engine::{
+    Answer, LIVE_TASK_TTL_MS_DEFAULT, LIVE_TASKS_MAX_DEFAULT, TASK_ARTIFACT_BYTES_MAX_DEFAULT,
+    TASK_SUBSCRIBERS_MAX_DEFAULT, TaskClosed, TaskEngine, TaskEvents, TaskHandler, TaskLimits, Turn, TurnEvents,
+    answer,
+};
 pub use seed::SeedTasks;
 
 /// Seconds between SSE keep-alive comments, so proxies do not close a quiet stream.

@@ -1,0 +1,148 @@
+//! Keeping the task table bounded and truthful: finished tasks are deleted once older than a
+//! time to live, by a periodic job; tasks a crash left running are failed, with the reason, when
+//! the agent starts again.
+
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use mesh_protocol::a2a::v1::{Message, Role, StreamResponse, TaskState, TaskStatus, TaskStatusUpdateEvent};
+use mesh_storage::Row;
+use tokio::task::JoinHandle;
+
+use crate::error::TaskError;
+use crate::model::{apply, now_timestamp, state_name};
+use crate::store::TaskStore;
+
+/// Finished tasks are kept this long after their last change by default (7 days).
+pub const FINISHED_TASK_TTL_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
+/// Time between two purges of finished tasks by default.
+pub const TASK_PURGE_INTERVAL_MS_DEFAULT: u64 = 3_600_000;
+/// Rows deleted per statement: a purge of millions of rows never holds one huge transaction
+/// (which would block the writer and, on SQLite, every reader of the file).
+const PURGE_BATCH_ROWS: i64 = 10_000;
+/// Unfinished tasks read per round at startup.
+const INTERRUPTED_BATCH_ROWS: i64 = 500;
+
+/// The retention of one agent's finished tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub finished_task_ttl: Duration,
+    pub purge_interval: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            finished_task_ttl: Duration::from_millis(FINISHED_TASK_TTL_MS_DEFAULT),
+            purge_interval: Duration::from_millis(TASK_PURGE_INTERVAL_MS_DEFAULT),
+        }
+    }
+}
+
+fn terminal_states() -> [String; 4] {
+    [TaskState::Completed, TaskState::Failed, TaskState::Canceled, TaskState::Rejected].map(state_name)
+}
+
+impl TaskStore {
+    /// Deletes this agent's finished tasks last changed more than `ttl` ago, every tenant's;
+    /// returns how many. Unfinished tasks are never deleted, however old.
+    pub async fn purge_finished(&self, ttl: Duration) -> Result<u64, TaskError> {
+        let ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let cutoff = Utc::now()
+            .checked_sub_signed(ttl)
+            .map_or_else(|| "0".to_owned(), |t| t.to_rfc3339_opts(SecondsFormat::Micros, true));
+        let [completed, failed, canceled, rejected] = terminal_states();
+        let mut purged = 0;
+        loop {
+            let deleted = sqlx::query(
+                "DELETE FROM a2a_tasks WHERE agent = $1 AND (tenant, id) IN (SELECT tenant, id FROM a2a_tasks \
+                 WHERE agent = $1 AND state IN ($2, $3, $4, $5) AND updated_at < $6 LIMIT $7)",
+            )
+            .bind(&self.agent)
+            .bind(&completed)
+            .bind(&failed)
+            .bind(&canceled)
+            .bind(&rejected)
+            .bind(&cutoff)
+            .bind(PURGE_BATCH_ROWS)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            purged += deleted;
+            if deleted < PURGE_BATCH_ROWS as u64 {
+                return Ok(purged);
+            }
+            // Let the writer and readers in between batches.
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Purges finished tasks older than the retention's time to live now and then every
+    /// interval, until the returned job is aborted.
+    pub fn spawn_purger(&self, retention: Retention) -> JoinHandle<()> {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(retention.purge_interval.max(Duration::from_millis(1)));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                match store.purge_finished(retention.finished_task_ttl).await {
+                    Ok(0) => {}
+                    Ok(purged) => tracing::info!(agent = %store.agent, purged, "purged finished tasks"),
+                    Err(error) => tracing::warn!(agent = %store.agent, %error, "could not purge finished tasks"),
+                }
+            }
+        })
+    }
+
+    /// Fails every task of this agent still stored as submitted or working: at startup nothing
+    /// runs them any more (the process that did crashed or was killed), and a client polling one
+    /// would otherwise wait forever. Tasks waiting for the user are left as they are. Returns how
+    /// many were failed.
+    ///
+    /// Only for an agent whose tasks no other live process runs: replicas sharing one database
+    /// under one agent name must not do this (see `fail_interrupted_tasks_at_start`).
+    pub async fn fail_interrupted(&self, reason: &str) -> Result<u64, TaskError> {
+        let running = [TaskState::Submitted, TaskState::Working].map(state_name);
+        let mut failed = 0;
+        loop {
+            let rows = sqlx::query(
+                "SELECT tenant, body FROM a2a_tasks WHERE agent = $1 AND state IN ($2, $3) ORDER BY updated_at LIMIT $4",
+            )
+            .bind(&self.agent)
+            .bind(&running[0])
+            .bind(&running[1])
+            .bind(INTERRUPTED_BATCH_ROWS)
+            .fetch_all(&self.pool)
+            .await?;
+            if rows.is_empty() {
+                return Ok(failed);
+            }
+            let mut saves = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let tenant: String = row.try_get("tenant")?;
+                let mut task = crate::store::parse(&row.try_get::<String, _>("body")?)?;
+                let mut message = Message::text(Role::Agent, format!("{}-interrupted", task.id), reason);
+                message.task_id = Some(task.id.clone());
+                message.context_id = Some(task.context_id.clone());
+                let update = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                    task_id: task.id.clone(),
+                    context_id: task.context_id.clone(),
+                    status: TaskStatus {
+                        state: TaskState::Failed,
+                        message: Some(message),
+                        timestamp: Some(now_timestamp()),
+                    },
+                    metadata: None,
+                });
+                apply(&mut task, &update);
+                saves.push(async move { self.save(&tenant, &task).await });
+            }
+            // Saved concurrently, so the writer commits them in one transaction.
+            for saved in futures::future::join_all(saves).await {
+                saved?;
+            }
+            failed += rows.len() as u64;
+        }
+    }
+}
