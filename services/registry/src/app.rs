@@ -3,7 +3,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesh_agent_kit::ServiceMetrics;
-use mesh_agent_kit::http::{HttpLimits, reachable_url, serve, with_common_layers};
+use mesh_agent_kit::http::{HttpLimits, reachable_url, serve};
+use mesh_agent_kit::observe::with_observed_layers;
+
+/// The registry's name in traces, metrics and `/health`.
+pub const REGISTRY_SERVICE: &str = "registry";
 use mesh_client::HttpClient;
 use tokio::net::TcpListener;
 
@@ -59,8 +63,8 @@ impl RegistryService {
             body_limit_bytes: config.body_limit_bytes,
         };
         let routes =
-            router(state.clone(), ServiceMetrics::new("registry")).merge(crate::dashboard::routes(state.clone()));
-        let router = with_common_layers(routes, limits);
+            router(state.clone(), ServiceMetrics::new(REGISTRY_SERVICE)).merge(crate::dashboard::routes(state.clone()));
+        let router = with_observed_layers(routes, limits, REGISTRY_SERVICE);
         let poll = PollSettings {
             interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
             timeout: Duration::from_millis(config.health_check_timeout_ms),

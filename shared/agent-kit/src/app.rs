@@ -21,8 +21,9 @@ use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::card::CardDocument;
 use crate::graph::AgentGraph;
 use crate::http::{
-    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve, with_common_layers,
+    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve,
 };
+use crate::observe::with_observed_layers;
 use crate::metrics::{RegistrationState, ServiceMetrics, track};
 use crate::registration::{deregister, register_until_accepted};
 
@@ -240,7 +241,7 @@ impl AgentApp {
             let probe = graph.clone();
             metrics.add_component("graph", move || probe.report());
         }
-        let router = with_common_layers(router, limits);
+        let router = with_observed_layers(router, limits, metrics.name());
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
         Ok(Self { listener, router, url, registration, registration_refresh, metrics, graph, bus: None })
     }

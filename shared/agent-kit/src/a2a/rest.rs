@@ -99,6 +99,7 @@ async fn send_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_MESSAGE);
     let (tenant, request) = send_request(&path, &headers, &bytes)?;
     Ok(json(send_blocking(&rest.engine, &tenant, request, scope_of(scope)).await?))
 }
@@ -130,6 +131,7 @@ async fn stream_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_STREAMING_MESSAGE);
     let (tenant, request) = send_request(&path, &headers, &bytes)?;
     let events = rest.engine.start(&tenant, request, scope_of(scope)).await?;
     Ok(sse(until_final(events, StreamEnd::TurnEnd)))
@@ -240,6 +242,7 @@ async fn send_v03<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_SEND);
     Version::require(&headers, Version::V03)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let answer = send_blocking(&rest.engine, "", request.into(), scope_of(scope)).await?;
@@ -252,6 +255,7 @@ async fn stream_v03<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_STREAM);
     Version::require(&headers, Version::V03)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let events = rest.engine.start("", request.into(), scope_of(scope)).await?;
