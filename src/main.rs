@@ -116,8 +116,14 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    let format = mesh_telemetry::LogFormat::from_env();
+    // `up` serves every service in this process: each names its own spans.
+    match command {
+        Command::Up => mesh_telemetry::init_suite(format),
+        _ => mesh_telemetry::init(format),
+    }
+    match command {
         Command::Up => up().await,
         Command::Ask { query, top_k, profiles, json, orchestrator_url } => {
             ask(&orchestrator_url, &query, QueryOptions { top_k, profiles, tenant_id: None }, json).await
@@ -273,7 +279,10 @@ async fn up() -> anyhow::Result<()> {
     );
     println!("  curl -s {}/capabilities/search", urls.registry);
     println!("  cargo run --release -- chat orchestrator    (then type a query)");
-    suite.run_until(shutdown_signal()).await?;
+    let stopped = suite.run_until(shutdown_signal()).await;
+    // The spans of the last moments, still in the exporters' queues.
+    mesh_telemetry::flush();
+    stopped?;
     println!("a2a-mesh stopped");
     Ok(())
 }

@@ -214,7 +214,7 @@ pub fn inject(span: &tracing::Span, headers: &mut http::HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut HeaderInjector(headers)));
 }
 
-/// The trace and span ids of `span`, in W3C hex, when it is exported.
+/// The trace and span ids of `span`, in W3C hex, when it is exported (sampled).
 pub fn span_ids(span: &tracing::Span) -> Option<(String, String)> {
     if !tracing_enabled() {
         return None;
@@ -222,7 +222,7 @@ pub fn span_ids(span: &tracing::Span) -> Option<(String, String)> {
     let context = span.context();
     let otel = context.span();
     let ids = otel.span_context();
-    ids.is_valid().then(|| (ids.trace_id().to_string(), ids.span_id().to_string()))
+    (ids.is_valid() && ids.is_sampled()).then(|| (ids.trace_id().to_string(), ids.span_id().to_string()))
 }
 
 /// The trace id of `span`, in W3C hex, when it is exported.
