@@ -131,7 +131,7 @@ impl Orchestrator {
         };
         // Both planning calls are children of one span, side by side in time.
         let planning = if mesh_telemetry::tracing_enabled() {
-            tracing::info_span!("planning", otel.name = "orchestrator.planning", mesh.query_chars = query_chars)
+            tracing::info_span!("planning", otel.name = "orchestrator.planning", mesh.query_chars = i64::try_from(query_chars).unwrap_or(i64::MAX))
         } else {
             tracing::Span::none()
         };

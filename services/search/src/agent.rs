@@ -91,7 +91,7 @@ impl SearchAgent {
                 // Ranking is CPU work on tantivy's blocking API: keep it off the async workers.
                 tokio::task::spawn_blocking(move || {
                     let span = if mesh_telemetry::tracing_enabled() {
-                        tracing::info_span!(parent: &parent, "profile", otel.name = %format!("search.profile {profile}"), mesh.profile = %profile, mesh.limit = limit)
+                        tracing::info_span!(parent: &parent, "profile", otel.name = %format!("search.profile {profile}"), mesh.profile = %profile, mesh.limit = i64::try_from(limit).unwrap_or(i64::MAX))
                     } else {
                         tracing::Span::none()
                     };
@@ -124,7 +124,7 @@ impl SearchAgent {
         let profiles: Vec<String> = rankings.iter().map(|r| r.profile.clone()).collect();
         let started = Instant::now();
         let fusion = if mesh_telemetry::tracing_enabled() {
-            tracing::info_span!("fusion", otel.name = "search.rrf_fusion", mesh.profiles = rankings.len(), mesh.rrf_k = self.settings.rrf_k)
+            tracing::info_span!("fusion", otel.name = "search.rrf_fusion", mesh.profiles = i64::try_from(rankings.len()).unwrap_or(i64::MAX), mesh.rrf_k = self.settings.rrf_k)
         } else {
             tracing::Span::none()
         };

@@ -115,7 +115,7 @@ async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) 
             mesh.request_id = header(headers, REQUEST_ID_HEADER.as_str()),
             mesh.correlation_id = header(headers, CORRELATION_ID_HEADER),
             mesh.tenant = tenant.as_deref(),
-            mesh.call_depth = header(headers, CALL_DEPTH_HEADER).and_then(|d| d.parse::<u32>().ok()),
+            mesh.call_depth = header(headers, CALL_DEPTH_HEADER).and_then(|d| d.parse::<i64>().ok()),
             a2a.context_id = header(headers, CONTEXT_ID_HEADER),
             a2a.method = Empty,
             a2a.task_id = Empty,
@@ -144,7 +144,7 @@ async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) 
     )
     .record(elapsed.as_secs_f64());
     let request_id = header(response.headers(), REQUEST_ID_HEADER.as_str()).unwrap_or_default();
-    span.record("http.response.status_code", status.as_u16());
+    span.record("http.response.status_code", i64::from(status.as_u16()));
     span.record("mesh.request_id", request_id);
     if status.is_server_error() {
         span.record("error.type", status.as_str());

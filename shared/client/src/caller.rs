@@ -291,7 +291,7 @@ impl MeshCaller {
             self.exchange(scope, target, Binding::Seed, task, None, timeout_ms).instrument(span.clone()).await;
         if let Ok(answered) = &answered {
             span.record("mesh.callee", answered.agent.name.as_str());
-            span.record("mesh.attempts", answered.attempts);
+            span.record("mesh.attempts", i64::try_from(answered.attempts).unwrap_or(i64::MAX));
         }
         let outcome = self.report(scope, target, started, &answered, |response: &TaskResponse| match response.status {
             ResponseStatus::Success => OutcomeStatus::Success,
@@ -325,7 +325,7 @@ impl MeshCaller {
             .await;
         if let Ok(answered) = &answered {
             span.record("mesh.callee", answered.agent.name.as_str());
-            span.record("mesh.attempts", answered.attempts);
+            span.record("mesh.attempts", i64::try_from(answered.attempts).unwrap_or(i64::MAX));
         }
         let outcome = self.report(scope, target, started, &answered, |response: &SendMessageResponse| match response {
             SendMessageResponse::Task(task) if matches!(task.status.state, TaskState::Failed | TaskState::Rejected) => {
@@ -609,7 +609,7 @@ fn call_span(scope: &CallScope, target: &Target, method: &'static str, context_i
         mesh.capability = capability_label(target),
         mesh.callee = tracing::field::Empty,
         mesh.attempts = tracing::field::Empty,
-        mesh.call_depth = context.depth + 1,
+        mesh.call_depth = i64::from(context.depth) + 1,
         mesh.request_id = context.request_id.as_deref(),
         mesh.correlation_id = context.correlation_id.as_deref(),
         mesh.tenant = context.tenant.as_deref(),

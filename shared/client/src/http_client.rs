@@ -61,7 +61,7 @@ impl HttpClient {
             otel.status_code = Empty,
             http.request.method = request.method().as_str(),
             server.address = uri.host(),
-            server.port = uri.port_u16().or(match uri.scheme_str() { Some("https") => Some(443), _ => Some(80) }),
+            server.port = i64::from(uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 })),
             url.full = %uri,
             http.response.status_code = Empty,
             error.type = Empty,
@@ -70,7 +70,7 @@ impl HttpClient {
         let outcome = self.transport.send(request, timeout).instrument(span.clone()).await;
         match &outcome {
             Ok(response) => {
-                span.record("http.response.status_code", response.status().as_u16());
+                span.record("http.response.status_code", i64::from(response.status().as_u16()));
                 if response.status().is_client_error() || response.status().is_server_error() {
                     span.record("error.type", response.status().as_str());
                     span.record("otel.status_code", "ERROR");
