@@ -75,7 +75,13 @@ fn start_prometheus(binary: &str, targets: &[String]) -> Prometheus {
 async fn query(prometheus: &Prometheus, promql: &str) -> Option<Vec<(String, f64)>> {
     let encoded: String = promql
         .bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect();
     let response = reqwest::get(format!("{}/api/v1/query?query={encoded}", prometheus.url)).await.ok()?;
     let body: Value = response.json().await.ok()?;
@@ -112,9 +118,8 @@ async fn prometheus_scrapes_the_request_counts_of_every_service() {
     let http = HttpClient::with_reqwest().unwrap();
     for query in ["show me robots playing soccer", "jazz piano", "cooking pasta"].iter().take(QUERIES) {
         let task = TaskRequest::from_text(None, *query, None);
-        let response = send_task(&http, &urls.orchestrator, &task, Duration::from_millis(common::WAIT_DEADLINE_MS))
-            .await
-            .unwrap();
+        let response =
+            send_task(&http, &urls.orchestrator, &task, Duration::from_millis(common::WAIT_DEADLINE_MS)).await.unwrap();
         let answer: QueryAnswer = reply_data(&urls.orchestrator, &response).unwrap();
         assert!(!answer.results.is_empty(), "{query}");
     }

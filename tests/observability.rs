@@ -56,7 +56,9 @@ fn start_receiver() -> Option<Receiver> {
     let python = match std::env::var("MESH_OTLP_PYTHON") {
         Ok(python) => python,
         Err(_) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true but MESH_OTLP_PYTHON is unset: .ci/run builds the OTLP receiver's virtualenv and exports it")
+            panic!(
+                "CI=true but MESH_OTLP_PYTHON is unset: .ci/run builds the OTLP receiver's virtualenv and exports it"
+            )
         }
         Err(_) => {
             eprintln!("MESH_OTLP_PYTHON unset (a Python with tests/otlp/requirements.txt): the OTLP test is skipped");
@@ -110,10 +112,7 @@ fn check_query_trace(trace: &[Span], parent_span_id: &str, request_id: &str) {
     assert_eq!(root.attributes.get("mesh.request_id"), Some(&json!(request_id)));
     assert_eq!(root.attributes.get("http.response.status_code"), Some(&json!(200)));
     for service in QUERY_SERVICES {
-        assert!(
-            trace.iter().any(|s| s.service_name.as_deref() == Some(service)),
-            "no span of {service} in the trace"
-        );
+        assert!(trace.iter().any(|s| s.service_name.as_deref() == Some(service)), "no span of {service} in the trace");
     }
     let descends_from_root = |span: &Span| {
         let mut current = span;
@@ -187,7 +186,10 @@ async fn one_query_is_one_trace_across_all_five_services_on_both_bindings() {
     let Some(receiver) = start_receiver() else { return };
     mesh_telemetry::init_with(
         LogFormat::Text,
-        Some(TraceSettings { traces_endpoint: Some(format!("{}/v1/traces", receiver.url)), ..TraceSettings::default() }),
+        Some(TraceSettings {
+            traces_endpoint: Some(format!("{}/v1/traces", receiver.url)),
+            ..TraceSettings::default()
+        }),
     );
     assert!(mesh_telemetry::tracing_enabled());
     let data = tempfile::tempdir().unwrap();

@@ -131,7 +131,11 @@ impl Orchestrator {
         };
         // Both planning calls are children of one span, side by side in time.
         let planning = if mesh_telemetry::tracing_enabled() {
-            tracing::info_span!("planning", otel.name = "orchestrator.planning", mesh.query_chars = i64::try_from(query_chars).unwrap_or(i64::MAX))
+            tracing::info_span!(
+                "planning",
+                otel.name = "orchestrator.planning",
+                mesh.query_chars = i64::try_from(query_chars).unwrap_or(i64::MAX)
+            )
         } else {
             tracing::Span::none()
         };
@@ -221,10 +225,11 @@ impl Orchestrator {
             },
         };
         if !warnings.is_empty() {
-            mesh_telemetry::span_event(&tracing::Span::current(), "partial_answer", &[(
-                "mesh.warnings",
-                warnings.join("; "),
-            )]);
+            mesh_telemetry::span_event(
+                &tracing::Span::current(),
+                "partial_answer",
+                &[("mesh.warnings", warnings.join("; "))],
+            );
         }
         Ok((answer, warnings))
     }

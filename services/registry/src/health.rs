@@ -35,7 +35,11 @@ pub async fn check(http: &HttpClient, health_url: &str, timeout: Duration) -> He
     };
     match http.send(request, timeout).await {
         Ok(response) if response.status() == http::StatusCode::OK => {
-            if says_unhealthy(response.body()) { HealthStatus::Unhealthy } else { HealthStatus::Healthy }
+            if says_unhealthy(response.body()) {
+                HealthStatus::Unhealthy
+            } else {
+                HealthStatus::Healthy
+            }
         }
         Ok(_) => HealthStatus::Unhealthy,
         Err(ClientError::Transport { .. } | ClientError::InvalidUrl { .. }) => HealthStatus::Unreachable,
@@ -139,10 +143,7 @@ pub async fn poll_forever(
 
 /// Sets `mesh_registry_agents{capability, health}` from the directory; pairs counted last time
 /// but gone now go to 0 rather than keep their old value. Returns the pairs counted.
-fn count_agents(
-    directory: &Directory,
-    before: BTreeSet<(String, &'static str)>,
-) -> BTreeSet<(String, &'static str)> {
+fn count_agents(directory: &Directory, before: BTreeSet<(String, &'static str)>) -> BTreeSet<(String, &'static str)> {
     let mut counts: BTreeMap<(String, &'static str), u32> = before.into_iter().map(|pair| (pair, 0)).collect();
     for agent in directory.list() {
         for capability in &agent.capabilities {
@@ -163,4 +164,26 @@ fn count_agents(
 
 pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_body_saying_unhealthy_counts_against_a_200() {
+        assert!(says_unhealthy(br#"{"status":"unhealthy","service":"search"}"#));
+        assert!(!says_unhealthy(br#"{"status":"healthy"}"#), "an older agent's answer");
+        assert!(!says_unhealthy(br#"{"status":"degraded","reasons":["dense: no model"]}"#), "degraded still serves");
+        assert!(!says_unhealthy(b"OK"), "a plain-text answer");
+        assert!(!says_unhealthy(b"{}"));
+    }
+
+    #[test]
+    fn the_health_words_are_the_wire_words() {
+        for health in [HealthStatus::Unknown, HealthStatus::Healthy, HealthStatus::Unhealthy, HealthStatus::Unreachable]
+        {
+            assert_eq!(serde_json::to_value(health).unwrap(), serde_json::json!(health.as_str()));
+        }
+    }
 }

@@ -124,7 +124,12 @@ impl SearchAgent {
         let profiles: Vec<String> = rankings.iter().map(|r| r.profile.clone()).collect();
         let started = Instant::now();
         let fusion = if mesh_telemetry::tracing_enabled() {
-            tracing::info_span!("fusion", otel.name = "search.rrf_fusion", mesh.profiles = i64::try_from(rankings.len()).unwrap_or(i64::MAX), mesh.rrf_k = self.settings.rrf_k)
+            tracing::info_span!(
+                "fusion",
+                otel.name = "search.rrf_fusion",
+                mesh.profiles = i64::try_from(rankings.len()).unwrap_or(i64::MAX),
+                mesh.rrf_k = self.settings.rrf_k
+            )
         } else {
             tracing::Span::none()
         };

@@ -20,11 +20,9 @@ use crate::a2a::{TaskHandler, describe_interfaces};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::card::CardDocument;
 use crate::graph::AgentGraph;
-use crate::http::{
-    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve,
-};
-use crate::observe::with_observed_layers;
+use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve};
 use crate::metrics::{RegistrationState, ServiceMetrics, track};
+use crate::observe::with_observed_layers;
 use crate::registration::{deregister, register_until_accepted};
 
 /// Default time between re-registrations.

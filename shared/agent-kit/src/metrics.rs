@@ -131,7 +131,8 @@ impl ServiceMetrics {
             .iter()
             .map(|(name, probe)| (name.clone(), probe()))
             .collect();
-        let circuits = self.circuits.lock().unwrap_or_else(|e| e.into_inner()).clone().map(|probe| probe()).unwrap_or_default();
+        let circuits =
+            self.circuits.lock().unwrap_or_else(|e| e.into_inner()).clone().map(|probe| probe()).unwrap_or_default();
         let (status, reasons) = judge(&components, &circuits);
         HealthReport {
             status: status.into(),
@@ -156,10 +157,7 @@ impl ServiceMetrics {
 
 /// The service's status from its parts: unhealthy when a component says so, degraded when a
 /// component is unavailable or every instance of a called agent has its circuit open.
-fn judge(
-    components: &BTreeMap<String, serde_json::Value>,
-    circuits: &[CircuitReport],
-) -> (&'static str, Vec<String>) {
+fn judge(components: &BTreeMap<String, serde_json::Value>, circuits: &[CircuitReport]) -> (&'static str, Vec<String>) {
     let mut unhealthy = Vec::new();
     let mut degraded = Vec::new();
     for (name, value) in components {
@@ -262,7 +260,10 @@ mod tests {
             ]
         });
         let report = metrics.report();
-        assert_eq!((report.status.as_str(), report.reasons.as_slice()), (HEALTH_DEGRADED, &["search: every circuit open".to_owned()][..]));
+        assert_eq!(
+            (report.status.as_str(), report.reasons.as_slice()),
+            (HEALTH_DEGRADED, &["search: every circuit open".to_owned()][..])
+        );
         assert_eq!(report.circuits.len(), 2);
     }
 }

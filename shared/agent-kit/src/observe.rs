@@ -40,8 +40,7 @@ pub fn with_observed_layers(router: Router, limits: HttpLimits, service: &str) -
             async move { ([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], mesh_telemetry::render(&service)) }
         }),
     );
-    with_common_layers(routes, limits)
-        .layer(middleware::from_fn_with_state(service, observe))
+    with_common_layers(routes, limits).layer(middleware::from_fn_with_state(service, observe))
 }
 
 /// `GET /health` (the full report; 503 when unhealthy), `GET /health/live` (200 while the

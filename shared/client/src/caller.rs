@@ -431,10 +431,11 @@ impl MeshCaller {
                     .set(if is_open { 1.0 } else { 0.0 });
                 }
                 if !was_open && is_open {
-                    mesh_telemetry::span_event(&tracing::Span::current(), "circuit_open", &[
-                        ("mesh.callee", agent.name.clone()),
-                        ("url.full", agent.process_endpoint.clone()),
-                    ]);
+                    mesh_telemetry::span_event(
+                        &tracing::Span::current(),
+                        "circuit_open",
+                        &[("mesh.callee", agent.name.clone()), ("url.full", agent.process_endpoint.clone())],
+                    );
                     self.report_failure(agent);
                 }
                 sent = Some((agent, outcome));
@@ -454,11 +455,15 @@ impl MeshCaller {
                 }
                 Err(error) => {
                     tracing::debug!(agent = %agent.name, %error, attempts, "call failed; retrying elsewhere");
-                    mesh_telemetry::span_event(&tracing::Span::current(), "retry", &[
-                        ("mesh.callee", agent.name.clone()),
-                        ("mesh.attempt", attempts.to_string()),
-                        ("error.message", error.to_string()),
-                    ]);
+                    mesh_telemetry::span_event(
+                        &tracing::Span::current(),
+                        "retry",
+                        &[
+                            ("mesh.callee", agent.name.clone()),
+                            ("mesh.attempt", attempts.to_string()),
+                            ("error.message", error.to_string()),
+                        ],
+                    );
                     metrics::counter!(
                         "mesh_outbound_retries_total",
                         mesh_telemetry::SERVICE_LABEL => scope.agent().to_owned(),

@@ -51,7 +51,11 @@ impl HttpClient {
     pub async fn send(&self, mut request: Request<Bytes>, timeout: Duration) -> Result<Response<Bytes>, ClientError> {
         let url = request.uri().to_string();
         if !mesh_telemetry::tracing_enabled() {
-            return self.transport.send(request, timeout).await.map_err(|source| ClientError::Transport { url, source });
+            return self
+                .transport
+                .send(request, timeout)
+                .await
+                .map_err(|source| ClientError::Transport { url, source });
         }
         let uri = request.uri();
         let span = tracing::info_span!(

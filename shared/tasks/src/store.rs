@@ -145,7 +145,10 @@ impl TaskStore {
         let saved = async {
             let (done, committed) = oneshot::channel();
             self.enqueue(tenant, task, Some(done)).await?;
-            committed.await.map_err(|_| TaskError::Storage("the task writer stopped".into()))?.map_err(TaskError::Storage)
+            committed
+                .await
+                .map_err(|_| TaskError::Storage("the task writer stopped".into()))?
+                .map_err(TaskError::Storage)
         }
         .instrument(span)
         .await;
