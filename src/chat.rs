@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// Time to wait, after the input ends, for the answers still owed.
 pub const CHAT_ANSWER_WAIT_MS: u64 = 120_000;
@@ -24,9 +25,13 @@ pub fn socket_url(ui_url: &str, agent: &str, conversation: Option<&str>) -> Stri
 
 /// Reads lines from stdin, sends each, prints each answer, until the input ends and every
 /// message has had its answer (or [`CHAT_ANSWER_WAIT_MS`] passed).
-pub async fn run(ui_url: &str, agent: &str, conversation: Option<&str>) -> anyhow::Result<()> {
+pub async fn run(ui_url: &str, agent: &str, conversation: Option<&str>, credential: Option<&str>) -> anyhow::Result<()> {
     let url = socket_url(ui_url, agent, conversation);
-    let (socket, response) = tokio_tungstenite::connect_async(url.as_str())
+    let mut request = url.as_str().into_client_request()?;
+    if let Some(credential) = credential {
+        request.headers_mut().insert(http::header::AUTHORIZATION, format!("Bearer {credential}").parse()?);
+    }
+    let (socket, response) = tokio_tungstenite::connect_async(request)
         .await
         .map_err(|error| anyhow::anyhow!("cannot open {url} ({error}); is `a2a-mesh up` running?"))?;
     if let Some(id) = response.headers().get(ui_agent::WS_CONVERSATION_HEADER).and_then(|v| v.to_str().ok()) {

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use entity_extraction::EntityExtractionConfig;
 use mesh_agent_kit::{AgentArgs, AgentConfig};
+use mesh_auth::AuthConfig;
 use mesh_bus::BusConfig;
 use mesh_client::HttpClient;
 use orchestrator::OrchestratorConfig;
@@ -68,7 +69,7 @@ impl SuiteConfig {
     /// Each service's defaults (its own port), overridden by its `MESH_<SERVICE>_*` variables;
     /// every agent on the conversation bus of `MESH_BUS_*` (the embedded log by default, Kafka
     /// with `MESH_BUS_KAFKA_BROKERS`) unless its own `MESH_<SERVICE>_BUS__*` says otherwise.
-    pub fn from_env() -> Result<Self, mesh_config::ConfigError> {
+    pub fn from_env() -> anyhow::Result<Self> {
         let agent = AgentArgs::default();
         let bus: BusConfig = mesh_config::ConfigLoader::new(BUS_ENV_PREFIX, None).load()?;
         let mut suite = Self {
@@ -91,9 +92,71 @@ impl SuiteConfig {
             agent.bus.get_or_insert_with(|| bus.clone());
         }
         suite.ui_agent.bus = bus;
+        let auth: AuthConfig = mesh_config::ConfigLoader::new(AUTH_ENV_PREFIX, None).load()?;
+        suite.share_auth(&auth)?;
         Ok(suite)
     }
+
+    /// Every service verifies callers as `auth` says (`MESH_AUTH_*`), unless its own `auth`
+    /// section configures a way already. With an HS256 secret, each agent that presents no
+    /// credential of its own gets a token naming it, with the `agent` role, valid for
+    /// [`SUITE_AGENT_TOKEN_TTL_S`]: the suite's services then call each other as themselves.
+    pub fn share_auth(&mut self, auth: &AuthConfig) -> Result<(), mesh_auth::AuthError> {
+        let configures = |config: &AuthConfig| {
+            config.jwt_hs256_secret.is_some()
+                || config.jwt_hs256_secret_file.is_some()
+                || !config.jwt_public_keys.is_empty()
+                || config.api_keys_file.is_some()
+        };
+        if !configures(auth) {
+            return Ok(());
+        }
+        let secret = auth.hs256_secret()?;
+        let own_credential = |name: &str| -> Result<Option<String>, mesh_auth::AuthError> {
+            let Some(secret) = &secret else { return Ok(None) };
+            let exp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+                .saturating_add(SUITE_AGENT_TOKEN_TTL_S);
+            let claims = mesh_auth::Claims {
+                sub: name.to_owned(),
+                tenant: String::new(),
+                roles: vec![mesh_auth::Role::Agent.as_str().to_owned()],
+                exp,
+                iss: auth.jwt_issuer.clone(),
+                aud: auth.jwt_audience.clone(),
+            };
+            mesh_auth::mint_hs256(secret, &claims).map(Some)
+        };
+        if !configures(&self.registry.auth) {
+            self.registry.auth = AuthConfig { insecure: self.registry.auth.insecure, ..auth.clone() };
+        }
+        if !configures(&self.ui_agent.auth) {
+            self.ui_agent.auth = AuthConfig { insecure: self.ui_agent.auth.insecure, ..auth.clone() };
+        }
+        for (name, agent) in [
+            ("orchestrator", &mut self.orchestrator.agent),
+            ("search", &mut self.search.agent),
+            ("entity_extraction", &mut self.entity_extraction.agent),
+            ("profile_selection", &mut self.profile_selection.agent),
+        ] {
+            let own = agent.auth.credential.clone().or(own_credential(agent.name.as_deref().unwrap_or(name))?);
+            if !configures(&agent.auth) {
+                agent.auth = AuthConfig { insecure: agent.auth.insecure, credential: None, ..auth.clone() };
+            }
+            if agent.auth.credential_file.is_none() {
+                agent.auth.credential = own;
+            }
+        }
+        Ok(())
+    }
 }
+
+/// Prefix of the suite-wide authentication settings (`MESH_AUTH_API_KEYS_FILE`, ...).
+pub const AUTH_ENV_PREFIX: &str = "MESH_AUTH";
+/// How long the tokens `up` mints for its own agents stay valid: a year, since they never leave
+/// the machine's loopback calls between the suite's own services.
+pub const SUITE_AGENT_TOKEN_TTL_S: u64 = 365 * 24 * 3600;
 
 /// The links of the bundled suite: the orchestrator is superior to the agents it calls.
 const SUITE_LINKS_TOML: &str = include_str!("../deploy/links.toml");

@@ -41,6 +41,10 @@ const INGEST_CHUNK_TIMEOUT_MS: u64 = 120_000;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The credential (a token or an API key) `ask`, `chat` and `ingest --search-url` present to a
+    /// suite that requires authentication.
+    #[arg(long, global = true, env = "MESH_CREDENTIAL", hide_env_values = true)]
+    credential: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -112,21 +116,54 @@ enum Command {
         #[arg(long, default_value = a2a_mesh::chat::UI_AGENT_URL_DEFAULT, value_name = "URL")]
         ui_url: String,
     },
+    /// Make credentials: an API key (printed once, with the hashed entry for the keys file), or
+    /// an HS256 token signed with the suite's secret.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum AuthCommand {
+    /// A new random API key for SUBJECT: prints the key, then the `[[keys]]` entry to append to
+    /// the keys file (which holds only its SHA-256).
+    NewKey {
+        subject: String,
+        /// Roles: admin, agent, user (comma-separated).
+        #[arg(long, value_delimiter = ',', required = true)]
+        roles: Vec<String>,
+        #[arg(long, default_value = "")]
+        tenant: String,
+    },
+    /// An HS256 token for SUBJECT, signed with the secret in FILE (MESH_AUTH_JWT_HS256_SECRET_FILE).
+    Token {
+        subject: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        roles: Vec<String>,
+        #[arg(long, default_value = "")]
+        tenant: String,
+        #[arg(long, env = "MESH_AUTH_JWT_HS256_SECRET_FILE", value_name = "FILE")]
+        secret_file: PathBuf,
+        /// Seconds until it expires.
+        #[arg(long, default_value_t = 3600)]
+        ttl_s: u64,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let command = Cli::parse().command;
+    let cli = Cli::parse();
     let format = mesh_telemetry::LogFormat::from_env();
     // `up` serves every service in this process: each names its own spans.
-    match command {
+    match cli.command {
         Command::Up => mesh_telemetry::init_suite(format),
         _ => mesh_telemetry::init(format),
     }
-    match command {
+    let credential = cli.credential.as_deref();
+    match cli.command {
         Command::Up => up().await,
         Command::Ask { query, top_k, profiles, json, orchestrator_url } => {
-            ask(&orchestrator_url, &query, QueryOptions { top_k, profiles, tenant_id: None }, json).await
+            let options = QueryOptions { top_k, profiles, tenant_id: None };
+            ask(&orchestrator_url, &query, options, json, credential).await
         }
         Command::Ingest { dataset, file, search_url, data_dir } => {
             let path = match (dataset, file) {
@@ -135,18 +172,54 @@ async fn main() -> anyhow::Result<()> {
                 (None, None) => anyhow::bail!("give --dataset DIR or --file FILE"),
             };
             match search_url {
-                Some(url) => ingest_over_http(&path, &url).await,
+                Some(url) => ingest_over_http(&path, &url, credential).await,
                 None => ingest_into_data_dir(&path, data_dir).await,
             }
         }
         Command::Chat { agent, conversation, ui_url } => {
-            a2a_mesh::chat::run(&ui_url, &agent, conversation.as_deref()).await
+            a2a_mesh::chat::run(&ui_url, &agent, conversation.as_deref(), credential).await
         }
         Command::Eval { dataset, split, profiles, data_dir } => {
             let data_dir = data_dir.unwrap_or_else(|| eval_data_dir(&dataset));
             eval(&dataset, &split, &profiles, &data_dir).await
         }
+        Command::Auth(command) => auth(command),
     }
+}
+
+fn parse_roles(names: &[String]) -> anyhow::Result<Vec<mesh_auth::Role>> {
+    names
+        .iter()
+        .map(|name| {
+            mesh_auth::Role::parse(name).ok_or_else(|| anyhow::anyhow!("unknown role {name:?}: admin, agent or user"))
+        })
+        .collect()
+}
+
+fn auth(command: AuthCommand) -> anyhow::Result<()> {
+    match command {
+        AuthCommand::NewKey { subject, roles, tenant } => {
+            let key = mesh_auth::new_api_key();
+            let entry = mesh_auth::ApiKeyEntry {
+                sha256: mesh_auth::hash_api_key(&key),
+                subject,
+                tenant,
+                roles: parse_roles(&roles)?,
+            };
+            println!("{key}");
+            eprintln!("Keep the key above; append this entry to the keys file (it holds only the hash):");
+            eprintln!("{}", toml::to_string(&mesh_auth::ApiKeyFile { keys: vec![entry] })?);
+        }
+        AuthCommand::Token { subject, roles, tenant, secret_file, ttl_s } => {
+            let config = mesh_auth::AuthConfig { jwt_hs256_secret_file: Some(secret_file), ..Default::default() };
+            let secret = config.hs256_secret()?.ok_or_else(|| anyhow::anyhow!("no secret"))?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+            let roles = parse_roles(&roles)?.iter().map(|r| r.as_str().to_owned()).collect();
+            let claims = mesh_auth::Claims { sub: subject, tenant, roles, exp: now + ttl_s, iss: None, aud: None };
+            println!("{}", mesh_auth::mint_hs256(&secret, &claims)?);
+        }
+    }
+    Ok(())
 }
 
 async fn eval(dataset: &Path, split: &str, profiles: &[String], data_dir: &Path) -> anyhow::Result<()> {
@@ -209,9 +282,9 @@ async fn ingest_into_data_dir(path: &Path, data_dir: Option<PathBuf>) -> anyhow:
     Ok(())
 }
 
-async fn ingest_over_http(path: &Path, search_url: &str) -> anyhow::Result<()> {
+async fn ingest_over_http(path: &Path, search_url: &str, credential: Option<&str>) -> anyhow::Result<()> {
     let documents = read_corpus(Some(path))?;
-    let http = HttpClient::with_reqwest()?;
+    let http = HttpClient::with_reqwest()?.with_bearer(credential)?;
     let url = format!("{}/documents", search_url.trim_end_matches('/'));
     let bar = progress_bar(documents.len(), "sending");
     let started = Instant::now();
@@ -287,8 +360,14 @@ async fn up() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn ask(orchestrator_url: &str, query: &str, options: QueryOptions, json: bool) -> anyhow::Result<()> {
-    let http = HttpClient::with_reqwest()?;
+async fn ask(
+    orchestrator_url: &str,
+    query: &str,
+    options: QueryOptions,
+    json: bool,
+    credential: Option<&str>,
+) -> anyhow::Result<()> {
+    let http = HttpClient::with_reqwest()?.with_bearer(credential)?;
     let task = TaskRequest::from_text(None, query, Some(serde_json::to_value(&options)?));
     let response = match send_task(&http, orchestrator_url, &task, Duration::from_millis(ASK_TIMEOUT_MS)).await {
         Ok(response) => response,

@@ -33,6 +33,8 @@ pub enum StartError {
     Kit(#[from] KitError),
     #[error("the bundled agent card is invalid: {0}")]
     Card(#[from] serde_json::Error),
+    #[error("{0}")]
+    Auth(#[from] mesh_auth::AuthError),
 }
 
 pub fn card() -> Result<AgentCard, serde_json::Error> {
@@ -42,6 +44,8 @@ pub fn card() -> Result<AgentCard, serde_json::Error> {
 /// Builds the agent, bound and ready to run.
 pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<AgentApp, StartError> {
     let registry_url = config.agent.registry_url.as_deref().ok_or(StartError::NoRegistry)?;
+    // Its calls into the mesh carry its own credential.
+    let http = http.with_bearer(config.agent.auth.outbound_credential()?.as_deref())?;
     let registry = RegistryClient::new(registry_url, http.clone())?;
     let discovery =
         Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));

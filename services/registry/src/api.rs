@@ -7,9 +7,11 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
-use axum::{Json, Router, middleware};
+use axum::{Extension, Json, Router, middleware};
 use mesh_agent_kit::ServiceMetrics;
+use mesh_agent_kit::auth::{AGENT_ROLES, ANY_ROLE, require};
 use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams, health_route};
+use mesh_auth::Caller;
 use mesh_client::HttpClient;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::graph::{
@@ -32,6 +34,7 @@ use crate::graph_api;
 use crate::health::{check_and_record, now_rfc3339};
 use crate::intake::{validate, verify_card};
 use crate::links::LinkStore;
+use crate::ownership;
 use crate::store::AgentStore;
 
 /// What the handlers share.
@@ -130,15 +133,25 @@ struct ApiDoc;
 /// The registry's routes (without the shared layers).
 pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router {
     let openapi = ApiDoc::openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-    let api = Router::new()
-        .route("/register", post(register))
-        .route("/agents", get(list_agents))
-        .route("/agents/{name}", get(get_agent))
-        .route("/agents/{name}", delete(deregister))
-        .route("/agents/{name}/failures", post(report_failure))
-        .route("/capabilities/{capability}", get(discover))
-        .route("/capabilities/{capability}/next", get(pick))
-        .route("/stats", get(stats))
+    // Agents register, leave and report failures as themselves; anyone authenticated reads.
+    let agents = require(
+        Router::new()
+            .route("/register", post(register))
+            .route("/agents/{name}", delete(deregister))
+            .route("/agents/{name}/failures", post(report_failure)),
+        AGENT_ROLES,
+    );
+    let reads = require(
+        Router::new()
+            .route("/agents", get(list_agents))
+            .route("/agents/{name}", get(get_agent))
+            .route("/capabilities/{capability}", get(discover))
+            .route("/capabilities/{capability}/next", get(pick))
+            .route("/stats", get(stats)),
+        ANY_ROLE,
+    );
+    let api = agents
+        .merge(reads)
         .merge(graph_api::routes())
         .route_layer(middleware::from_fn_with_state(metrics.clone(), mesh_agent_kit::http::track_requests))
         .with_state(state);
@@ -158,9 +171,13 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
 ))]
 async fn register(
     State(state): State<Arc<RegistryState>>,
+    caller: Option<Extension<Caller>>,
     JsonBody(registration): JsonBody<Registration>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
     let mut agent = validate(&registration, &now_rfc3339())?;
+    // Before any fetch: a name held by another identity is refused without touching its URL.
+    let current_owner = state.directory.owner(&agent.name).flatten();
+    agent.owner = ownership::claim(&caller_of(caller), &agent.name, current_owner.as_deref())?;
     if let Some(timeout) = state.card_fetch_timeout {
         verify_card(&state.http, &agent, timeout).await?;
     }
@@ -193,6 +210,11 @@ async fn register(
     Ok(Json(StatusMessage::new("registered")))
 }
 
+/// The caller the trust layer found (none: a router served without it, so anonymous).
+fn caller_of(caller: Option<Extension<Caller>>) -> Caller {
+    caller.map_or(Caller::Anonymous, |Extension(caller)| caller)
+}
+
 /// Which instance of a name a request is about.
 #[derive(Debug, Deserialize, IntoParams)]
 struct InstanceQuery {
@@ -210,9 +232,13 @@ struct InstanceQuery {
 ))]
 async fn deregister(
     State(state): State<Arc<RegistryState>>,
+    caller: Option<Extension<Caller>>,
     PathParam(name): PathParam<String>,
     QueryParams(instance): QueryParams<InstanceQuery>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
+    if let Some(owner) = state.directory.owner(&name) {
+        ownership::may_remove(&caller_of(caller), &name, owner.as_deref())?;
+    }
     let url = instance.url.as_deref().map(|u| u.trim_end_matches('/'));
     let known_url = state.directory.get(&name).ok().map(|a| a.url);
     let stored = state.store.delete(&name, url).await?;

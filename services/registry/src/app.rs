@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesh_agent_kit::ServiceMetrics;
+use mesh_agent_kit::auth::AccessControl;
 use mesh_agent_kit::http::{HttpLimits, reachable_url, serve};
 use mesh_agent_kit::observe::with_observed_layers;
 use mesh_client::HttpClient;
@@ -64,9 +65,15 @@ impl RegistryService {
             health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
         });
         sync_config_links(&state, &config.links).await?;
+        let access = AccessControl::from_config(&config.auth)
+            .map_err(|e| RegistryError::Startup(e.to_string()))?
+            .with_public(crate::dashboard::PUBLIC_PATHS, crate::dashboard::PUBLIC_PREFIXES);
+        mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)
+            .map_err(|e| RegistryError::Startup(e.to_string()))?;
         let limits = HttpLimits {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
+            access,
         };
         let metrics = ServiceMetrics::new(REGISTRY_SERVICE);
         let database_down = Arc::new(std::sync::Mutex::new(None::<String>));

@@ -41,6 +41,8 @@ pub struct RegistryConfig {
     pub events_buffered: usize,
     /// Event streams open at once, at most.
     pub event_subscribers_max: usize,
+    /// How callers authenticate (see the README's "Authentication"); open when empty.
+    pub auth: mesh_auth::AuthConfig,
 }
 
 impl Default for RegistryConfig {
@@ -60,6 +62,7 @@ impl Default for RegistryConfig {
             links: Vec::new(),
             events_buffered: EVENTS_BUFFERED_DEFAULT,
             event_subscribers_max: EVENT_SUBSCRIBERS_MAX_DEFAULT,
+            auth: mesh_auth::AuthConfig::default(),
         }
     }
 }

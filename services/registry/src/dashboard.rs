@@ -45,14 +45,22 @@ const ASSET_CACHE_CONTROL: &str = "no-cache";
 /// An agent's card or health document larger than this is not relayed.
 const RELAY_BODY_BYTES_MAX: usize = 256 * 1024;
 
+/// What anyone may read without credentials: the page and its assets (`PUBLIC_PREFIXES`).
+pub const PUBLIC_PATHS: &[&str] = &["/dashboard", "/dashboard/", "/openapi.json"];
+pub const PUBLIC_PREFIXES: &[&str] = &["/dashboard/assets/"];
+
 /// The dashboard's routes; merged into the registry's router.
 pub fn routes(state: Arc<RegistryState>) -> Router {
+    // The page and its assets are public (see [`PUBLIC_PATHS`]); the relays read agents'
+    // documents, which only authenticated callers may.
+    let relays = Router::new()
+        .route("/dashboard/agents/{name}/card", get(agent_card))
+        .route("/dashboard/agents/{name}/health", get(agent_health));
     Router::new()
         .route("/dashboard", get(index))
         .route("/dashboard/", get(index))
         .route("/dashboard/assets/{*path}", get(asset))
-        .route("/dashboard/agents/{name}/card", get(agent_card))
-        .route("/dashboard/agents/{name}/health", get(agent_health))
+        .merge(mesh_agent_kit::auth::require(relays, mesh_agent_kit::auth::ANY_ROLE))
         .with_state(state)
 }
 

@@ -132,6 +132,12 @@ impl Directory {
         self.read().agents.values().map(record).collect()
     }
 
+    /// Who owns `name` (`Some(None)`: registered with authentication off); `None` when it is
+    /// not registered.
+    pub fn owner(&self, name: &str) -> Option<Option<String>> {
+        self.read().agents.get(name).map(|entry| entry.agent.owner.clone())
+    }
+
     pub fn get(&self, name: &str) -> Result<AgentRecord, RegistryError> {
         self.read().agents.get(name).map(record).ok_or_else(|| RegistryError::AgentNotFound(name.to_owned()))
     }
@@ -282,6 +288,7 @@ mod tests {
             agent_card_url: format!("{url}/.well-known/agent-card.json"),
             registered_at: "2026-01-01T00:00:00Z".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
+            owner: None,
         }
     }
 

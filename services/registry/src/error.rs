@@ -34,6 +34,10 @@ pub enum RegistryError {
     LinksFull(usize),
     #[error("at most {0} event streams may be open at once")]
     SubscribersFull(usize),
+    #[error("the name {0:?} is registered by another identity")]
+    NameTaken(String),
+    #[error("{subject:?} may not register or remove the agent {name:?}: an agent registers only under its own name")]
+    NameForbidden { subject: String, name: String },
     #[error("storage unavailable: {0}")]
     Storage(#[from] StorageError),
     #[error("cannot listen on {addr}: {source}")]
@@ -60,6 +64,8 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::InvalidLink(_) => (StatusCode::BAD_REQUEST, "LINK_INVALID"),
             RegistryError::LinksFull(_) => (StatusCode::CONFLICT, "LINKS_FULL"),
             RegistryError::SubscribersFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "EVENT_SUBSCRIBERS_FULL"),
+            RegistryError::NameTaken(_) => (StatusCode::CONFLICT, "NAME_TAKEN"),
+            RegistryError::NameForbidden { .. } => (StatusCode::FORBIDDEN, "NAME_FORBIDDEN"),
             RegistryError::Storage(_) => (StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE"),
             RegistryError::Bind { .. } | RegistryError::Startup(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")

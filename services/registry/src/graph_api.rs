@@ -10,9 +10,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures::StreamExt;
+use mesh_agent_kit::auth::{ADMIN_ROLES, AGENT_ROLES, ANY_ROLE, require};
 use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams};
 use mesh_protocol::graph::{
     CallReports, CallReportsAccepted, EventBody, EventStats, GraphPolicy, Link, LinkList, LinkMessage, LinkMessages,
@@ -35,17 +36,34 @@ pub const LINK_MESSAGES_PAGE_DEFAULT: usize = 100;
 const EVENTS_KEEP_ALIVE_MS: u64 = 15_000;
 
 pub fn routes() -> Router<Arc<RegistryState>> {
-    Router::new()
-        .route("/api/links", get(list_links).post(create_link))
-        .route("/api/links/{id}", get(get_link).put(update_link).delete(delete_link))
-        .route("/api/links/{id}/messages", get(link_messages).post(record_link_message))
-        .route("/api/agents/{id}/links", get(agent_links))
-        .route("/api/agents/{id}/org", get(org_chart))
-        .route("/api/topology", get(topology))
-        .route("/api/policy", get(policy))
-        .route("/api/events", get(events))
-        .route("/api/events/calls", post(report_calls))
-        .route("/api/events/stats", get(event_stats))
+    // Links are the admin's; agents report calls and record link messages as themselves;
+    // anyone authenticated reads the graph and its events.
+    let admin = require(
+        Router::new()
+            .route("/api/links", post(create_link))
+            .route("/api/links/{id}", put(update_link).delete(delete_link)),
+        ADMIN_ROLES,
+    );
+    let agents = require(
+        Router::new()
+            .route("/api/links/{id}/messages", post(record_link_message))
+            .route("/api/events/calls", post(report_calls)),
+        AGENT_ROLES,
+    );
+    let reads = require(
+        Router::new()
+            .route("/api/links", get(list_links))
+            .route("/api/links/{id}", get(get_link))
+            .route("/api/links/{id}/messages", get(link_messages))
+            .route("/api/agents/{id}/links", get(agent_links))
+            .route("/api/agents/{id}/org", get(org_chart))
+            .route("/api/topology", get(topology))
+            .route("/api/policy", get(policy))
+            .route("/api/events", get(events))
+            .route("/api/events/stats", get(event_stats)),
+        ANY_ROLE,
+    );
+    admin.merge(agents).merge(reads)
 }
 
 /// Every link.

@@ -42,7 +42,9 @@ pub async fn check(http: &HttpClient, health_url: &str, timeout: Duration) -> He
             }
         }
         Ok(_) => HealthStatus::Unhealthy,
-        Err(ClientError::Transport { .. } | ClientError::InvalidUrl { .. }) => HealthStatus::Unreachable,
+        Err(ClientError::Transport { .. } | ClientError::InvalidUrl { .. } | ClientError::InvalidCredential) => {
+            HealthStatus::Unreachable
+        }
         Err(ClientError::Status { .. } | ClientError::Decode { .. }) => HealthStatus::Unhealthy,
     }
 }

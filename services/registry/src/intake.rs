@@ -65,6 +65,7 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
         agent_card_url,
         registered_at: now.to_owned(),
         updated_at: now.to_owned(),
+        owner: None,
     })
 }
 

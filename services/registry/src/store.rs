@@ -16,6 +16,8 @@ pub struct StoredAgent {
     pub agent_card_url: String,
     pub registered_at: String,
     pub updated_at: String,
+    /// The identity that owns the name; `None` when it was registered with authentication off.
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -38,11 +40,12 @@ impl AgentStore {
         let capabilities = serde_json::to_string(&agent.capabilities)
             .map_err(|e| StorageError::Query(sqlx::Error::Encode(Box::new(e))))?;
         sqlx::query(
-            "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+            "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (name) DO UPDATE SET url = excluded.url, capabilities = excluded.capabilities, \
              health_endpoint = excluded.health_endpoint, process_endpoint = excluded.process_endpoint, \
-             agent_card_url = excluded.agent_card_url, updated_at = excluded.updated_at",
+             agent_card_url = excluded.agent_card_url, updated_at = excluded.updated_at, \
+             owner = COALESCE(agents.owner, excluded.owner)",
         )
         .bind(&agent.name)
         .bind(&agent.url)
@@ -52,6 +55,7 @@ impl AgentStore {
         .bind(&agent.agent_card_url)
         .bind(&agent.registered_at)
         .bind(&agent.updated_at)
+        .bind(&agent.owner)
         .execute(self.db.pool())
         .await?;
         Ok(())
@@ -75,7 +79,7 @@ impl AgentStore {
 
     pub async fn load_all(&self) -> Result<Vec<StoredAgent>, StorageError> {
         let rows = sqlx::query(
-            "SELECT name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at \
+            "SELECT name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner \
              FROM agents ORDER BY name",
         )
         .fetch_all(self.db.pool())
@@ -92,6 +96,7 @@ impl AgentStore {
                     agent_card_url: row.try_get("agent_card_url")?,
                     registered_at: row.try_get("registered_at")?,
                     updated_at: row.try_get("updated_at")?,
+                    owner: row.try_get("owner")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()

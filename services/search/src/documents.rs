@@ -14,8 +14,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use mesh_agent_kit::auth::{ADMIN_ROLES, ANY_ROLE, require};
 use mesh_agent_kit::http::PathParam;
 use mesh_agent_kit::{AgentError, ErrorResponse};
 use serde::{Deserialize, Serialize};
@@ -52,11 +53,11 @@ pub struct DeleteAnswer {
     pub documents: usize,
 }
 
+/// Documents are the admin's to ingest and delete; anyone authenticated reads them.
 pub fn routes(index: Arc<SearchIndex>) -> Router {
-    Router::new()
-        .route("/documents", post(ingest))
-        .route("/documents/{id}", get(fetch).delete(remove))
-        .with_state(index)
+    let writes = Router::new().route("/documents", post(ingest)).route("/documents/{id}", delete(remove));
+    let reads = Router::new().route("/documents/{id}", get(fetch));
+    require(writes, ADMIN_ROLES).merge(require(reads, ANY_ROLE)).with_state(index)
 }
 
 async fn ingest(

@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::State;
 use mesh_agent_kit::http::{PathParam, QueryParams};
 use mesh_bus::{ChatMessage, Conversations, message_list};
-use mesh_docmem::{DocmemError, Node};
+use mesh_docmem::DocmemError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

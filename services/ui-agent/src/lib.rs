@@ -18,6 +18,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mesh_agent_kit::ErrorResponse;
+use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
 use mesh_agent_kit::http::{HttpLimits, reachable_url, serve};
 use mesh_agent_kit::observe::with_observed_layers;
 use mesh_bus::{BusConfig, BusError, ConversationBus};
@@ -49,11 +50,19 @@ pub struct UiAgentConfig {
     pub bus: BusConfig,
     /// Conversations untouched this many days are deleted from docmem; kept forever when absent.
     pub retention_days: Option<u64>,
+    /// How callers authenticate (users, agents, admins may converse); open when empty.
+    pub auth: mesh_auth::AuthConfig,
 }
 
 impl Default for UiAgentConfig {
     fn default() -> Self {
-        Self { host: "127.0.0.1".into(), port: UI_AGENT_PORT_DEFAULT, bus: BusConfig::default(), retention_days: None }
+        Self {
+            host: "127.0.0.1".into(),
+            port: UI_AGENT_PORT_DEFAULT,
+            bus: BusConfig::default(),
+            retention_days: None,
+            auth: mesh_auth::AuthConfig::default(),
+        }
     }
 }
 
@@ -68,6 +77,8 @@ pub enum UiError {
     Bind { addr: String, source: std::io::Error },
     #[error("server failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("{0}")]
+    Auth(#[from] mesh_auth::AuthError),
 }
 
 impl IntoResponse for UiError {
@@ -82,6 +93,7 @@ impl IntoResponse for UiError {
                 (StatusCode::GATEWAY_TIMEOUT, "BUS_TIMEOUT")
             }
             Self::Bus(BusError::UnknownTopic(_)) => (StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND"),
+            Self::Auth(_) => (StatusCode::INTERNAL_SERVER_ERROR, "AUTH_MISCONFIGURED"),
             _ => (StatusCode::SERVICE_UNAVAILABLE, "BUS_UNAVAILABLE"),
         };
         ErrorResponse::new(status, code, self.to_string()).into_response()
@@ -122,6 +134,8 @@ pub struct UiAgent {
 
 impl UiAgent {
     pub async fn build(config: &UiAgentConfig) -> Result<Self, UiError> {
+        let access = AccessControl::from_config(&config.auth)?;
+        mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
         let (bus, docmem) = mesh_bus::open_bus(&config.bus).await?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| UiError::Bind { addr, source })?;
@@ -136,15 +150,19 @@ impl UiAgent {
             topics: Mutex::default(),
             stop: stopped,
         });
-        let routes = Router::new()
+        // Conversing and reading conversations is for users, agents and admins; replay is the
+        // operators' (admin).
+        let conversations = Router::new()
             .route("/ws", get(ws::open))
             .route("/conversations", get(api::list))
             .route("/conversations/{id}", get(api::tree))
-            .route("/conversations/{id}/messages", get(api::messages))
-            .route("/conversations/{id}/replay", post(api::replay))
+            .route("/conversations/{id}/messages", get(api::messages));
+        let replay = Router::new().route("/conversations/{id}/replay", post(api::replay));
+        let routes = require(conversations, TASK_ROLES)
+            .merge(require(replay, ADMIN_ROLES))
             .route("/health", get(api::health))
             .with_state(state.clone());
-        let router = with_observed_layers(routes, HttpLimits::default(), SERVICE_NAME);
+        let router = with_observed_layers(routes, HttpLimits { access, ..HttpLimits::default() }, SERVICE_NAME);
         Ok(Self { listener, router, url, state, stop, retention_days: config.retention_days })
     }
 

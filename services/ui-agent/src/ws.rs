@@ -49,9 +49,7 @@ pub(crate) async fn open(
             }
             root.id
         }
-        None => {
-            state.docmem.create_root(&mesh_bus::conversation_root_context(&topic), "").await?.id
-        }
+        None => state.docmem.create_root(&mesh_bus::conversation_root_context(&topic), "").await?.id,
     };
     let header = HeaderValue::from_str(&root).map_err(|e| DocmemError::Invalid(e.to_string()))?;
     let session_root = root.clone();

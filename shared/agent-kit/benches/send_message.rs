@@ -5,7 +5,9 @@
 //! - A: an echo agent on this kit (`AgentApp`), answering "echo: <text>", its tasks durable in a
 //!   SQLite file (a temporary one) as with an agent's default store;
 //! - B: the official Python SDK's echo agent (`a2a-sdk`, uvicorn, one worker);
-//! - C: a bare axum handler answering A's own response bytes: the floor HTTP and axum cost.
+//! - C: a bare axum handler answering A's own response bytes: the floor HTTP and axum cost;
+//! - A': A with authentication on (an HS256 secret), every request carrying a bearer JWT that
+//!   the server verifies: the cost of auth (issue #12), as A'/A.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
 //! [--python PATH] [--python-agent SCRIPT]`
@@ -23,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::http::header::{CONTENT_TYPE, HOST};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use bytes::Bytes;
@@ -65,11 +67,18 @@ const RECONNECT_PAUSE_MS: u64 = 10;
 /// Speed goals of issue #5: A over B at concurrency 16, and A over C at every concurrency.
 const GOAL_A_OVER_B_AT_16: f64 = 50.0;
 const GOAL_A_OVER_C: f64 = 0.5;
+/// Goal of issue #12: authentication on costs at most 5% of A's requests per second.
+const GOAL_AUTH_OVER_OPEN: f64 = 0.95;
 
 /// Set in a re-executed child to the server it must run (`agent-kit` or `bare-axum`).
 const SERVE_ENV: &str = "SEND_MESSAGE_BENCH_SERVE";
 /// Set in the agent-kit child to its task store: a SQLite file, durable as an agent's default.
 const TASK_STORE_ENV: &str = "SEND_MESSAGE_BENCH_TASK_STORE";
+/// Set in an agent-kit child to the HS256 secret it verifies bearer tokens with (A').
+const AUTH_SECRET_ENV: &str = "SEND_MESSAGE_BENCH_AUTH_SECRET";
+/// The secret of A', and the subject of the token its requests carry.
+const AUTH_SECRET: &str = "send-message-benchmark-secret-32-bytes-long";
+const AUTH_SUBJECT: &str = "bench-user";
 /// Set in the bare-axum child to the exact response body it answers with.
 const BARE_BODY_ENV: &str = "SEND_MESSAGE_BENCH_BODY";
 /// Interpreter for B unless `--python` says otherwise.
@@ -140,6 +149,7 @@ enum Kind {
     AgentKit,
     PythonSdk,
     BareAxum,
+    AgentKitAuth,
 }
 
 impl Kind {
@@ -148,6 +158,7 @@ impl Kind {
             Self::AgentKit => "A agent kit",
             Self::PythonSdk => "B Python SDK",
             Self::BareAxum => "C bare axum",
+            Self::AgentKitAuth => "A' kit + JWT",
         }
     }
 }
@@ -156,8 +167,15 @@ impl Kind {
 #[derive(Debug)]
 struct Server {
     kind: Kind,
-    addr: SocketAddr,
+    target: Target,
     process: Child,
+}
+
+/// Where a server listens, and the bearer credential its requests carry (A' only).
+#[derive(Debug, Clone)]
+struct Target {
+    addr: SocketAddr,
+    bearer: Option<std::sync::Arc<str>>,
 }
 
 impl Drop for Server {
@@ -167,13 +185,13 @@ impl Drop for Server {
     }
 }
 
-/// A or C: this binary re-executed as a server, given its one `setting` (variable, value) in
+/// A, A' or C: this binary re-executed as a server, given its `settings` (variable, value) in
 /// the environment; it prints its address on its first line.
-fn start_rust(kind: Kind, setting: (&str, &str)) -> Result<Server, BoxError> {
-    let role = if kind == Kind::AgentKit { "agent-kit" } else { "bare-axum" };
+fn start_rust(kind: Kind, settings: &[(&str, &str)], bearer: Option<String>) -> Result<Server, BoxError> {
+    let role = if kind == Kind::BareAxum { "bare-axum" } else { "agent-kit" };
     let mut process = Command::new(std::env::current_exe()?)
         .env(SERVE_ENV, role)
-        .env(setting.0, setting.1)
+        .envs(settings.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -181,7 +199,7 @@ fn start_rust(kind: Kind, setting: (&str, &str)) -> Result<Server, BoxError> {
     let stdout = process.stdout.take().ok_or("no stdout from the server process")?;
     BufReader::new(stdout).read_line(&mut line)?;
     let addr = line.trim().parse().map_err(|e| format!("{role}: no address on its first line ({e}): {line:?}"))?;
-    Ok(Server { kind, addr, process })
+    Ok(Server { kind, target: Target { addr, bearer: bearer.map(Into::into) }, process })
 }
 
 /// B: the SDK's echo agent on a free port, or why it cannot run.
@@ -203,7 +221,7 @@ fn start_python(options: &Options) -> Result<Server, String> {
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| format!("{}: {e}", options.python.display()))?;
-    Ok(Server { kind: Kind::PythonSdk, addr, process })
+    Ok(Server { kind: Kind::PythonSdk, target: Target { addr, bearer: None }, process })
 }
 
 /// Runs the server a child was re-executed for, until it is killed.
@@ -240,16 +258,31 @@ async fn serve_agent_kit() -> Result<(), BoxError> {
         "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "echo", "name": "Echo", "description": "Echo input", "tags": ["echo"]}]
     }))?;
-    let config = AgentConfig {
+    let mut config = AgentConfig {
         port: 0,
         registry_url: None,
         task_store_url: Some(std::env::var(TASK_STORE_ENV)?),
         ..AgentConfig::default()
     };
+    config.auth.jwt_hs256_secret = std::env::var(AUTH_SECRET_ENV).ok();
     let app = AgentApp::build(&config, card, Echo, HttpClient::with_reqwest()?).await?;
     announce(app.url().trim_start_matches("http://"))?;
     app.run_until_stopped(std::future::pending()).await?;
     Ok(())
+}
+
+/// A' clients' token: a user, valid for the whole run.
+fn bench_token() -> Result<String, BoxError> {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() + 24 * 3600;
+    let claims = mesh_auth::Claims {
+        sub: AUTH_SUBJECT.into(),
+        tenant: String::new(),
+        roles: vec![mesh_auth::Role::User.as_str().into()],
+        exp,
+        iss: None,
+        aud: None,
+    };
+    Ok(mesh_auth::mint_hs256(AUTH_SECRET.as_bytes(), &claims)?)
 }
 
 /// The first stdout line of a server child: the address the parent connects to.
@@ -343,26 +376,32 @@ fn check(status: StatusCode, body: &[u8]) -> Result<(), String> {
 struct Connection {
     sender: SendRequest<Full<Bytes>>,
     host: String,
+    authorization: Option<String>,
 }
 
 impl Connection {
-    async fn open(addr: SocketAddr) -> Result<Self, BoxError> {
+    async fn open(target: &Target) -> Result<Self, BoxError> {
+        let addr = target.addr;
         let stream = TcpStream::connect(addr).await?;
         // Requests are small and answered one at a time: Nagle would only add delay.
         stream.set_nodelay(true)?;
         let (sender, connection) = handshake(TokioIo::new(stream)).await?;
         // Drives the connection; it ends when the sender is dropped.
         tokio::spawn(connection);
-        Ok(Self { sender, host: addr.to_string() })
+        let authorization = target.bearer.as_ref().map(|token| format!("Bearer {token}"));
+        Ok(Self { sender, host: addr.to_string(), authorization })
     }
 
     /// Sends one `SendMessage` and returns the answer's status and body.
     async fn send(&mut self) -> Result<(StatusCode, Bytes), BoxError> {
-        let request = Request::post("/")
+        let mut request = Request::post("/")
             .header(HOST, &self.host)
             .header(CONTENT_TYPE, "application/json")
-            .header("a2a-version", "1.0")
-            .body(Full::new(send_message_body()))?;
+            .header("a2a-version", "1.0");
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization);
+        }
+        let request = request.body(Full::new(send_message_body()))?;
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
         let status = response.status();
@@ -371,8 +410,8 @@ impl Connection {
 }
 
 /// Sends one `SendMessage` on a new connection and returns the checked answer's body.
-async fn probe(addr: SocketAddr) -> Result<Bytes, String> {
-    let mut connection = Connection::open(addr).await.map_err(|e| e.to_string())?;
+async fn probe(target: &Target) -> Result<Bytes, String> {
+    let mut connection = Connection::open(target).await.map_err(|e| e.to_string())?;
     let (status, body) = connection.send().await.map_err(|e| e.to_string())?;
     check(status, &body)?;
     Ok(body)
@@ -382,7 +421,7 @@ async fn probe(addr: SocketAddr) -> Result<Bytes, String> {
 async fn ready(server: &mut Server) -> Result<Bytes, BoxError> {
     let label = server.kind.label();
     let deadline = Instant::now() + Duration::from_secs(STARTUP_TIMEOUT_SECS);
-    while TcpStream::connect(server.addr).await.is_err() {
+    while TcpStream::connect(server.target.addr).await.is_err() {
         if let Some(exit) = server.process.try_wait()? {
             return Err(format!("{label} exited at startup: {exit}").into());
         }
@@ -391,7 +430,7 @@ async fn ready(server: &mut Server) -> Result<Bytes, BoxError> {
         }
         tokio::time::sleep(Duration::from_millis(STARTUP_POLL_MS)).await;
     }
-    Ok(probe(server.addr).await.map_err(|e| format!("{label} answered SendMessage wrongly: {e}"))?)
+    Ok(probe(&server.target).await.map_err(|e| format!("{label} answered SendMessage wrongly: {e}"))?)
 }
 
 /// What one worker, or one cell, or all rounds of a server at one concurrency measured.
@@ -432,11 +471,12 @@ impl Sample {
     }
 }
 
-/// Runs `concurrency` workers against `addr`: a warm-up, then `measure` recorded.
-async fn measure_cell(addr: SocketAddr, concurrency: usize, measure: Duration) -> Sample {
+/// Runs `concurrency` workers against `target`: a warm-up, then `measure` recorded.
+async fn measure_cell(target: &Target, concurrency: usize, measure: Duration) -> Sample {
     let window_start = Instant::now() + Duration::from_secs(WARM_UP_SECS);
     let window_end = window_start + measure;
-    let workers: Vec<_> = (0..concurrency).map(|_| tokio::spawn(worker(addr, window_start, window_end))).collect();
+    let workers: Vec<_> =
+        (0..concurrency).map(|_| tokio::spawn(worker(target.clone(), window_start, window_end))).collect();
     let mut cell = Sample { window: measure, ..Sample::default() };
     for worker in workers {
         match worker.await {
@@ -449,14 +489,14 @@ async fn measure_cell(addr: SocketAddr, concurrency: usize, measure: Duration) -
 
 /// One concurrent client: requests back to back on one connection, replaced when it fails.
 /// Records the requests sent and answered inside [window_start, window_end].
-async fn worker(addr: SocketAddr, window_start: Instant, window_end: Instant) -> Sample {
+async fn worker(target: Target, window_start: Instant, window_end: Instant) -> Sample {
     let mut sample = Sample::default();
     let mut connection: Option<Connection> = None;
     let timeout = Duration::from_secs(REQUEST_TIMEOUT_SECS);
     while Instant::now() < window_end {
         let open = match connection.as_mut() {
             Some(open) => open,
-            None => match Connection::open(addr).await {
+            None => match Connection::open(&target).await {
                 Ok(opened) => connection.insert(opened),
                 Err(error) => {
                     sample.fail(format!("connect: {error}"));
@@ -514,10 +554,17 @@ async fn run(options: Options) -> Result<(), BoxError> {
     let tasks_dir = tempfile::tempdir()?;
     let tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks.db").display());
     let mut servers = Vec::new();
-    let mut a = start_rust(Kind::AgentKit, (TASK_STORE_ENV, &tasks_url))?;
+    let mut a = start_rust(Kind::AgentKit, &[(TASK_STORE_ENV, &tasks_url)], None)?;
     let a_reply = ready(&mut a).await?;
     servers.push(a);
-    let mut c = start_rust(Kind::BareAxum, (BARE_BODY_ENV, std::str::from_utf8(&a_reply)?))?;
+    // A' keeps its tasks in a file of its own, so the two never contend for one database.
+    let auth_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-auth.db").display());
+    let token = bench_token()?;
+    let settings = [(TASK_STORE_ENV, auth_tasks_url.as_str()), (AUTH_SECRET_ENV, AUTH_SECRET)];
+    let mut a_auth = start_rust(Kind::AgentKitAuth, &settings, Some(token))?;
+    ready(&mut a_auth).await?;
+    servers.push(a_auth);
+    let mut c = start_rust(Kind::BareAxum, &[(BARE_BODY_ENV, std::str::from_utf8(&a_reply)?)], None)?;
     let c_reply = ready(&mut c).await?;
     assert_eq!(c_reply, a_reply, "C must answer A's bytes");
     servers.push(c);
@@ -535,7 +582,7 @@ async fn run(options: Options) -> Result<(), BoxError> {
     for round in 1..=options.rounds {
         for concurrency in CONCURRENCIES {
             for server in &servers {
-                let cell = measure_cell(server.addr, concurrency, options.measure).await;
+                let cell = measure_cell(&server.target, concurrency, options.measure).await;
                 let rate = cell.rate();
                 eprintln!(
                     "round {round}, c={concurrency:>2}, {:<12}: {rate:>9.0} req/s, {} error(s)",
@@ -573,14 +620,17 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
         }
     }
     println!();
-    println!("| concurrency | A/B req/s | A/C req/s |");
-    println!("|---:|---:|---:|");
+    println!("| concurrency | A/B req/s | A/C req/s | A'/A req/s |");
+    println!("|---:|---:|---:|---:|");
     let rate = |kind, concurrency| results.get(&(kind, concurrency)).map(Sample::rate);
     let ratio = |over, concurrency| Some(rate(Kind::AgentKit, concurrency)? / rate(over, concurrency)?);
+    let auth_ratio =
+        |concurrency| Some(rate(Kind::AgentKitAuth, concurrency)? / rate(Kind::AgentKit, concurrency)?);
     let shown = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     for concurrency in CONCURRENCIES {
         let (a_over_b, a_over_c) = (ratio(Kind::PythonSdk, concurrency), ratio(Kind::BareAxum, concurrency));
-        println!("| {concurrency} | {} | {} |", shown(a_over_b), shown(a_over_c));
+        let auth = auth_ratio(concurrency);
+        println!("| {concurrency} | {} | {} | {} |", shown(a_over_b), shown(a_over_c), shown(auth));
     }
     println!();
     let goal = |name: String, value: Option<f64>, floor: f64| match value {
@@ -590,6 +640,9 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
     goal("A/B at c=16".to_owned(), ratio(Kind::PythonSdk, 16), GOAL_A_OVER_B_AT_16);
     for concurrency in CONCURRENCIES {
         goal(format!("A/C at c={concurrency}"), ratio(Kind::BareAxum, concurrency), GOAL_A_OVER_C);
+    }
+    for concurrency in CONCURRENCIES {
+        goal(format!("A'/A at c={concurrency}"), auth_ratio(concurrency), GOAL_AUTH_OVER_OPEN);
     }
     for ((kind, concurrency), sample) in results.iter() {
         if let Some(error) = &sample.first_error {

@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router, middleware};
+use axum::{Json, Router, middleware};
 use mesh_client::{CallScope, CircuitReport};
 use mesh_graph::LinkContext;
 use mesh_protocol::seed::{
@@ -13,7 +13,7 @@ use mesh_protocol::seed::{
 };
 use serde_json::{Map, Value};
 
-use crate::a2a::{SeedTasks, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
+use crate::a2a::{Inbound, SeedTasks, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
 use crate::call_safety::admit_calls;
 use crate::card::CardDocument;
 use crate::error::{AgentError, ErrorResponse};
@@ -106,12 +106,14 @@ pub fn task_agent_router<T: TaskHandler>(
     task_routes(a2a_router(engine, card.clone()), &card, metrics.clone()).merge(card_and_health_routes(card, metrics))
 }
 
-/// Task calls are admitted by their call context (cycles, depth, deadline) and counted.
+/// Task calls are open to users, agents and admins, admitted by their call context (cycles,
+/// depth, deadline) and counted.
 fn task_routes(routes: Router, card: &CardDocument, metrics: Arc<ServiceMetrics>) -> Router {
     let name: Arc<str> = Arc::from(card.card().name.as_str());
-    routes
+    let routes = routes
         .route_layer(middleware::from_fn_with_state(name, admit_calls))
-        .route_layer(middleware::from_fn_with_state(metrics, metrics::track))
+        .route_layer(middleware::from_fn_with_state(metrics, metrics::track));
+    crate::auth::require(routes, crate::auth::TASK_ROLES)
 }
 
 fn card_and_health_routes(card: Arc<CardDocument>, metrics: Arc<ServiceMetrics>) -> Router {
@@ -129,12 +131,14 @@ fn card_and_health_routes(card: Arc<CardDocument>, metrics: Arc<ServiceMetrics>)
 async fn send_task<H: AgentHandler>(
     State(state): State<Arc<AgentState<H>>>,
     headers: HeaderMap,
-    scope: Option<Extension<CallScope>>,
+    inbound: Inbound,
     JsonBody(task): JsonBody<TaskRequest>,
 ) -> Result<Json<TaskResponse>, ErrorResponse> {
     let started = Instant::now();
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let fail = |e: ErrorResponse| e.with_request_id(request_id.clone());
+    // The task's record lives in the caller's tenant: a user's own, an agent's forwarded one.
+    let tenant = inbound.caller_tenant("").map_err(|e| fail(crate::auth::auth_error_response(&e)))?;
     let message = task
         .last_user_message()
         .map_err(|e| fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", e.to_string())))?;
@@ -151,9 +155,7 @@ async fn send_task<H: AgentHandler>(
         text: message.text(),
         data: message.data(),
         messages: task.messages.clone(),
-        call: scope.map(|Extension(scope)| scope).unwrap_or_else(|| {
-            CallScope::received(state.card.card().name.as_str(), mesh_protocol::call::CallContext::default())
-        }),
+        call: inbound.scope(),
         // Agent messages travel as A2A messages, whose metadata names their link; a seed task has none.
         link: None,
     };
@@ -161,7 +163,7 @@ async fn send_task<H: AgentHandler>(
     crate::observe::record_task(&task_id, context_id.as_deref());
     let outcome = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()));
     let record = seed_task(&task_id, context_id, &task.messages, outcome.as_ref());
-    if let Err(error) = state.engine.record("", &record).await {
+    if let Err(error) = state.engine.record(&tenant, &record).await {
         // The answer stands; only its record is missing from the task store.
         tracing::error!(task = %task_id, %error, "could not record the seed task");
     }

@@ -179,7 +179,7 @@ async fn record_message(
         .when(|error| match error {
             ClientError::Transport { .. } => true,
             ClientError::Status { status, .. } => *status >= 500 || *status == 429,
-            ClientError::Decode { .. } | ClientError::InvalidUrl { .. } => false,
+            ClientError::Decode { .. } | ClientError::InvalidUrl { .. } | ClientError::InvalidCredential => false,
         })
         .await
         .inspect_err(|error| tracing::warn!(link = link_id, %error, "the registry did not record the agent message"))

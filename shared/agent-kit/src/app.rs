@@ -16,8 +16,9 @@ use tokio::net::TcpListener;
 
 use mesh_tasks::TaskStore;
 
-use crate::a2a::{TaskHandler, describe_interfaces};
+use crate::a2a::{TaskHandler, describe_interfaces, describe_security};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
+use crate::auth::AccessControl;
 use crate::card::CardDocument;
 use crate::graph::AgentGraph;
 use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve};
@@ -71,6 +72,8 @@ pub struct AgentConfig {
     pub call_report_flush_ms: u64,
     /// The conversation bus: with it the agent also answers conversations on its own topic.
     pub bus: Option<mesh_bus::BusConfig>,
+    /// How callers authenticate, and the credential this agent presents (see [`crate::auth`]).
+    pub auth: mesh_auth::AuthConfig,
 }
 
 impl Default for AgentConfig {
@@ -93,6 +96,7 @@ impl Default for AgentConfig {
             call_report_batch_max: CALL_REPORT_BATCH_MAX_DEFAULT,
             call_report_flush_ms: CALL_REPORT_FLUSH_MS_DEFAULT,
             bus: None,
+            auth: mesh_auth::AuthConfig::default(),
         }
     }
 }
@@ -111,6 +115,8 @@ pub enum KitError {
     TaskStore(#[from] mesh_tasks::TaskError),
     #[error("cannot open the conversation bus: {0}")]
     Bus(#[from] mesh_bus::BusError),
+    #[error("{0}")]
+    Auth(#[from] mesh_auth::AuthError),
 }
 
 /// What an agent adds to the kit's routes and health report.
@@ -200,6 +206,10 @@ impl AgentApp {
         extras: AgentExtras,
         routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore) -> axum::Router,
     ) -> Result<Self, KitError> {
+        let access = AccessControl::from_config(&config.auth)?;
+        mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
+        // Calls to the registry and to other agents carry this agent's own credential.
+        let http = http.with_bearer(config.auth.outbound_credential()?.as_deref())?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(KitError::Serve)?;
@@ -208,6 +218,9 @@ impl AgentApp {
             card.name = name.clone();
         }
         describe_interfaces(&mut card, &url, config.legacy_card_fields);
+        if access.enabled() {
+            describe_security(&mut card, config.legacy_card_fields);
+        }
         let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
         let store = TaskStore::open(&store_url, &card.name).await?;
         let graph = match extras.graph {
@@ -222,6 +235,7 @@ impl AgentApp {
         let limits = HttpLimits {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             body_limit_bytes: config.body_limit_bytes,
+            access,
         };
         if registration.is_some() {
             metrics.set_registration(RegistrationState::Pending);

@@ -10,6 +10,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use mesh_auth::{Caller, Role};
 use mesh_client::CallScope;
 use mesh_graph::LinkCache;
 use mesh_protocol::call::{CallContext, CallRejection};
@@ -44,13 +45,21 @@ pub async fn admit_calls(State(agent): State<Arc<str>>, mut request: Request, ne
     let headers = request.headers();
     let context = CallContext::from_headers(|name| headers.get(name).and_then(|v| v.to_str().ok()))
         .and_then(|context| context.admit(&agent).map(|()| context));
-    let context = match context {
+    let mut context = match context {
         Ok(context) => context,
         Err(rejection) => {
             tracing::warn!(agent = %agent, %rejection, "call refused");
             return refused(&rejection).into_response();
         }
     };
+    // A user's tenant is its credential's, whatever its headers say; the calls made for it
+    // carry that tenant on to the agents they reach (which trust it from an agent only).
+    if let Some(Caller::Authenticated(principal)) = request.extensions().get::<Caller>()
+        && !principal.has(Role::Agent)
+        && !principal.has(Role::Admin)
+    {
+        context.tenant = Some(principal.tenant.clone()).filter(|tenant| !tenant.is_empty());
+    }
     let scope = CallScope::received(agent.as_ref(), context);
     if let Some(links) = request.extensions().get::<Arc<LinkCache>>() {
         if let Err(denial) = graph::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>()) {

@@ -14,17 +14,15 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::Request;
-use axum::http::{Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use mesh_client::{
     CallReportFlusher, CallReportSettings, CallReporter, CallScope, HttpClient, MeshCaller, RegistryClient,
     follow_policy,
 };
 use mesh_graph::{Decision, Denial, LinkCache, LinkContext};
 use mesh_protocol::a2a::v1::Message;
-use mesh_protocol::jsonrpc::{ErrorObject, Id, Response as RpcResponse};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -34,9 +32,6 @@ use crate::error::ErrorResponse;
 /// JSON-RPC code of a call no link allows: in JSON-RPC's server-error range, outside the A2A
 /// catalogue (-32001..-32009); `data` carries the mesh error body (`error_code` `LINK_DENIED`).
 pub const LINK_DENIED_JSONRPC_CODE: i64 = -32040;
-
-/// Largest JSON-RPC body read to echo its request id in a denial; larger ones are answered `id: null`.
-const DENIED_RPC_BODY_BYTES_MAX: usize = 64 * 1024;
 
 /// The agent a request comes from, as the trust layer authenticated it. When present (as a
 /// request extension) the link check trusts it over the call chain, which the caller writes.
@@ -126,22 +121,7 @@ pub(crate) fn admit(
 /// the mesh error body elsewhere; `403` either way.
 pub(crate) async fn denied(request: Request, denial: &Denial) -> Response {
     let error = ErrorResponse::new(StatusCode::FORBIDDEN, Denial::ERROR_CODE, denial.to_string());
-    if !(request.method() == Method::POST && request.uri().path() == "/") {
-        return error.into_response();
-    }
-    let id = match axum::body::to_bytes(request.into_body(), DENIED_RPC_BODY_BYTES_MAX).await {
-        Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|body| serde_json::from_value::<Id>(body.get("id")?.clone()).ok())
-            .unwrap_or(Id::Null),
-        Err(_) => Id::Null,
-    };
-    let object = ErrorObject {
-        code: LINK_DENIED_JSONRPC_CODE,
-        message: error.body.error_message.clone(),
-        data: serde_json::to_value(&error.body).ok(),
-    };
-    (StatusCode::FORBIDDEN, Json(RpcResponse::<Value>::error(id, object))).into_response()
+    crate::auth::refusal(request, error, LINK_DENIED_JSONRPC_CODE).await
 }
 
 /// The link context of an inbound A2A message: who sent it over which link, as its metadata
@@ -154,6 +134,7 @@ pub(crate) fn inbound_link(message: &Message, call: &CallScope) -> Option<LinkCo
 
 #[cfg(test)]
 mod tests {
+    use axum::http::Method;
     use mesh_graph::DenialReason;
     use mesh_protocol::a2a::v1::Role;
     use mesh_protocol::call::CallContext;

@@ -24,6 +24,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::auth::AccessControl;
 use crate::error::ErrorResponse;
 use crate::metrics::ServiceMetrics;
 pub use crate::metrics::track as track_requests;
@@ -36,11 +37,13 @@ pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1024 * 1024;
 /// Header carrying the request id, set when the caller did not send one, echoed on the answer.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Limits applied to every request of a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Limits applied to every request of a server, and who may send them.
+#[derive(Debug, Clone)]
 pub struct HttpLimits {
     pub request_timeout: Duration,
     pub body_limit_bytes: usize,
+    /// Authentication of every request ([`crate::auth`]); open by default.
+    pub access: AccessControl,
 }
 
 impl Default for HttpLimits {
@@ -48,6 +51,7 @@ impl Default for HttpLimits {
         Self {
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+            access: AccessControl::open(),
         }
     }
 }
@@ -114,8 +118,8 @@ fn json_rejection(rejection: JsonRejection) -> ErrorResponse {
 }
 
 /// Adds the shared behaviour to a server's routes: JSON 404/405 fallbacks, the body limit, a
-/// request timeout answering 504 with a body, panics turned into 500 with a body, request ids
-/// and request tracing.
+/// request timeout answering 504 with a body, panics turned into 500 with a body, request ids,
+/// request tracing and authentication.
 pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
     router.fallback(route_not_found).method_not_allowed_fallback(method_not_allowed).layer(
         ServiceBuilder::new()
@@ -125,6 +129,7 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
             .layer(middleware::from_fn(stamp_request_id))
             .layer(CatchPanicLayer::custom(panic_response))
             .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
+            .layer(middleware::from_fn_with_state(limits.access, crate::auth::authenticate))
             .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
     )
 }

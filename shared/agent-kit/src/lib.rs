@@ -14,6 +14,7 @@ pub mod a2a;
 mod agent;
 pub mod agent_message;
 mod app;
+pub mod auth;
 mod bus;
 pub mod call_agent;
 pub mod call_safety;

@@ -48,6 +48,6 @@ fn is_transient(error: &ClientError) -> bool {
         // DNS, a slow start), which time can fix; other refusals cannot be fixed by retrying.
         ClientError::Status { status: 422, body: Some(body), .. } => body.error_code == "AGENT_CARD_UNREACHABLE",
         ClientError::Status { status, .. } => *status >= 500 || *status == 429 || *status == 408,
-        ClientError::InvalidUrl { .. } => false,
+        ClientError::InvalidUrl { .. } | ClientError::InvalidCredential => false,
     }
 }

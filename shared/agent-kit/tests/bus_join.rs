@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use mesh_agent_kit::testing::{RunningAgent, local_agent_config};
-use mesh_agent_kit::{AgentApp, AgentError, AgentHandler, AgentReply, TaskInput};
+use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_bus::{ACTION_APPEND, BusConfig, BusRecord, ConversationBus, conversation_root_context};
+use mesh_client::HttpClient;
 use mesh_docmem::{Context, Docmem};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::seed::{Part, Role};
@@ -79,10 +79,8 @@ impl Conversation {
         let started = Instant::now();
         loop {
             let nodes = self.docmem.read_conversation(&self.root).await.unwrap();
-            let messages: Vec<(String, String)> = nodes
-                .iter()
-                .filter_map(|n| Some((n.context.agent_id()?.to_owned(), n.content.clone())))
-                .collect();
+            let messages: Vec<(String, String)> =
+                nodes.iter().filter_map(|n| Some((n.context.agent_id()?.to_owned(), n.content.clone()))).collect();
             if messages.len() >= count {
                 return messages;
             }
@@ -102,20 +100,27 @@ impl Conversation {
     }
 }
 
-async fn send_message(agent: &RunningAgent, context_id: &str, message_id: &str, text: &str) -> Value {
+/// Serves a transcriber on port 0 with `bus` until the test ends; returns its URL.
+async fn start_agent(bus: &BusConfig) -> String {
+    let config = AgentConfig {
+        bus: Some(bus.clone()),
+        task_store_url: Some("sqlite::memory:".into()),
+        ..AgentConfig::default()
+    };
+    let app = AgentApp::build(&config, card(), Transcript, HttpClient::with_reqwest().unwrap()).await.unwrap();
+    let url = app.url().to_owned();
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    url
+}
+
+async fn send_message(agent: &str, context_id: &str, message_id: &str, text: &str) -> Value {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
         "params": {"message": {
             "messageId": message_id, "contextId": context_id, "role": "ROLE_USER", "parts": [{"text": text}]
         }}
     });
-    let response = reqwest::Client::new()
-        .post(agent.url())
-        .header("A2A-Version", "1.0")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = reqwest::Client::new().post(agent).header("A2A-Version", "1.0").json(&body).send().await.unwrap();
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
 }
@@ -135,8 +140,7 @@ async fn http_and_bus_turns_share_one_history() {
         instance_id: "7".into(),
         ..BusConfig::default()
     };
-    let config = mesh_agent_kit::AgentConfig { bus: Some(bus_config.clone()), ..local_agent_config() };
-    let agent = RunningAgent::start(|http| AgentApp::build(&config, card(), Transcript, http)).await;
+    let agent = start_agent(&bus_config).await;
     let me = mesh_bus::agent_id("transcriber", "7");
     let (bus, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
     let topic = mesh_bus::agent_topic(&me);
@@ -163,8 +167,11 @@ async fn http_and_bus_turns_share_one_history() {
     // The next bus turn sees the HTTP turn.
     conversation.say("back on the bus").await;
     let after = conversation.messages(6).await;
-    assert_eq!(after[5].1.matches(" | ").count(), 4, "five messages seen: {after:?}");
-    assert!(after[5].1.contains("user: then over HTTP"), "{after:?}");
+    let expected = format!(
+        "user: first on the bus | assistant: {} | user: then over HTTP | assistant: {} | user: back on the bus",
+        after[1].1, after[3].1
+    );
+    assert_eq!(after[5].1, expected, "the five messages, role-relative");
 
     // Every message once in docmem and once on the topic: the participant did not answer the
     // HTTP turn a second time.
@@ -174,7 +181,8 @@ async fn http_and_bus_turns_share_one_history() {
     nodes.sort_unstable();
     nodes.dedup();
     assert_eq!((produced, nodes.len()), (6, 6), "{records:?}");
-    let ids: Vec<String> = conversation.docmem.read_conversation(&root).await.unwrap().into_iter().map(|n| n.id).collect();
+    let ids: Vec<String> =
+        conversation.docmem.read_conversation(&root).await.unwrap().into_iter().map(|n| n.id).collect();
     assert_eq!(ids.len(), 6);
     assert!(records.iter().all(|r| ids.contains(&r.node_id)));
 
@@ -191,8 +199,7 @@ async fn a_context_that_is_no_conversation_on_the_topic_stays_an_a2a_context() {
         database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
         ..BusConfig::default()
     };
-    let config = mesh_agent_kit::AgentConfig { bus: Some(bus_config.clone()), ..local_agent_config() };
-    let agent = RunningAgent::start(|http| AgentApp::build(&config, card(), Transcript, http)).await;
+    let agent = start_agent(&bus_config).await;
     let (_, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
     // A conversation on another agent's topic is not this agent's to join.
     let elsewhere = docmem.create_root(&conversation_root_context("search-1"), "").await.unwrap().id;

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use mesh_docmem::{Context, Docmem, DocmemError, NewChild, Node};
 
 use crate::{
-    ACTION_APPEND, ACTION_CREATE, BusError, BusRecord, ChatMessage, ConversationBus, Role, answer_node_id,
-    message_list,
+    ACTION_APPEND, ACTION_CREATE, BusError, BusRecord, ChatMessage, ConversationBus, Role, answer_node_id, message_list,
 };
 
 /// Root context of a conversation that lives on an agent's topic: `conversation:topic:{topic}`.

@@ -595,7 +595,7 @@ fn is_transient(error: &ClientError) -> bool {
                 body.as_ref().is_some_and(|b| b.error_code.starts_with("CALL_") && b.error_code != "CALL_BUSY");
             !refused_call && matches!(status, 429 | 500 | 502 | 503)
         }
-        ClientError::Decode { .. } | ClientError::InvalidUrl { .. } => false,
+        ClientError::Decode { .. } | ClientError::InvalidUrl { .. } | ClientError::InvalidCredential => false,
     }
 }
 

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, header};
+use http::{HeaderValue, Method, Request, Response, header};
 use mesh_protocol::error::ErrorBody;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,6 +21,8 @@ pub enum ClientError {
     Status { url: String, status: u16, body: Option<ErrorBody> },
     #[error("{url}: unexpected response body: {reason}")]
     Decode { url: String, reason: String },
+    #[error("the configured credential cannot be sent: it is not a valid header value")]
+    InvalidCredential,
 }
 
 impl ClientError {
@@ -34,11 +36,24 @@ impl ClientError {
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     transport: Arc<dyn Transport>,
+    /// `Authorization` sent on every request that carries none: the service's own credential,
+    /// on the clone that calls the mesh (never on the one that calls outside services).
+    authorization: Option<HeaderValue>,
 }
 
 impl HttpClient {
     pub fn new(transport: Arc<dyn Transport>) -> Self {
-        Self { transport }
+        Self { transport, authorization: None }
+    }
+
+    /// The same client (same pool) presenting `credential` (a token or an API key) as a bearer
+    /// credential; unchanged when `None`.
+    pub fn with_bearer(&self, credential: Option<&str>) -> Result<Self, ClientError> {
+        let Some(credential) = credential else { return Ok(self.clone()) };
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {credential}")).map_err(|_| ClientError::InvalidCredential)?;
+        value.set_sensitive(true);
+        Ok(Self { authorization: Some(value), ..self.clone() })
     }
 
     /// A client on the production `reqwest` transport.
@@ -49,6 +64,11 @@ impl HttpClient {
     /// Sends a request and returns the response whatever its status. With tracing on, the call
     /// is a client span and carries its W3C trace context (`traceparent`, `tracestate`, `baggage`).
     pub async fn send(&self, mut request: Request<Bytes>, timeout: Duration) -> Result<Response<Bytes>, ClientError> {
+        if let Some(authorization) = &self.authorization
+            && !request.headers().contains_key(header::AUTHORIZATION)
+        {
+            request.headers_mut().insert(header::AUTHORIZATION, authorization.clone());
+        }
         let url = request.uri().to_string();
         if !mesh_telemetry::tracing_enabled() {
             return self

@@ -22,6 +22,10 @@ pub struct ServerArgs {
     /// TOML configuration file; its keys are the service's configuration fields.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Serve with no authentication even on an address other than loopback (protected mode
+    /// refuses that otherwise).
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +88,9 @@ impl ConfigLoader {
 
     /// Applies `--host`, `--port` (the keys `host` and `port`).
     pub fn server_args(self, args: &ServerArgs) -> Self {
-        self.set("host", args.host.clone()).set("port", args.port.map(i64::from))
+        self.set("host", args.host.clone())
+            .set("port", args.port.map(i64::from))
+            .set("auth.insecure", args.insecure.then_some(true))
     }
 
     pub fn load<T: DeserializeOwned>(self) -> Result<T, ConfigError> {
@@ -155,7 +161,7 @@ mod tests {
         std::fs::write(&path, "port = 9000\nhealth_check_interval_ms = 1000\nhost = \"0.0.0.0\"\n").unwrap();
         let loaded: Sample = ConfigLoader::new("MESH_TEST", Some(&path))
             .with_env(env(&[("MESH_TEST_PORT", "9100"), ("MESH_TEST_VERIFY", "false")]))
-            .server_args(&ServerArgs { host: None, port: Some(9200), config: None })
+            .server_args(&ServerArgs { host: None, port: Some(9200), config: None, insecure: false })
             .load()
             .unwrap();
         assert_eq!(

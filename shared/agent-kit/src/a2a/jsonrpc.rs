@@ -5,9 +5,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use futures::StreamExt;
-use mesh_client::CallScope;
 use mesh_protocol::a2a::v1::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, SubscribeToTaskRequest,
 };
@@ -18,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::engine::{TaskEngine, TaskHandler};
-use super::{Failure, StreamEnd, Version, require_json, send_blocking as send, sse, tenant, until_final};
+use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking as send, sse, until_final};
 
 pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>) -> Router {
     Router::new().route("/", post(handle::<H>)).with_state(engine)
@@ -34,7 +33,7 @@ struct Call {
 
 async fn handle<H: TaskHandler>(
     State(engine): State<TaskEngine<H>>,
-    scope: Option<Extension<CallScope>>,
+    inbound: Inbound,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -42,9 +41,8 @@ async fn handle<H: TaskHandler>(
         Ok(call) => call,
         Err((id, error)) => return Json(RpcResponse::<Value>::error(id, error)).into_response(),
     };
-    let scope = scope.map(|Extension(scope)| scope).unwrap_or_else(super::seed::unscoped_call);
     let (id, version) = (call.id.clone(), call.version);
-    match dispatch(&engine, &headers, call, scope).await {
+    match dispatch(&engine, &headers, call, &inbound).await {
         Ok(reply) => reply,
         Err(failure) => Json(RpcResponse::<Value>::error(id, error_object(version, failure))).into_response(),
     }
@@ -113,7 +111,7 @@ async fn dispatch<H: TaskHandler>(
     engine: &TaskEngine<H>,
     headers: &HeaderMap,
     call: Call,
-    scope: CallScope,
+    inbound: &Inbound,
 ) -> Result<Response, Failure> {
     use method::{v1, v03 as m03};
     let Call { id, version, method, params: raw } = call;
@@ -150,19 +148,19 @@ async fn dispatch<H: TaskHandler>(
     match method.as_str() {
         v1::SEND_MESSAGE => {
             let request: SendMessageRequest = params(raw)?;
-            let tenant = tenant(request.tenant.as_deref())?;
-            let answer = send(engine, &tenant, request, scope).await?;
+            let tenant = inbound.tenant(request.tenant.as_deref())?;
+            let answer = send(engine, &tenant, request, inbound.scope()).await?;
             Ok(reply(id, answer))
         }
         v1::SEND_STREAMING_MESSAGE => {
             let request: SendMessageRequest = params(raw)?;
-            let tenant = tenant(request.tenant.as_deref())?;
-            let events = engine.start(&tenant, request, scope).await?;
+            let tenant = inbound.tenant(request.tenant.as_deref())?;
+            let events = engine.start(&tenant, request, inbound.scope()).await?;
             Ok(stream_reply(id, until_final(events, StreamEnd::TurnEnd)))
         }
         v1::GET_TASK => {
             let request: GetTaskRequest = params(raw)?;
-            Ok(reply(id, engine.get(&tenant(request.tenant.as_deref())?, &request).await?))
+            Ok(reply(id, engine.get(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
         }
         v1::LIST_TASKS => {
             // Every filter is optional, so no params at all lists everything.
@@ -170,39 +168,39 @@ async fn dispatch<H: TaskHandler>(
                 None | Some(Value::Null) => ListTasksRequest::default(),
                 raw => params(raw)?,
             };
-            Ok(reply(id, engine.list(&tenant(request.tenant.as_deref())?, &request).await?))
+            Ok(reply(id, engine.list(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
         }
         v1::CANCEL_TASK => {
             let request: CancelTaskRequest = params(raw)?;
-            Ok(reply(id, engine.cancel(&tenant(request.tenant.as_deref())?, &request).await?))
+            Ok(reply(id, engine.cancel(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
         }
         v1::SUBSCRIBE_TO_TASK => {
             let request: SubscribeToTaskRequest = params(raw)?;
-            let events = engine.subscribe(&tenant(request.tenant.as_deref())?, &request.id).await?;
+            let events = engine.subscribe(&inbound.tenant(request.tenant.as_deref())?, &request.id).await?;
             Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd)))
         }
         m03::MESSAGE_SEND => {
             let request: v03::MessageSendParams = params(raw)?;
-            let answer = send(engine, "", request.into(), scope).await?;
+            let answer = send(engine, &inbound.tenant(None)?, request.into(), inbound.scope()).await?;
             Ok(reply(id, v03::SendMessageResult::from(answer)))
         }
         m03::MESSAGE_STREAM => {
             let request: v03::MessageSendParams = params(raw)?;
-            let events = engine.start("", request.into(), scope).await?;
+            let events = engine.start(&inbound.tenant(None)?, request.into(), inbound.scope()).await?;
             Ok(stream_reply(id, until_final(events, StreamEnd::TurnEnd).map(v03::StreamEvent::from)))
         }
         m03::TASKS_GET => {
             let request: v03::TaskQueryParams = params(raw)?;
-            Ok(reply(id, v03::Task::from(engine.get("", &request.into()).await?)))
+            Ok(reply(id, v03::Task::from(engine.get(&inbound.tenant(None)?, &request.into()).await?)))
         }
         m03::TASKS_CANCEL => {
             let request: v03::TaskIdParams = params(raw)?;
-            Ok(reply(id, v03::Task::from(engine.cancel("", &request.into()).await?)))
+            Ok(reply(id, v03::Task::from(engine.cancel(&inbound.tenant(None)?, &request.into()).await?)))
         }
         m03::TASKS_RESUBSCRIBE => {
             let request: v03::TaskIdParams = params(raw)?;
             let request: SubscribeToTaskRequest = request.into();
-            let events = engine.subscribe("", &request.id).await?;
+            let events = engine.subscribe(&inbound.tenant(None)?, &request.id).await?;
             Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd).map(v03::StreamEvent::from)))
         }
         v1::GET_EXTENDED_AGENT_CARD | m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD => {

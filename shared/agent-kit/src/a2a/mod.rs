@@ -16,10 +16,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
+use mesh_auth::Caller;
 use mesh_client::CallScope;
 use mesh_protocol::a2a::v1::{AgentCard, AgentInterface, SendMessageRequest, SendMessageResponse, StreamResponse};
 use mesh_protocol::a2a::{PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERSION_HEADER, binding, v03};
@@ -160,6 +163,43 @@ fn tenant(requested: Option<&str>) -> Result<String, Failure> {
     }
 }
 
+/// What the layers learned of a request: the call it belongs to, and who sent it.
+#[derive(Debug, Clone)]
+pub(crate) struct Inbound {
+    scope: CallScope,
+    caller: Caller,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Inbound {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        let scope = parts.extensions.get::<CallScope>().cloned().unwrap_or_else(seed::unscoped_call);
+        // Without the trust layer in front there is no caller, and tasks are refused below.
+        let caller = parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anonymous);
+        Ok(Self { scope, caller })
+    }
+}
+
+impl Inbound {
+    /// The tenant the request's tasks live in: the one it names (`requested`, checked), as its
+    /// credentials allow (a user's own; the forwarded one from an agent; see [`Caller::tenant`]).
+    /// A user naming another tenant is refused as `invalid params`, saying nothing of its tasks.
+    fn tenant(&self, requested: Option<&str>) -> Result<String, Failure> {
+        let requested = tenant(requested)?;
+        self.caller_tenant(&requested).map_err(|error| Failure::invalid_params(error.to_string()))
+    }
+
+    /// The tenant of a request naming `requested` (checked already), by the caller's credentials.
+    pub(crate) fn caller_tenant(&self, requested: &str) -> Result<String, mesh_auth::AuthError> {
+        self.caller.tenant(requested, self.scope.context().tenant.as_deref())
+    }
+
+    pub(crate) fn scope(&self) -> CallScope {
+        self.scope.clone()
+    }
+}
+
 /// Where a stream ends: a message stream (`SendStreamingMessage`) when the task is finished or
 /// waits for the user; a subscription only when the task is finished, so it follows a task
 /// across the user's answers.
@@ -228,6 +268,44 @@ pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool)
     card.additional_interfaces =
         Some(vec![v03::AgentInterface { transport: binding::HTTP_JSON.to_owned(), url: root }]);
 }
+
+/// Declares on the card how callers authenticate, so that A2A clients (the official SDKs'
+/// auth interceptors included) send their credential: a bearer token or an API key in
+/// `Authorization: Bearer`, or an API key in `X-API-Key`. The 1.0 shapes always; with the 0.3
+/// fields, the 0.3 shapes merged into the same scheme objects, as the SDK serves them.
+pub fn describe_security(card: &mut AgentCard, legacy_fields: bool) {
+    use serde_json::{Value, json};
+    let bearer = json!({"httpAuthSecurityScheme": {
+        "scheme": "Bearer", "bearerFormat": "JWT",
+        "description": "A JWT or an API key of the mesh, as `Authorization: Bearer <credential>`"
+    }});
+    let api_key = json!({"apiKeySecurityScheme": {
+        "location": "header", "name": mesh_auth::API_KEY_HEADER, "description": "An API key of the mesh"
+    }});
+    let legacy_bearer = json!({"type": "http", "scheme": "bearer", "bearerFormat": "JWT"});
+    let legacy_api_key = json!({"type": "apiKey", "in": "header", "name": mesh_auth::API_KEY_HEADER});
+    // The 0.3 members beside the 1.0 one, in one object.
+    let scheme = |mut v1: Value, legacy: Value| {
+        if let (true, Some(v1), Value::Object(legacy)) = (legacy_fields, v1.as_object_mut(), legacy) {
+            v1.extend(legacy);
+        }
+        v1
+    };
+    let mut schemes = serde_json::Map::new();
+    schemes.insert(SECURITY_SCHEME_BEARER.to_owned(), scheme(bearer, legacy_bearer));
+    schemes.insert(SECURITY_SCHEME_API_KEY.to_owned(), scheme(api_key, legacy_api_key));
+    card.security_schemes = Some(schemes);
+    card.security_requirements = Some(vec![
+        json!({"schemes": {SECURITY_SCHEME_BEARER: {"list": []}}}),
+        json!({"schemes": {SECURITY_SCHEME_API_KEY: {"list": []}}}),
+    ]);
+    card.security =
+        legacy_fields.then(|| vec![json!({SECURITY_SCHEME_BEARER: []}), json!({SECURITY_SCHEME_API_KEY: []})]);
+}
+
+/// Names of the card's security schemes.
+const SECURITY_SCHEME_BEARER: &str = "bearer";
+const SECURITY_SCHEME_API_KEY: &str = "apiKey";
 
 /// The A2A routes of an agent over `engine`.
 pub fn a2a_router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<crate::card::CardDocument>) -> Router {

@@ -9,9 +9,8 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use futures::StreamExt;
-use mesh_client::CallScope;
 use mesh_protocol::a2a::v1::{CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, TaskState};
 use mesh_protocol::a2a::{v03, v03_rest};
 use mesh_protocol::jsonrpc::{A2aErrorCode, RestErrorBody};
@@ -19,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::engine::{TaskEngine, TaskHandler};
-use super::{Failure, StreamEnd, Version, require_json, send_blocking, sse, tenant, until_final};
+use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking, sse, until_final};
 use crate::card::CardDocument;
 use crate::http::no_route;
 
@@ -72,12 +71,8 @@ fn body<T: DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, Fai
     serde_json::from_value(value).map_err(|e| Failure::invalid_params(format!("invalid request body: {e}")))
 }
 
-fn path_tenant(path: &HashMap<String, String>) -> Result<String, Failure> {
-    tenant(path.get("tenant").map(String::as_str))
-}
-
-fn scope_of(scope: Option<Extension<CallScope>>) -> CallScope {
-    scope.map(|Extension(scope)| scope).unwrap_or_else(super::seed::unscoped_call)
+fn path_tenant(path: &HashMap<String, String>, inbound: &Inbound) -> Result<String, Failure> {
+    inbound.tenant(path.get("tenant").map(String::as_str))
 }
 
 /// The query string as pairs; later duplicates win.
@@ -95,13 +90,13 @@ fn int_param(query: &HashMap<String, String>, name: &str) -> Result<Option<i32>,
 async fn send_v1<H: TaskHandler>(
     State(rest): Shared<H>,
     Path(path): Path<HashMap<String, String>>,
-    scope: Option<Extension<CallScope>>,
+    inbound: Inbound,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_MESSAGE);
-    let (tenant, request) = send_request(&path, &headers, &bytes)?;
-    Ok(json(send_blocking(&rest.engine, &tenant, request, scope_of(scope)).await?))
+    let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
+    Ok(json(send_blocking(&rest.engine, &tenant, request, inbound.scope()).await?))
 }
 
 /// The 1.0 `message:send` / `message:stream` request and the tenant it is for.
@@ -109,37 +104,39 @@ fn send_request(
     path: &HashMap<String, String>,
     headers: &HeaderMap,
     bytes: &Bytes,
+    inbound: &Inbound,
 ) -> Result<(String, SendMessageRequest), Failure> {
     Version::require(headers, Version::V1)?;
     let mut request: SendMessageRequest = body(headers, bytes)?;
-    let tenant = tenant_of(path, request.tenant.take().as_deref())?;
+    let tenant = tenant_of(path, request.tenant.take().as_deref(), inbound)?;
     Ok((tenant, request))
 }
 
 /// The tenant from the path prefix, or else the one the body names.
-fn tenant_of(path: &HashMap<String, String>, named: Option<&str>) -> Result<String, Failure> {
+fn tenant_of(path: &HashMap<String, String>, named: Option<&str>, inbound: &Inbound) -> Result<String, Failure> {
     match path.contains_key("tenant") {
-        true => path_tenant(path),
-        false => tenant(named),
+        true => path_tenant(path, inbound),
+        false => inbound.tenant(named),
     }
 }
 
 async fn stream_v1<H: TaskHandler>(
     State(rest): Shared<H>,
     Path(path): Path<HashMap<String, String>>,
-    scope: Option<Extension<CallScope>>,
+    inbound: Inbound,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_STREAMING_MESSAGE);
-    let (tenant, request) = send_request(&path, &headers, &bytes)?;
-    let events = rest.engine.start(&tenant, request, scope_of(scope)).await?;
+    let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
+    let events = rest.engine.start(&tenant, request, inbound.scope()).await?;
     Ok(sse(until_final(events, StreamEnd::TurnEnd)))
 }
 
 async fn list_v1<H: TaskHandler>(
     State(rest): Shared<H>,
     Path(path): Path<HashMap<String, String>>,
+    inbound: Inbound,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, Failure> {
@@ -169,12 +166,13 @@ async fn list_v1<H: TaskHandler>(
         status_timestamp_after: query.get("statusTimestampAfter").cloned(),
         include_artifacts,
     };
-    Ok(json(rest.engine.list(&path_tenant(&path)?, &request).await?))
+    Ok(json(rest.engine.list(&path_tenant(&path, &inbound)?, &request).await?))
 }
 
 async fn task_v1<H: TaskHandler>(
     State(rest): Shared<H>,
     Path(path): Path<HashMap<String, String>>,
+    inbound: Inbound,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -185,7 +183,7 @@ async fn task_v1<H: TaskHandler>(
         return Ok(no_route(&method, uri.path()).into_response());
     };
     Version::require(&headers, Version::V1)?;
-    let tenant = path_tenant(&path)?;
+    let tenant = path_tenant(&path, &inbound)?;
     match operation {
         TaskOperation::Get(id) => {
             let history_length = int_param(&query(raw), "historyLength")?;
@@ -238,33 +236,34 @@ async fn extended_card() -> Failure {
 
 async fn send_v03<H: TaskHandler>(
     State(rest): Shared<H>,
-    scope: Option<Extension<CallScope>>,
+    inbound: Inbound,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_SEND);
     Version::require(&headers, Version::V03)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
-    let answer = send_blocking(&rest.engine, "", request.into(), scope_of(scope)).await?;
+    let answer = send_blocking(&rest.engine, &inbound.tenant(None)?, request.into(), inbound.scope()).await?;
     Ok(json(v03_rest::SendMessageResponse::from(answer)))
 }
 
 async fn stream_v03<H: TaskHandler>(
     State(rest): Shared<H>,
-    scope: Option<Extension<CallScope>>,
+    inbound: Inbound,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_STREAM);
     Version::require(&headers, Version::V03)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
-    let events = rest.engine.start("", request.into(), scope_of(scope)).await?;
+    let events = rest.engine.start(&inbound.tenant(None)?, request.into(), inbound.scope()).await?;
     Ok(sse(until_final(events, StreamEnd::TurnEnd).map(v03_rest::StreamResponse::from)))
 }
 
 async fn task_v03<H: TaskHandler>(
     State(rest): Shared<H>,
     Path(target): Path<String>,
+    inbound: Inbound,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -274,18 +273,19 @@ async fn task_v03<H: TaskHandler>(
         return Ok(no_route(&method, uri.path()).into_response());
     };
     Version::require(&headers, Version::V03)?;
+    let tenant = inbound.tenant(None)?;
     match operation {
         TaskOperation::Get(id) => {
             let history_length = int_param(&query(raw), "historyLength")?;
             let request = v03::TaskQueryParams { id: id.to_owned(), history_length, metadata: None };
-            Ok(json(v03_rest::Task::from(rest.engine.get("", &request.into()).await?)))
+            Ok(json(v03_rest::Task::from(rest.engine.get(&tenant, &request.into()).await?)))
         }
         TaskOperation::Cancel(id) => {
             let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata: None };
-            Ok(json(v03_rest::Task::from(rest.engine.cancel("", &request).await?)))
+            Ok(json(v03_rest::Task::from(rest.engine.cancel(&tenant, &request).await?)))
         }
         TaskOperation::Subscribe(id) => {
-            let events = rest.engine.subscribe("", id).await?;
+            let events = rest.engine.subscribe(&tenant, id).await?;
             Ok(sse(until_final(events, StreamEnd::TaskEnd).map(v03_rest::StreamResponse::from)))
         }
     }

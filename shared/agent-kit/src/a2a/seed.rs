@@ -52,7 +52,8 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
         let joined = match self.joined_turn(&turn).await {
             Ok(joined) => joined,
             Err(error) => {
-                let error = AgentError::Unavailable(format!("the conversation {} is unavailable: {error}", turn.context_id));
+                let error =
+                    AgentError::Unavailable(format!("the conversation {} is unavailable: {error}", turn.context_id));
                 return fail(&events, error).await;
             }
         };

@@ -1,0 +1,291 @@
+//! The trust layer of every mesh server (the registry's too): who sent a request, and whether
+//! the route lets them in.
+//!
+//! [`authenticate`] runs on every request, outside the routes: with authentication configured it
+//! turns the request's credential into a [`Caller`] (a request extension), and refuses a request
+//! without one `401` unless its route is public (health, card, metrics). Every route is thus
+//! closed unless declared public, so a route added without a policy is not open by mistake.
+//! [`require`] then limits a group of routes to roles (`403` otherwise). With no credentials
+//! configured the service is open: every caller is [`Caller::Open`], as on a developer's loopback.
+//!
+//! Refusals carry the mesh error body and, on `401`, `WWW-Authenticate`; on the JSON-RPC route
+//! they are JSON-RPC errors (with the request's id) under the same HTTP status.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use mesh_auth::{AUTH_REALM, AuthConfig, AuthError, Authenticator, Caller, Role};
+use mesh_protocol::jsonrpc::{ErrorObject, Id, Response as RpcResponse};
+use serde_json::Value;
+
+use crate::error::ErrorResponse;
+use crate::graph::AuthenticatedAgent;
+
+/// JSON-RPC code of a request without valid credentials (HTTP 401); in JSON-RPC's server-error
+/// range, outside the A2A catalogue (-32001..-32009), beside `LINK_DENIED` (-32040).
+pub const AUTH_REQUIRED_JSONRPC_CODE: i64 = -32041;
+/// JSON-RPC code of a request whose credentials lack the role (HTTP 403).
+pub const AUTH_FORBIDDEN_JSONRPC_CODE: i64 = -32042;
+/// Roles that may send and follow tasks.
+pub const TASK_ROLES: &[Role] = &[Role::User, Role::Agent, Role::Admin];
+/// Roles that may administer (links, documents, other agents' registrations).
+pub const ADMIN_ROLES: &[Role] = &[Role::Admin];
+/// Roles of agents acting as themselves (registration, call reports, link messages).
+pub const AGENT_ROLES: &[Role] = &[Role::Agent, Role::Admin];
+/// Any authenticated caller (reads of the directory and the graph).
+pub const ANY_ROLE: &[Role] = &[Role::User, Role::Agent, Role::Admin];
+
+/// Largest JSON-RPC body read to echo its request id in a refusal; larger ones are answered `id: null`.
+const REFUSED_RPC_BODY_BYTES_MAX: usize = 64 * 1024;
+/// Paths every service serves to anyone: probes, the card, metrics.
+const PUBLIC_PATHS: &[&str] =
+    &["/health", "/health/live", "/health/ready", "/.well-known/agent-card.json", "/agent.json", "/metrics"];
+
+/// How a server authenticates: its verifier (none: open) and the paths it serves to anyone.
+#[derive(Debug, Clone)]
+pub struct AccessControl {
+    authenticator: Option<Arc<Authenticator>>,
+    public_paths: Arc<Vec<String>>,
+    public_prefixes: Arc<Vec<String>>,
+}
+
+impl Default for AccessControl {
+    fn default() -> Self {
+        Self::open()
+    }
+}
+
+impl AccessControl {
+    /// No authentication: every caller is trusted.
+    pub fn open() -> Self {
+        Self {
+            authenticator: None,
+            public_paths: Arc::new(PUBLIC_PATHS.iter().map(|p| (*p).to_owned()).collect()),
+            public_prefixes: Arc::default(),
+        }
+    }
+
+    /// The access control `config` describes (open when it configures no credentials).
+    pub fn from_config(config: &AuthConfig) -> Result<Self, AuthError> {
+        Ok(Self { authenticator: Authenticator::from_config(config)?.map(Arc::new), ..Self::open() })
+    }
+
+    /// Checks credentials with `authenticator`.
+    pub fn with_authenticator(authenticator: Authenticator) -> Self {
+        Self { authenticator: Some(Arc::new(authenticator)), ..Self::open() }
+    }
+
+    /// Also serves `paths` (exact) and everything under `prefixes` to anyone.
+    pub fn with_public(mut self, paths: &[&str], prefixes: &[&str]) -> Self {
+        let mut all = (*self.public_paths).clone();
+        all.extend(paths.iter().map(|p| (*p).to_owned()));
+        self.public_paths = Arc::new(all);
+        let mut all = (*self.public_prefixes).clone();
+        all.extend(prefixes.iter().map(|p| (*p).to_owned()));
+        self.public_prefixes = Arc::new(all);
+        self
+    }
+
+    /// Whether callers must authenticate.
+    pub fn enabled(&self) -> bool {
+        self.authenticator.is_some()
+    }
+
+    fn is_public(&self, path: &str) -> bool {
+        self.public_paths.iter().any(|p| p == path) || self.public_prefixes.iter().any(|p| path.starts_with(p))
+    }
+}
+
+/// Authenticates every request (see the module docs).
+pub async fn authenticate(State(access): State<AccessControl>, mut request: Request, next: Next) -> Response {
+    let caller = match &access.authenticator {
+        None => Caller::Open,
+        Some(authenticator) => match authenticator.authenticate(request.headers()) {
+            Ok(Some(principal)) => Caller::Authenticated(principal),
+            // Probes and cards are read by anyone; bad credentials on them do not matter.
+            Ok(None) | Err(_) if access.is_public(request.uri().path()) => Caller::Anonymous,
+            Ok(None) => return refuse(request, &AuthError::Missing).await,
+            Err(error) => {
+                tracing::info!(path = %request.uri().path(), %error, "credentials refused");
+                return refuse(request, &error).await;
+            }
+        },
+    };
+    if let Caller::Authenticated(principal) = &caller
+        && principal.has(Role::Agent)
+    {
+        // The link check trusts the authenticated agent over the call chain it writes.
+        request.extensions_mut().insert(AuthenticatedAgent(principal.subject.clone()));
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// Limits `routes` to callers holding one of `roles`.
+pub fn require<S: Clone + Send + Sync + 'static>(routes: axum::Router<S>, roles: &'static [Role]) -> axum::Router<S> {
+    routes.route_layer(middleware::from_fn_with_state(roles, check_roles))
+}
+
+async fn check_roles(State(roles): State<&'static [Role]>, request: Request, next: Next) -> Response {
+    match caller_of(&request) {
+        caller if caller.holds_any(roles) => next.run(request).await,
+        Caller::Anonymous => refuse(request, &AuthError::Missing).await,
+        _ => {
+            let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+            refuse(request, &AuthError::Forbidden(names.join(", "))).await
+        }
+    }
+}
+
+/// The caller the trust layer put on the request; a request that did not pass it (a router
+/// served without [`crate::http::with_common_layers`]) is anonymous, so it is refused.
+pub fn caller_of(request: &Request) -> Caller {
+    request.extensions().get::<Caller>().cloned().unwrap_or(Caller::Anonymous)
+}
+
+/// The mesh error answer for an authentication failure: status, code and message.
+pub fn auth_error_response(error: &AuthError) -> ErrorResponse {
+    let (status, code) = match error {
+        AuthError::Missing => (StatusCode::UNAUTHORIZED, "AUTH_REQUIRED"),
+        AuthError::Invalid(_) => (StatusCode::UNAUTHORIZED, "AUTH_INVALID"),
+        AuthError::Forbidden(_) => (StatusCode::FORBIDDEN, "AUTH_FORBIDDEN"),
+        AuthError::TenantForbidden(_) => (StatusCode::FORBIDDEN, "TENANT_FORBIDDEN"),
+        AuthError::Config(_) | AuthError::Exposed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "AUTH_MISCONFIGURED"),
+    };
+    ErrorResponse::new(status, code, error.to_string())
+}
+
+async fn refuse(request: Request, error: &AuthError) -> Response {
+    let answer = auth_error_response(error);
+    let jsonrpc_code = if answer.status == StatusCode::UNAUTHORIZED {
+        AUTH_REQUIRED_JSONRPC_CODE
+    } else {
+        AUTH_FORBIDDEN_JSONRPC_CODE
+    };
+    let mut response = refusal(request, answer, jsonrpc_code).await;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        let challenge = match error {
+            AuthError::Invalid(_) => format!("Bearer realm=\"{AUTH_REALM}\", error=\"invalid_token\""),
+            _ => format!("Bearer realm=\"{AUTH_REALM}\""),
+        };
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        }
+    }
+    response
+}
+
+/// A refusal in the request's binding: a JSON-RPC error on the JSON-RPC route (`POST /`, its
+/// request id echoed), the mesh error body elsewhere; the HTTP status is `error`'s either way.
+pub(crate) async fn refusal(request: Request, error: ErrorResponse, jsonrpc_code: i64) -> Response {
+    if !(request.method() == Method::POST && request.uri().path() == "/") {
+        return error.into_response();
+    }
+    let id = match axum::body::to_bytes(request.into_body(), REFUSED_RPC_BODY_BYTES_MAX).await {
+        Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|body| serde_json::from_value::<Id>(body.get("id")?.clone()).ok())
+            .unwrap_or(Id::Null),
+        Err(_) => Id::Null,
+    };
+    let object = ErrorObject {
+        code: jsonrpc_code,
+        message: error.body.error_message.clone(),
+        data: serde_json::to_value(&error.body).ok(),
+    };
+    (error.status, Json(RpcResponse::<Value>::error(id, object))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::{get, post};
+    use mesh_auth::{ApiKeyEntry, ApiKeyFile, hash_api_key};
+    use tower::ServiceExt;
+
+    const USER_KEY: &str = "mesh_user_key";
+    const ADMIN_KEY: &str = "mesh_admin_key";
+
+    fn access() -> AccessControl {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.toml");
+        let entry = |key: &str, roles: Vec<Role>| ApiKeyEntry {
+            sha256: hash_api_key(key),
+            subject: "s".into(),
+            tenant: "t".into(),
+            roles,
+        };
+        let file = ApiKeyFile { keys: vec![entry(USER_KEY, vec![Role::User]), entry(ADMIN_KEY, vec![Role::Admin])] };
+        std::fs::write(&path, toml::to_string(&file).unwrap()).unwrap();
+        let config = AuthConfig { api_keys_file: Some(path), ..AuthConfig::default() };
+        AccessControl::from_config(&config).unwrap()
+    }
+
+    fn app(access: AccessControl) -> axum::Router {
+        let admin = require(axum::Router::new().route("/admin", post(|| async { "done" })), ADMIN_ROLES);
+        let tasks = require(axum::Router::new().route("/", post(|| async { "sent" })), TASK_ROLES);
+        axum::Router::new()
+            .route("/health", get(|| async { "ok" }))
+            .route("/open-by-mistake", get(|| async { "data" }))
+            .merge(admin)
+            .merge(tasks)
+            .layer(middleware::from_fn_with_state(access, authenticate))
+    }
+
+    async fn call(app: &axum::Router, method: Method, path: &str, key: Option<&str>) -> (StatusCode, Response) {
+        let mut request = Request::builder().method(method).uri(path).header("content-type", "application/json");
+        if let Some(key) = key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let body = Body::from(r#"{"jsonrpc":"2.0","id":"r1","method":"SendMessage"}"#);
+        let response = app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
+        (response.status(), response)
+    }
+
+    async fn json(response: Response) -> Value {
+        serde_json::from_slice(&axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn routes_are_closed_unless_public_and_roles_are_checked() {
+        let app = app(access());
+        assert_eq!(call(&app, Method::GET, "/health", None).await.0, StatusCode::OK);
+        assert_eq!(call(&app, Method::GET, "/health", Some("wrong")).await.0, StatusCode::OK);
+        let (status, response) = call(&app, Method::GET, "/open-by-mistake", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "a route without a policy is closed");
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer realm=\"a2a-mesh\"");
+        assert_eq!(json(response).await["error_code"], "AUTH_REQUIRED");
+        let (status, response) = call(&app, Method::POST, "/admin", Some("mesh_forged")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(response.headers()[header::WWW_AUTHENTICATE].to_str().unwrap().contains("invalid_token"));
+        let (status, response) = call(&app, Method::POST, "/admin", Some(USER_KEY)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(json(response).await["error_code"], "AUTH_FORBIDDEN");
+        assert_eq!(call(&app, Method::POST, "/admin", Some(ADMIN_KEY)).await.0, StatusCode::OK);
+        assert_eq!(call(&app, Method::GET, "/open-by-mistake", Some(USER_KEY)).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn the_json_rpc_route_refuses_with_a_json_rpc_error() {
+        let app = app(access());
+        let (status, response) = call(&app, Method::POST, "/", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let body = json(response).await;
+        assert_eq!(body["id"], "r1");
+        assert_eq!(body["error"]["code"], AUTH_REQUIRED_JSONRPC_CODE);
+        assert_eq!(body["error"]["data"]["error_code"], "AUTH_REQUIRED");
+        assert_eq!(call(&app, Method::POST, "/", Some(USER_KEY)).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn an_open_service_lets_everyone_in() {
+        let app = app(AccessControl::open());
+        assert_eq!(call(&app, Method::POST, "/admin", None).await.0, StatusCode::OK);
+        assert!(!AccessControl::open().enabled() && access().enabled());
+    }
+}

@@ -1,0 +1,80 @@
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::AuthError;
+
+/// How a service authenticates its callers, and the credential it presents to others. In every
+/// service's configuration as its `auth` section (e.g. `MESH_REGISTRY_AUTH__API_KEYS_FILE`), and
+/// for the whole suite under `up` as `MESH_AUTH_*`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// HS256 tokens: the shared secret (at least 32 bytes), or a file holding it.
+    pub jwt_hs256_secret: Option<String>,
+    pub jwt_hs256_secret_file: Option<PathBuf>,
+    /// EdDSA or ES256 tokens: public keys in PEM files, each under the `kid` tokens name it by.
+    pub jwt_public_keys: Vec<JwtPublicKey>,
+    /// When set, tokens must carry this `iss`.
+    pub jwt_issuer: Option<String>,
+    /// When set, tokens must carry this `aud`.
+    pub jwt_audience: Option<String>,
+    /// Static API keys, kept hashed (SHA-256) with their principals: see [`crate::ApiKeyFile`].
+    pub api_keys_file: Option<PathBuf>,
+    /// The credential (a token or an API key) this service presents to the registry and to other
+    /// agents, or a file holding it.
+    pub credential: Option<String>,
+    pub credential_file: Option<PathBuf>,
+    /// Runs open (no authentication) even on an address other than loopback.
+    pub insecure: bool,
+}
+
+/// A public key that verifies tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtPublicKey {
+    /// The `kid` of the tokens it verifies; a token without `kid` is tried against the keys of
+    /// its algorithm.
+    pub kid: Option<String>,
+    pub algorithm: KeyAlgorithm,
+    pub pem_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum KeyAlgorithm {
+    EdDSA,
+    ES256,
+}
+
+impl AuthConfig {
+    /// The HS256 secret, from the value or its file.
+    pub fn hs256_secret(&self) -> Result<Option<Vec<u8>>, AuthError> {
+        let secret = match (&self.jwt_hs256_secret, &self.jwt_hs256_secret_file) {
+            (Some(secret), _) => secret.clone().into_bytes(),
+            (None, Some(path)) => read_trimmed(path)?.into_bytes(),
+            (None, None) => return Ok(None),
+        };
+        if secret.len() < crate::token::HS256_SECRET_BYTES_MIN {
+            return Err(AuthError::Config(format!(
+                "the HS256 secret must hold at least {} bytes",
+                crate::token::HS256_SECRET_BYTES_MIN
+            )));
+        }
+        Ok(Some(secret))
+    }
+
+    /// The credential this service presents to others, from the value or its file.
+    pub fn outbound_credential(&self) -> Result<Option<String>, AuthError> {
+        match (&self.credential, &self.credential_file) {
+            (Some(credential), _) => Ok(Some(credential.trim().to_owned())),
+            (None, Some(path)) => read_trimmed(path).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+pub(crate) fn read_trimmed(path: &std::path::Path) -> Result<String, AuthError> {
+    std::fs::read_to_string(path)
+        .map(|text| text.trim().to_owned())
+        .map_err(|e| AuthError::Config(format!("cannot read {}: {e}", path.display())))
+}

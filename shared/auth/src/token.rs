@@ -1,0 +1,208 @@
+//! Bearer JWTs: HS256 with a shared secret, EdDSA or ES256 with public keys. `exp` and `sub` are
+//! required; `iss` and `aud` are checked when configured.
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, decode_header, encode};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{KeyAlgorithm, read_trimmed};
+use crate::{AuthConfig, AuthError, Principal, Role};
+
+/// Shortest HS256 secret accepted: the key must be as long as the hash (RFC 7518 §3.2).
+pub(crate) const HS256_SECRET_BYTES_MIN: usize = 32;
+/// Clock skew tolerated on `exp` between the issuer and this service.
+const CLOCK_LEEWAY_S: u64 = 30;
+
+/// The claims of a mesh token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    #[serde(default)]
+    pub tenant: String,
+    /// Role names; those the mesh does not know are ignored.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Expiry, seconds since the Unix epoch.
+    pub exp: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<String>,
+}
+
+/// Signs `claims` with an HS256 `secret`: for `a2a-mesh auth token` and tests.
+pub fn mint_hs256(secret: &[u8], claims: &Claims) -> Result<String, AuthError> {
+    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret))
+        .map_err(|e| AuthError::Config(format!("cannot sign the token: {e}")))
+}
+
+/// A configured public key.
+struct PublicKey {
+    kid: Option<String>,
+    algorithm: Algorithm,
+    key: DecodingKey,
+}
+
+pub(crate) struct JwtVerifier {
+    hs256: Option<DecodingKey>,
+    public: Vec<PublicKey>,
+    issuer: Option<String>,
+    audience: Option<String>,
+}
+
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kids: Vec<_> = self.public.iter().map(|k| (k.kid.clone(), k.algorithm)).collect();
+        f.debug_struct("JwtVerifier")
+            .field("hs256", &self.hs256.is_some())
+            .field("public", &kids)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish()
+    }
+}
+
+impl JwtVerifier {
+    pub(crate) fn from_config(config: &AuthConfig) -> Result<Option<Self>, AuthError> {
+        let hs256 = config.hs256_secret()?.map(|secret| DecodingKey::from_secret(&secret));
+        let mut public = Vec::new();
+        for configured in &config.jwt_public_keys {
+            let pem = read_trimmed(&configured.pem_file)?;
+            let (algorithm, key) = match configured.algorithm {
+                KeyAlgorithm::EdDSA => (Algorithm::EdDSA, DecodingKey::from_ed_pem(pem.as_bytes())),
+                KeyAlgorithm::ES256 => (Algorithm::ES256, DecodingKey::from_ec_pem(pem.as_bytes())),
+            };
+            let key = key.map_err(|e| AuthError::Config(format!("{}: {e}", configured.pem_file.display())))?;
+            public.push(PublicKey { kid: configured.kid.clone(), algorithm, key });
+        }
+        if hs256.is_none() && public.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Self { hs256, public, issuer: config.jwt_issuer.clone(), audience: config.jwt_audience.clone() }))
+    }
+
+    pub(crate) fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let invalid = |e: jsonwebtoken::errors::Error| AuthError::Invalid(e.to_string());
+        let header = decode_header(token).map_err(invalid)?;
+        let candidates: Vec<&DecodingKey> = match header.alg {
+            Algorithm::HS256 => self.hs256.iter().collect(),
+            Algorithm::EdDSA | Algorithm::ES256 => self
+                .public
+                .iter()
+                .filter(|k| k.algorithm == header.alg)
+                .filter(|k| header.kid.is_none() || k.kid == header.kid)
+                .map(|k| &k.key)
+                .collect(),
+            other => return Err(AuthError::Invalid(format!("algorithm {other:?} is not accepted"))),
+        };
+        if candidates.is_empty() {
+            return Err(AuthError::Invalid(format!("no key verifies {:?} tokens with this kid", header.alg)));
+        }
+        let mut validation = Validation::new(header.alg);
+        // A configured issuer or audience must be present, not only match when present.
+        let mut required = vec!["exp", "sub"];
+        required.extend(self.issuer.as_ref().map(|_| "iss"));
+        required.extend(self.audience.as_ref().map(|_| "aud"));
+        validation.set_required_spec_claims(&required);
+        validation.leeway = CLOCK_LEEWAY_S;
+        match &self.issuer {
+            Some(issuer) => validation.set_issuer(&[issuer]),
+            None => validation.iss = None,
+        }
+        match &self.audience {
+            Some(audience) => validation.set_audience(&[audience]),
+            None => validation.validate_aud = false,
+        }
+        let mut last_error = None;
+        for key in candidates {
+            match decode::<Claims>(token, key, &validation) {
+                Ok(data) => return principal(data.claims),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.map(invalid).unwrap_or(AuthError::Missing))
+    }
+}
+
+fn principal(claims: Claims) -> Result<Principal, AuthError> {
+    let roles: Vec<Role> = claims.roles.iter().filter_map(|name| Role::parse(name)).collect();
+    if roles.is_empty() {
+        return Err(AuthError::Invalid("the token grants no mesh role".into()));
+    }
+    Ok(Principal { subject: claims.sub, tenant: claims.tenant, roles })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    fn now_s() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    }
+
+    fn claims(roles: &[&str], exp: u64) -> Claims {
+        Claims {
+            sub: "alice".into(),
+            tenant: "acme".into(),
+            roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+            exp,
+            iss: None,
+            aud: None,
+        }
+    }
+
+    fn verifier(config: AuthConfig) -> JwtVerifier {
+        JwtVerifier::from_config(&config).unwrap().unwrap()
+    }
+
+    #[test]
+    fn an_hs256_token_names_its_principal_until_it_expires() {
+        let jwt = verifier(AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() });
+        let token = mint_hs256(SECRET.as_bytes(), &claims(&["user", "other-system"], now_s() + 60)).unwrap();
+        let principal = jwt.verify(&token).unwrap();
+        assert_eq!((principal.subject.as_str(), principal.tenant.as_str()), ("alice", "acme"));
+        assert_eq!(principal.roles, [Role::User]);
+
+        let expired = mint_hs256(SECRET.as_bytes(), &claims(&["user"], now_s() - 3600)).unwrap();
+        assert!(matches!(jwt.verify(&expired), Err(AuthError::Invalid(e)) if e.contains("xpired")));
+        let forged = mint_hs256(b"another secret of thirty-two bytes!", &claims(&["admin"], now_s() + 60)).unwrap();
+        assert!(matches!(jwt.verify(&forged), Err(AuthError::Invalid(_))));
+        let roleless = mint_hs256(SECRET.as_bytes(), &claims(&["root"], now_s() + 60)).unwrap();
+        assert!(matches!(jwt.verify(&roleless), Err(AuthError::Invalid(e)) if e.contains("no mesh role")));
+    }
+
+    #[test]
+    fn issuer_and_audience_are_checked_when_configured() {
+        let jwt = verifier(AuthConfig {
+            jwt_hs256_secret: Some(SECRET.into()),
+            jwt_issuer: Some("https://idp.example".into()),
+            jwt_audience: Some("a2a-mesh".into()),
+            ..AuthConfig::default()
+        });
+        let mut good = claims(&["user"], now_s() + 60);
+        good.iss = Some("https://idp.example".into());
+        good.aud = Some("a2a-mesh".into());
+        assert!(jwt.verify(&mint_hs256(SECRET.as_bytes(), &good).unwrap()).is_ok());
+        let wrong_audience = Claims { aud: Some("elsewhere".into()), ..good.clone() };
+        assert!(jwt.verify(&mint_hs256(SECRET.as_bytes(), &wrong_audience).unwrap()).is_err());
+        let no_issuer = Claims { iss: None, ..good };
+        assert!(jwt.verify(&mint_hs256(SECRET.as_bytes(), &no_issuer).unwrap()).is_err());
+    }
+
+    #[test]
+    fn short_secrets_and_unreadable_keys_are_refused() {
+        let short = AuthConfig { jwt_hs256_secret: Some("short".into()), ..AuthConfig::default() };
+        assert!(matches!(JwtVerifier::from_config(&short), Err(AuthError::Config(_))));
+        let missing = AuthConfig {
+            jwt_public_keys: vec![crate::config::JwtPublicKey {
+                kid: None,
+                algorithm: KeyAlgorithm::EdDSA,
+                pem_file: "/nonexistent/key.pem".into(),
+            }],
+            ..AuthConfig::default()
+        };
+        assert!(matches!(JwtVerifier::from_config(&missing), Err(AuthError::Config(_))));
+        assert!(JwtVerifier::from_config(&AuthConfig::default()).unwrap().is_none());
+    }
+}

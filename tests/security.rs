@@ -1,0 +1,287 @@
+//! The whole suite with authentication on (one HS256 secret, as `MESH_AUTH_JWT_HS256_SECRET`
+//! gives `up`): every route that changes state or lists data refuses a caller without
+//! credentials (the registry's routes are read from its own OpenAPI document, so a route added
+//! there is checked too), and a caller with the wrong role; tenants never see each other's tasks
+//! on any binding; nobody takes another agent's name; the agents still call each other, each as
+//! itself. Also protected mode: no service starts open on a non-loopback address.
+
+use std::time::{Duration, Instant};
+
+use a2a_mesh::{RunningSuite, SuiteConfig, start};
+use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const SECRET: &str = "a-test-secret-of-at-least-32-bytes!!";
+const WAIT_DEADLINE: Duration = Duration::from_secs(20);
+
+fn token(subject: &str, tenant: &str, roles: &[Role]) -> String {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
+    let roles = roles.iter().map(|r| r.as_str().to_owned()).collect();
+    let claims = Claims { sub: subject.into(), tenant: tenant.into(), roles, exp, iss: None, aud: None };
+    mint_hs256(SECRET.as_bytes(), &claims).unwrap()
+}
+
+struct Mesh {
+    suite: RunningSuite,
+    http: reqwest::Client,
+    admin: String,
+    alice: String,
+    bob: String,
+}
+
+impl Mesh {
+    async fn start() -> (Self, tempfile::TempDir) {
+        let data = tempfile::tempdir().unwrap();
+        let mut config = SuiteConfig::ephemeral(data.path());
+        // Ownership is decided before any card is fetched; these tests register names nobody serves.
+        config.registry.verify_registrations = false;
+        config.share_auth(&AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() }).unwrap();
+        let suite = start(config).await.unwrap();
+        let mesh = Self {
+            suite,
+            http: reqwest::Client::new(),
+            admin: token("ops", "", &[Role::Admin]),
+            alice: token("alice", "acme", &[Role::User]),
+            bob: token("bob", "globex", &[Role::User]),
+        };
+        let deadline = Instant::now() + WAIT_DEADLINE;
+        loop {
+            let stats = mesh.call(Method::GET, &mesh.registry("/stats"), Some(&mesh.admin), None).await.1;
+            if stats["healthy_agents"].as_u64() == Some(4) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the agents never registered with their own tokens: {stats}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (mesh, data)
+    }
+
+    fn registry(&self, path: &str) -> String {
+        format!("{}{path}", self.suite.urls.registry)
+    }
+
+    async fn call(&self, method: Method, url: &str, bearer: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, url).header("A2A-Version", "1.0");
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    async fn rpc(&self, agent: &str, bearer: &str, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        self.call(Method::POST, agent, Some(bearer), Some(body)).await.1
+    }
+}
+
+fn message(text: &str) -> Value {
+    json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_that_changes_or_lists_data_needs_credentials_and_the_right_role() {
+    let (mesh, _data) = Mesh::start().await;
+    let urls = mesh.suite.urls.clone();
+
+    // The registry's routes, from its own OpenAPI document (public, like the probes).
+    let (status, openapi) = mesh.call(Method::GET, &mesh.registry("/openapi.json"), None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut routes = Vec::new();
+    for (path, operations) in openapi["paths"].as_object().unwrap() {
+        let path = path.replace("{name}", "search").replace("{id}", "x").replace("{capability}", "search");
+        for method in operations.as_object().unwrap().keys() {
+            routes.push((Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(), mesh.registry(&path)));
+        }
+    }
+    assert!(routes.len() >= 20, "the registry documents its routes: {routes:?}");
+    routes.extend([
+        (Method::GET, mesh.registry("/dashboard/agents/search/card")),
+        (Method::GET, mesh.registry("/dashboard/agents/search/health")),
+    ]);
+    // Every agent's task routes on every binding, the search agent's documents, the UI agent.
+    let agent = &urls.entity_extraction;
+    for path in [
+        "/tasks/send",
+        "/",
+        "/message:send",
+        "/message:stream",
+        "/acme/message:send",
+        "/v1/message:send",
+        "/tasks/t1:cancel",
+        "/v1/tasks/t1:cancel",
+    ] {
+        routes.push((Method::POST, format!("{agent}{path}")));
+    }
+    for path in ["/tasks", "/tasks/t1", "/acme/tasks", "/v1/tasks/t1", "/tasks/t1:subscribe"] {
+        routes.push((Method::GET, format!("{agent}{path}")));
+    }
+    routes.extend([
+        (Method::POST, format!("{}/documents", urls.search)),
+        (Method::GET, format!("{}/documents/d1", urls.search)),
+        (Method::DELETE, format!("{}/documents/d1", urls.search)),
+        (Method::GET, format!("{}/conversations", urls.ui_agent)),
+        (Method::GET, format!("{}/ws?agent=orchestrator", urls.ui_agent)),
+        (Method::POST, format!("{}/conversations/c1/replay", urls.ui_agent)),
+    ]);
+    for (method, url) in &routes {
+        let (status, body) = mesh.call(method.clone(), url, None, Some(json!({}))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {url} without credentials: {body}");
+        let forged = token("ops", "", &[Role::Admin]).replace('.', "x.") + "x";
+        let (status, _) = mesh.call(method.clone(), url, Some(&forged), Some(json!({}))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {url} with a forged token");
+    }
+    // Probes and cards stay public.
+    for url in [mesh.registry("/health"), format!("{agent}/health"), format!("{agent}/.well-known/agent-card.json")] {
+        assert_eq!(mesh.call(Method::GET, &url, None, None).await.0, StatusCode::OK, "{url}");
+    }
+
+    // Wrong roles: a user administers nothing and registers nothing.
+    let alice = mesh.alice.clone();
+    let link = json!({"from": "search", "to": "orchestrator", "direction": "one_way", "relationship": "peer"});
+    for (method, url, body) in [
+        (Method::POST, mesh.registry("/api/links"), link),
+        (Method::POST, mesh.registry("/register"), json!({"name": "search", "url": "http://127.0.0.1:1"})),
+        (Method::DELETE, mesh.registry("/agents/search"), json!({})),
+        (Method::POST, mesh.registry("/api/events/calls"), json!({"calls": []})),
+        (Method::DELETE, format!("{}/documents/d1", urls.search), json!({})),
+        (Method::POST, format!("{}/conversations/c1/replay", urls.ui_agent), json!({})),
+    ] {
+        let (status, answer) = mesh.call(method.clone(), &url, Some(&alice), Some(body)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {url} as a user: {answer}");
+        assert_eq!(answer["error_code"], "AUTH_FORBIDDEN");
+    }
+    // The JSON-RPC binding answers a JSON-RPC error, and the challenge names the scheme.
+    let response = mesh
+        .http
+        .post(agent)
+        .json(&json!({"jsonrpc": "2.0", "id": "r9", "method": "SendMessage", "params": message("x")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(response.headers()["www-authenticate"].to_str().unwrap().starts_with("Bearer realm="));
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!((answer["id"].as_str(), answer["error"]["code"].as_i64()), (Some("r9"), Some(-32041)));
+    // Cards tell clients how to authenticate, in 1.0 and 0.3 spellings.
+    let card = mesh.call(Method::GET, &format!("{agent}/.well-known/agent-card.json"), None, None).await.1;
+    assert_eq!(card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "Bearer");
+    assert_eq!(card["securityRequirements"][0]["schemes"]["bearer"], json!({"list": []}));
+    assert_eq!(card["security"][0], json!({"bearer": []}));
+
+    // The agents call each other as themselves: a user's query is answered in full.
+    let answer = mesh
+        .call(
+            Method::POST,
+            &format!("{}/tasks/send", urls.orchestrator),
+            Some(&alice),
+            Some(json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": "robots playing soccer"}]}]})),
+        )
+        .await;
+    assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
+    assert_eq!(answer.1["status"], "SUCCESS", "every hop authenticated: {}", answer.1);
+    mesh.suite.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_never_see_each_others_tasks() {
+    let (mesh, _data) = Mesh::start().await;
+    let agent = mesh.suite.urls.entity_extraction.clone();
+    let (alice, bob) = (mesh.alice.clone(), mesh.bob.clone());
+
+    let sent = mesh.rpc(&agent, &alice, "SendMessage", message("Paris in spring")).await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("{sent}")).to_owned();
+    // Alice sees her task on both bindings; Bob is told it does not exist, on every method.
+    assert_eq!(mesh.rpc(&agent, &alice, "GetTask", json!({"id": id})).await["result"]["id"], id.as_str());
+    let (status, _) = mesh.call(Method::GET, &format!("{agent}/tasks/{id}"), Some(&alice), None).await;
+    assert_eq!(status, StatusCode::OK);
+    for (method, params) in [("GetTask", json!({"id": id})), ("CancelTask", json!({"id": id}))] {
+        let answer = mesh.rpc(&agent, &bob, method, params).await;
+        assert_eq!(answer["error"]["code"], -32001, "{method} by another tenant: {answer}");
+    }
+    for (method, path) in [(Method::GET, format!("/tasks/{id}")), (Method::POST, format!("/tasks/{id}:cancel"))] {
+        let (status, _) = mesh.call(method.clone(), &format!("{agent}{path}"), Some(&bob), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path} by another tenant");
+    }
+    let (status, _) = mesh.call(Method::GET, &format!("{agent}/tasks/{id}:subscribe"), Some(&bob), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "subscribe by another tenant");
+    let listed = mesh.rpc(&agent, &bob, "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+    let listed = mesh.rpc(&agent, &alice, "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["tasks"].as_array().map(Vec::len), Some(1), "{listed}");
+    // 0.3 methods are scoped alike.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": id}});
+    let answer: Value =
+        mesh.http.post(&agent).bearer_auth(&bob).json(&body).send().await.unwrap().json().await.unwrap();
+    assert_eq!(answer["error"]["code"], -32001, "{answer}");
+    // Naming another tenant does not help a user.
+    let (status, _) = mesh.call(Method::GET, &format!("{agent}/acme/tasks/{id}"), Some(&bob), None).await;
+    assert_ne!(status, StatusCode::OK);
+
+    // Seed `/tasks/send` records land in the caller's tenant.
+    let seed = json!({"id": "seed-1", "messages": [{"role": "user", "parts": [{"type": "text", "text": "Berlin"}]}]});
+    let (status, _) = mesh.call(Method::POST, &format!("{agent}/tasks/send"), Some(&alice), Some(seed)).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(mesh.rpc(&agent, &alice, "GetTask", json!({"id": "seed-1"})).await["result"]["id"], "seed-1");
+    assert_eq!(mesh.rpc(&agent, &bob, "GetTask", json!({"id": "seed-1"})).await["error"]["code"], -32001);
+    mesh.suite.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_takes_another_agents_name() {
+    let (mesh, _data) = Mesh::start().await;
+    let registration = |name: &str| json!({"name": name, "url": "http://127.0.0.1:9", "capabilities": ["x"]});
+    let intruder = token("intruder", "", &[Role::Agent]);
+    // An agent registers only under its own name, and removes no one else.
+    let (status, answer) =
+        mesh.call(Method::POST, &mesh.registry("/register"), Some(&intruder), Some(registration("search"))).await;
+    assert_eq!((status, answer["error_code"].as_str()), (StatusCode::FORBIDDEN, Some("NAME_FORBIDDEN")));
+    let (status, _) = mesh.call(Method::DELETE, &mesh.registry("/agents/search"), Some(&intruder), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // A name an admin registered is the admin's: the agent of that name is refused.
+    let (status, answer) =
+        mesh.call(Method::POST, &mesh.registry("/register"), Some(&mesh.admin), Some(registration("shared"))).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let shared = token("shared", "", &[Role::Agent]);
+    let (status, answer) =
+        mesh.call(Method::POST, &mesh.registry("/register"), Some(&shared), Some(registration("shared"))).await;
+    assert_eq!((status, answer["error_code"].as_str()), (StatusCode::CONFLICT, Some("NAME_TAKEN")), "{answer}");
+    // Its own name is the agent's to hold and to remove.
+    let (status, _) =
+        mesh.call(Method::POST, &mesh.registry("/register"), Some(&intruder), Some(registration("intruder"))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = mesh.call(Method::DELETE, &mesh.registry("/agents/intruder"), Some(&intruder), None).await;
+    assert_eq!(status, StatusCode::OK);
+    // The search agent, registered with its own token, is still there.
+    let (status, _) = mesh.call(Method::GET, &mesh.registry("/agents/search"), Some(&mesh.bob), None).await;
+    assert_eq!(status, StatusCode::OK);
+    mesh.suite.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn no_service_starts_open_off_loopback_unless_told_to() {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = SuiteConfig::ephemeral(data.path());
+    config.registry.host = "0.0.0.0".into();
+    let refused = registry::Application::build(&config.registry).await.unwrap_err().to_string();
+    assert!(refused.contains("refusing to listen on 0.0.0.0"), "{refused}");
+    config.registry.auth.insecure = true;
+    assert!(registry::Application::build(&config.registry).await.is_ok());
+
+    let mut ui = config.ui_agent.clone();
+    ui.host = "0.0.0.0".into();
+    assert!(ui_agent::UiAgent::build(&ui).await.is_err());
+    let mut agent = config.entity_extraction.clone();
+    agent.agent.host = "0.0.0.0".into();
+    let refused = entity_extraction::build(&agent, mesh_client::HttpClient::with_reqwest().unwrap()).await.unwrap_err();
+    assert!(refused.to_string().contains("refusing"), "{refused}");
+    agent.agent.auth.jwt_hs256_secret = Some(SECRET.into());
+    assert!(entity_extraction::build(&agent, mesh_client::HttpClient::with_reqwest().unwrap()).await.is_ok());
+}
