@@ -25,7 +25,12 @@ pub fn socket_url(ui_url: &str, agent: &str, conversation: Option<&str>) -> Stri
 
 /// Reads lines from stdin, sends each, prints each answer, until the input ends and every
 /// message has had its answer (or [`CHAT_ANSWER_WAIT_MS`] passed).
-pub async fn run(ui_url: &str, agent: &str, conversation: Option<&str>, credential: Option<&str>) -> anyhow::Result<()> {
+pub async fn run(
+    ui_url: &str,
+    agent: &str,
+    conversation: Option<&str>,
+    credential: Option<&str>,
+) -> anyhow::Result<()> {
     let url = socket_url(ui_url, agent, conversation);
     let mut request = url.as_str().into_client_request()?;
     if let Some(credential) = credential {

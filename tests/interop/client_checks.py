@@ -15,6 +15,10 @@ that silently fell back to another interface fails.
 returnImmediately (0.3: blocking false), expects a task that is not finished, subscribes to
 it, cancels it and expects the canceled state in the cancel answer, the subscription and a
 later GetTask. The SDK's own echo agent has no such behaviour; our agents do.
+
+`--credential C` hands C to the SDK's own `AuthInterceptor` for every security scheme the card
+declares: the interceptor, reading the card, decides how to send it (an agent that requires
+authentication refuses every check otherwise).
 """
 
 import argparse
@@ -28,6 +32,8 @@ from urllib.parse import urlsplit
 
 import httpx
 from a2a.client import A2ACardResolver, A2AClientError, ClientConfig, ClientFactory
+from a2a.client.auth.credentials import CredentialService
+from a2a.client.auth.interceptor import AuthInterceptor
 from a2a.client.client import Client
 from a2a.types.a2a_pb2 import (
     AgentCard,
@@ -153,6 +159,16 @@ class Wire:
 
     def since(self, mark: int) -> list[WireCall]:
         return self.calls[mark:]
+
+
+class StaticCredentials(CredentialService):
+    """The one credential of this run, for whichever scheme the card names."""
+
+    def __init__(self, credential: str):
+        self.credential = credential
+
+    async def get_credentials(self, security_scheme_name, context):  # noqa: ARG002
+        return self.credential
 
 
 class Checker:
@@ -282,7 +298,12 @@ class Checker:
                 httpx_client=self.http,
                 supported_protocol_bindings=[self.binding],
             )
-            client = ClientFactory(config).create(card)
+            interceptors = (
+                [AuthInterceptor(StaticCredentials(self.args.credential))]
+                if self.args.credential
+                else []
+            )
+            client = ClientFactory(config).create(card, interceptors)
             if streaming:
                 self.streaming = client
             else:
@@ -609,6 +630,11 @@ def main() -> int:
         "--long-running-prefix",
         default="",
         help="messageId prefix that makes the agent keep the task running until canceled",
+    )
+    parser.add_argument(
+        "--credential",
+        default="",
+        help="a token or API key the SDK's AuthInterceptor sends as the card's schemes say",
     )
     parser.add_argument(
         "--expect-artifact-text",

@@ -624,8 +624,7 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
     println!("|---:|---:|---:|---:|");
     let rate = |kind, concurrency| results.get(&(kind, concurrency)).map(Sample::rate);
     let ratio = |over, concurrency| Some(rate(Kind::AgentKit, concurrency)? / rate(over, concurrency)?);
-    let auth_ratio =
-        |concurrency| Some(rate(Kind::AgentKitAuth, concurrency)? / rate(Kind::AgentKit, concurrency)?);
+    let auth_ratio = |concurrency| Some(rate(Kind::AgentKitAuth, concurrency)? / rate(Kind::AgentKit, concurrency)?);
     let shown = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     for concurrency in CONCURRENCIES {
         let (a_over_b, a_over_c) = (ratio(Kind::PythonSdk, concurrency), ratio(Kind::BareAxum, concurrency));

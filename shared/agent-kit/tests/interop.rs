@@ -1,7 +1,9 @@
 //! The official A2A Python SDK (`a2a-sdk`) as the client of a kit agent: it sends, streams, gets,
 //! lists and cancels over JSON-RPC and HTTP+JSON, in 1.0 and in 0.3 mode
-//! (`tests/interop/client_checks.py`). Runs where `MESH_A2A_PYTHON` names a Python with the SDK
-//! (`.ci/run` makes one); skips with a message elsewhere.
+//! (`tests/interop/client_checks.py`), against an open agent and against one that requires a
+//! token (sent by the SDK's own `AuthInterceptor`, from the card's security schemes). Runs where
+//! `MESH_A2A_PYTHON` names a Python with the SDK (`.ci/run` makes one); skips with a message
+//! elsewhere, and fails under `CI=true`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,26 +19,74 @@ const LONG_RUNNING_PREFIX: &str = "interop-long-running";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_client_works_against_a_kit_agent() {
-    let Some(python) = std::env::var_os("MESH_A2A_PYTHON") else {
-        eprintln!("skipping: MESH_A2A_PYTHON is not set (.ci/run sets it to a virtualenv with a2a-sdk)");
-        return;
-    };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/client_checks.py");
+    let Some(python) = sdk_python() else { return };
     let config = AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() };
+    let failures = run_checks(&python, &config, None).await;
+    assert!(failures.is_empty(), "the SDK's checks failed for: {failures:?}");
+}
+
+/// A protected agent: the SDK's own `AuthInterceptor`, given a token, reads the card's security
+/// schemes and sends it; every check passes with it, and nothing passes without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
+    let Some(python) = sdk_python() else { return };
+    let mut config =
+        AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() };
+    config.auth.jwt_hs256_secret = Some(SECRET.into());
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
+    let claims = mesh_auth::Claims {
+        sub: "sdk-user".into(),
+        tenant: "acme".into(),
+        roles: vec!["user".into()],
+        exp,
+        iss: None,
+        aud: None,
+    };
+    let token = mesh_auth::mint_hs256(SECRET.as_bytes(), &claims).unwrap();
+    let failures = run_checks(&python, &config, Some(&token)).await;
+    assert!(failures.is_empty(), "with the token, the SDK's checks failed for: {failures:?}");
+    let refused = run_checks(&python, &config, None).await;
+    assert_eq!(refused.len(), 4, "without the token, every run must fail");
+}
+
+/// The HS256 secret of the protected agent.
+const SECRET: &str = "interop-test-secret-of-32-bytes-at-least";
+
+/// The interpreter with the SDK, or `None` (and a message) where there is none; under `CI=true`
+/// a missing one fails.
+fn sdk_python() -> Option<std::ffi::OsString> {
+    let python = std::env::var_os("MESH_A2A_PYTHON");
+    if python.is_none() {
+        assert!(
+            std::env::var("CI").map_or(true, |ci| ci != "true"),
+            "CI=true but MESH_A2A_PYTHON is unset: .ci/run makes the a2a-sdk virtualenv"
+        );
+        eprintln!("skipping: MESH_A2A_PYTHON is not set (.ci/run sets it to a virtualenv with a2a-sdk)");
+    }
+    python
+}
+
+/// Serves the conformance agent with `config` and runs the SDK's checks on both bindings in
+/// both versions; returns the runs that failed.
+async fn run_checks(python: &std::ffi::OsStr, config: &AgentConfig, credential: Option<&str>) -> Vec<String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/client_checks.py");
     let app =
-        AgentApp::build_tasks(&config, card().unwrap(), TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
+        AgentApp::build_tasks(config, card().unwrap(), TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
     let url = app.url().to_owned();
     let server = tokio::spawn(app.run_until_stopped(std::future::pending()));
     let mut failures = Vec::new();
     for transport in ["jsonrpc", "http_json"] {
         for protocol in ["1.0", "0.3"] {
-            let run = tokio::process::Command::new(&python)
+            let mut command = tokio::process::Command::new(python);
+            command
                 .arg(&script)
                 .args(["--url", &url, "--transport", transport, "--protocol", protocol])
                 .args(["--long-running-prefix", LONG_RUNNING_PREFIX])
-                .kill_on_drop(true)
-                .output();
-            let output = tokio::time::timeout(Duration::from_secs(CHECKS_TIMEOUT_S), run)
+                .kill_on_drop(true);
+            if let Some(credential) = credential {
+                command.args(["--credential", credential]);
+            }
+            let output = tokio::time::timeout(Duration::from_secs(CHECKS_TIMEOUT_S), command.output())
                 .await
                 .unwrap_or_else(|_| panic!("{transport} {protocol}: the checks took over {CHECKS_TIMEOUT_S} s"))
                 .expect("the Python checks start");
@@ -51,5 +101,5 @@ async fn the_python_sdk_client_works_against_a_kit_agent() {
         }
     }
     server.abort();
-    assert!(failures.is_empty(), "the SDK's checks failed for: {failures:?}");
+    failures
 }
