@@ -18,7 +18,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::http::{HttpLimits, REQUEST_ID_HEADER, with_common_layers};
-use crate::metrics::{HEALTH_UNHEALTHY, RegistrationState, ServiceMetrics};
+use crate::metrics::{HEALTH_UNHEALTHY, ServiceMetrics};
 
 /// Paths polled by machines (probes, scrapers): their log line is DEBUG, not INFO, so a quiet
 /// mesh's log is not a list of polls.
@@ -45,7 +45,7 @@ pub fn with_observed_layers(router: Router, limits: HttpLimits, service: &str) -
 
 /// `GET /health` (the full report; 503 when unhealthy), `GET /health/live` (200 while the
 /// process serves: a failing liveness probe restarts it) and `GET /health/ready` (503 while it
-/// cannot serve or has not joined its registry yet: no traffic is sent to it meanwhile).
+/// cannot serve: no traffic is sent to it meanwhile).
 pub fn health_routes(metrics: Arc<ServiceMetrics>) -> Router {
     Router::new()
         .route(
@@ -61,9 +61,9 @@ pub fn health_routes(metrics: Arc<ServiceMetrics>) -> Router {
         .route(
             "/health/ready",
             get(|State(metrics): State<Arc<ServiceMetrics>>| async move {
+                // Registration is not waited for: an agent serves its callers while the registry is down.
                 let report = metrics.report();
-                let registering = report.registration == Some(RegistrationState::Pending);
-                let ready = report.status != HEALTH_UNHEALTHY && !registering;
+                let ready = report.status != HEALTH_UNHEALTHY;
                 let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
                 let body = serde_json::json!({
                     "status": if ready { "ready" } else { "not_ready" },
