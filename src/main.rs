@@ -151,8 +151,13 @@ enum AuthCommand {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
     let cli = Cli::parse();
+    let format = mesh_telemetry::LogFormat::from_env();
+    // `up` serves every service in this process: each names its own spans.
+    match cli.command {
+        Command::Up => mesh_telemetry::init_suite(format),
+        _ => mesh_telemetry::init(format),
+    }
     let credential = cli.credential.as_deref();
     match cli.command {
         Command::Up => up().await,
@@ -347,7 +352,10 @@ async fn up() -> anyhow::Result<()> {
     );
     println!("  curl -s {}/capabilities/search", urls.registry);
     println!("  cargo run --release -- chat orchestrator    (then type a query)");
-    suite.run_until(shutdown_signal()).await?;
+    let stopped = suite.run_until(shutdown_signal()).await;
+    // The spans of the last moments, still in the exporters' queues.
+    mesh_telemetry::flush();
+    stopped?;
     println!("a2a-mesh stopped");
     Ok(())
 }

@@ -18,6 +18,7 @@ use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tracing::Instrument;
 
 pub const CAPABILITY_SEARCH: &str = "search";
 pub const CAPABILITY_PROFILE_SELECTION: &str = "profile_selection";
@@ -128,8 +129,27 @@ impl Orchestrator {
                 None => Some(self.select_profiles(scope, query, search_agent.as_ref().ok(), received).await),
             }
         };
-        let (entities, selection) = tokio::join!(entities, selection);
+        // Both planning calls are children of one span, side by side in time.
+        let planning = if mesh_telemetry::tracing_enabled() {
+            tracing::info_span!(
+                "planning",
+                otel.name = "orchestrator.planning",
+                mesh.query_chars = i64::try_from(query_chars).unwrap_or(i64::MAX)
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let (entities, selection) = async { tokio::join!(entities, selection) }.instrument(planning.clone()).await;
         let planning_time_ms = ms(planning_started.elapsed());
+        if !entities.warnings.is_empty() || selection.as_ref().is_some_and(|s| !s.warnings.is_empty()) {
+            let warnings: Vec<&str> = entities
+                .warnings
+                .iter()
+                .chain(selection.iter().flat_map(|s| s.warnings.iter()))
+                .map(String::as_str)
+                .collect();
+            mesh_telemetry::span_event(&planning, "partial_answer", &[("mesh.warnings", warnings.join("; "))]);
+        }
 
         let mut warnings: Vec<String> = Vec::new();
         let mut calls = vec![];
@@ -201,8 +221,16 @@ impl Orchestrator {
                 confidence,
                 entities: entities.value.map(|e| e.entities).unwrap_or_default(),
                 agents: calls,
+                trace_id: mesh_telemetry::trace_id(&tracing::Span::current()),
             },
         };
+        if !warnings.is_empty() {
+            mesh_telemetry::span_event(
+                &tracing::Span::current(),
+                "partial_answer",
+                &[("mesh.warnings", warnings.join("; "))],
+            );
+        }
         Ok((answer, warnings))
     }
 

@@ -24,6 +24,7 @@ use mesh_protocol::registry::{
     Success,
 };
 use serde::Deserialize;
+use tracing::Instrument;
 use utoipa::{IntoParams, OpenApi};
 
 use crate::directory::{Directory, health_word};
@@ -193,17 +194,23 @@ async fn register(
     let (name, url) = (agent.name.clone(), agent.url.clone());
     let previous_url = state.directory.get(&name).ok().map(|a| a.url);
     let is_new = state.directory.upsert(agent);
-    tracing::info!(agent = %name, new = is_new, "registered");
-    // A periodic re-registration of the same instance is not news.
-    if previous_url.as_deref() != Some(url.as_str()) {
+    // A periodic re-registration of the same instance (every 30 s per agent) is not news: DEBUG.
+    let moved = previous_url.as_deref() != Some(url.as_str());
+    if is_new || moved {
+        tracing::info!(agent = %name, %url, new = is_new, "registered");
+    } else {
+        tracing::debug!(agent = %name, "registration refreshed");
+    }
+    if moved {
         state.events.publish(EventBody::AgentRegistered { agent_id: name.clone(), url });
     }
     // Learn its health now rather than at the next poll, so it joins the rotation at once.
     if let Some(target) = state.directory.poll_target(&name) {
         let state = state.clone();
-        tokio::spawn(async move {
+        let check = async move {
             check_and_record(&state.directory, &state.events, &state.http, target, state.health_check_timeout).await;
-        });
+        };
+        tokio::spawn(check.instrument(tracing::Span::current()));
     }
     Ok(Json(StatusMessage::new("registered")))
 }
@@ -307,7 +314,7 @@ async fn discover(
     State(state): State<Arc<RegistryState>>,
     PathParam(capability): PathParam<String>,
 ) -> Result<Json<CapabilityAgents>, RegistryError> {
-    let agents = state.directory.discover(&capability)?;
+    let agents = lookup_span("registry.discover", &capability).in_scope(|| state.directory.discover(&capability))?;
     Ok(Json(CapabilityAgents { status: Success::Success, capability, agents }))
 }
 
@@ -321,7 +328,15 @@ async fn pick(
     State(state): State<Arc<RegistryState>>,
     PathParam(capability): PathParam<String>,
 ) -> Result<Json<AgentPick>, RegistryError> {
-    Ok(Json(state.directory.pick(&capability)?))
+    Ok(Json(lookup_span("registry.pick", &capability).in_scope(|| state.directory.pick(&capability))?))
+}
+
+/// The internal span of a directory lookup by capability.
+fn lookup_span(name: &'static str, capability: &str) -> tracing::Span {
+    if !mesh_telemetry::tracing_enabled() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!("lookup", otel.name = name, mesh.capability = capability)
 }
 
 /// Counts of agents by health.

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use mesh_agent_kit::ServiceMetrics;
 use mesh_agent_kit::auth::AccessControl;
-use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining, with_common_layers};
+use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining};
+use mesh_agent_kit::observe::with_observed_layers;
 use mesh_client::{AddressPolicy, HttpClient, OutboundGuard, SystemLookup};
 use tokio::net::TcpListener;
 
@@ -17,6 +18,13 @@ use crate::graph_api::sync_config_links;
 use crate::health::{PollSettings, poll_forever};
 use crate::links::LinkStore;
 use crate::store::AgentStore;
+
+/// The registry's name in traces, metrics and `/health`.
+pub const REGISTRY_SERVICE: &str = "registry";
+/// Between checks that the database answers, for `/health`.
+const DATABASE_PROBE_INTERVAL_MS: u64 = 2_000;
+/// Longest wait for the database's answer to a check before it counts as unreachable.
+const DATABASE_PROBE_TIMEOUT_MS: u64 = 1_500;
 
 /// A registry with its database open, its agents loaded and its listener bound.
 #[derive(Debug)]
@@ -33,6 +41,8 @@ pub struct RegistryService {
     state: Arc<RegistryState>,
     poll: PollSettings,
     shutdown_drain: Duration,
+    /// Why the database did not answer the last check; `None` while it answers.
+    database_down: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl RegistryService {
@@ -70,15 +80,42 @@ impl RegistryService {
             rate_limit_burst: config.rate_limit_burst,
             access,
         };
-        let routes =
-            router(state.clone(), ServiceMetrics::new("registry")).merge(crate::dashboard::routes(state.clone()));
-        let router = with_common_layers(routes, limits);
+        let metrics = ServiceMetrics::new(REGISTRY_SERVICE);
+        let database_down = Arc::new(std::sync::Mutex::new(None::<String>));
+        let probe = database_down.clone();
+        // Without its database the registry can neither register nor refresh: it cannot serve.
+        metrics.add_component("database", move || match &*probe.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => serde_json::json!({ "status": "ok" }),
+            Some(reason) => serde_json::json!({ "status": "unhealthy", "reason": reason }),
+        });
+        let routes = router(state.clone(), metrics).merge(crate::dashboard::routes(state.clone()));
+        let router = with_observed_layers(routes, limits, REGISTRY_SERVICE);
         let poll = PollSettings {
             interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
             timeout: Duration::from_millis(config.health_check_timeout_ms),
             concurrency_max: config.health_check_concurrency_max,
         };
-        Ok(Self { router, state, poll, shutdown_drain: Duration::from_millis(config.shutdown_drain_ms) })
+        Ok(Self { router, state, poll, shutdown_drain: Duration::from_millis(config.shutdown_drain_ms), database_down })
+    }
+
+    /// Checks that the database answers, forever, for `/health`.
+    pub async fn probe_database(&self) {
+        let mut ticks = tokio::time::interval(Duration::from_millis(DATABASE_PROBE_INTERVAL_MS));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let timeout = Duration::from_millis(DATABASE_PROBE_TIMEOUT_MS);
+            let down = match tokio::time::timeout(timeout, self.state.store.ping()).await {
+                Ok(Ok(())) => None,
+                Ok(Err(error)) => Some(format!("the database does not answer: {error}")),
+                Err(_) => Some(format!("the database did not answer within {DATABASE_PROBE_TIMEOUT_MS} ms")),
+            };
+            let mut state = self.database_down.lock().unwrap_or_else(|e| e.into_inner());
+            if state.is_none() && down.is_some() {
+                tracing::error!(reason = down.as_deref().unwrap_or_default(), "the registry's database is unreachable");
+            }
+            *state = down;
+        }
     }
 
     /// The routes, with the shared layers.
@@ -160,12 +197,15 @@ impl Application {
         let service = self.service.clone();
         let poller = tokio::spawn(async move { service.poll_health().await });
         let service = self.service.clone();
+        let database_probe = tokio::spawn(async move { service.probe_database().await });
+        let service = self.service.clone();
         let shutdown = async move {
             shutdown.await;
             service.close_events();
         };
         let served = serve_draining(self.listener, self.service.router(), shutdown, self.service.shutdown_drain).await;
         poller.abort();
+        database_probe.abort();
         self.service.close_storage().await;
         served.map_err(|e| RegistryError::Startup(format!("server failed: {e}")))
     }

@@ -12,8 +12,11 @@ async fn main() -> anyhow::Result<()> {
     // Listening before serving: SIGHUP's default action would end the process.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     let reloader = tokio::spawn(reload_on_hangup(hangups, cli, app.service()));
-    app.run_until_stopped(shutdown_signal()).await?;
+    let stopped = app.run_until_stopped(shutdown_signal()).await;
     reloader.abort();
+    // The spans of the last moments, still in the exporters' queues.
+    mesh_telemetry::flush();
+    stopped?;
     Ok(())
 }
 

@@ -103,6 +103,12 @@ impl AgentStore {
             .map_err(StorageError::Query)
     }
 
+    /// Whether the database answers a trivial query, for `/health`.
+    pub async fn ping(&self) -> Result<(), StorageError> {
+        sqlx::query("SELECT 1").execute(self.db.pool()).await.map_err(StorageError::Query)?;
+        Ok(())
+    }
+
     pub async fn close(&self) {
         self.db.close().await;
     }

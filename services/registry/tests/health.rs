@@ -120,3 +120,29 @@ async fn a_failure_report_checks_the_agent_at_once_instead_of_at_the_next_poll()
     assert!(matches!(&error, mesh_client::ClientError::Status { status: 404, .. }), "{error}");
     registry.stop().await;
 }
+
+#[tokio::test]
+async fn without_its_database_the_registry_is_unhealthy_and_not_ready_but_alive() {
+    let registry = TestRegistry::start().await;
+    let get = |path: &str| {
+        let request = registry.http.get(format!("{}{path}", registry.url));
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, health) = get("/health").await;
+    assert_eq!((status, health["status"].as_str()), (200, Some("healthy")), "{health}");
+    assert_eq!(get("/health/ready").await.0, 200);
+
+    registry.service.close_storage().await;
+    eventually("the registry reports its database unreachable", || async { get("/health").await.0 == 503 }).await;
+    let (_, health) = get("/health").await;
+    assert_eq!(health["status"], "unhealthy", "{health}");
+    assert_eq!(health["components"]["database"]["status"], "unhealthy", "{health}");
+    let (status, ready) = get("/health/ready").await;
+    assert_eq!((status, ready["status"].as_str()), (503, Some("not_ready")), "{ready}");
+    assert_eq!(get("/health/live").await.0, 200, "a process that answers is alive: no restart is asked for");
+    registry.stop().await;
+}

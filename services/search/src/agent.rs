@@ -30,11 +30,22 @@ pub struct SearchAgent {
     settings: SearchSettings,
     /// Why the `dense` profile is not served, told to callers who ask for it.
     dense_unavailable: Option<String>,
+    /// The agent's name, the `service` label of its metrics.
+    service: String,
 }
+
+/// The `service` label of a search agent's metrics until [`SearchAgent::with_service`] names it.
+const SERVICE_DEFAULT: &str = "search";
 
 impl SearchAgent {
     pub fn new(index: Arc<SearchIndex>, settings: SearchSettings) -> Self {
-        Self { index, settings, dense_unavailable: None }
+        Self { index, settings, dense_unavailable: None, service: SERVICE_DEFAULT.to_owned() }
+    }
+
+    /// Names the agent in its metrics (its registered name).
+    pub fn with_service(mut self, service: impl Into<String>) -> Self {
+        self.service = service.into();
+        self
     }
 
     pub fn with_dense_unavailable(mut self, reason: Option<String>) -> Self {
@@ -70,17 +81,28 @@ impl SearchAgent {
         }
         let profiles = self.profiles_for(request)?;
         let limit = self.settings.candidates_per_profile.max(top_k);
+        let parent = tracing::Span::current();
         let tasks: Vec<_> = profiles
             .iter()
             .map(|profile| {
                 let (index, profile, query, modality) =
                     (self.index.clone(), profile.clone(), query.to_owned(), request.modality);
+                let (parent, service) = (parent.clone(), self.service.clone());
                 // Ranking is CPU work on tantivy's blocking API: keep it off the async workers,
                 // one profile per core at a time.
                 crate::spawn_bounded(move || {
+                    let span = if mesh_telemetry::tracing_enabled() {
+                        tracing::info_span!(parent: &parent, "profile", otel.name = %format!("search.profile {profile}"), mesh.profile = %profile, mesh.limit = i64::try_from(limit).unwrap_or(i64::MAX))
+                    } else {
+                        tracing::Span::none()
+                    };
+                    let _entered = span.enter();
                     let started = Instant::now();
                     let hits = index.rank(&profile, &query, modality, limit);
-                    (profile, hits, started.elapsed().as_secs_f64() * 1000.0)
+                    let elapsed = started.elapsed();
+                    metrics::histogram!("mesh_search_profile_duration_seconds", mesh_telemetry::SERVICE_LABEL => service, "profile" => profile.clone())
+                        .record(elapsed.as_secs_f64());
+                    (profile, hits, elapsed.as_secs_f64() * 1000.0)
                 })
             })
             .collect();
@@ -102,7 +124,18 @@ impl SearchAgent {
             .collect();
         let profiles: Vec<String> = rankings.iter().map(|r| r.profile.clone()).collect();
         let started = Instant::now();
-        let fused = reciprocal_rank_fusion(&rankings, self.settings.rrf_k, top_k);
+        let fusion = if mesh_telemetry::tracing_enabled() {
+            tracing::info_span!(
+                "fusion",
+                otel.name = "search.rrf_fusion",
+                mesh.profiles = i64::try_from(rankings.len()).unwrap_or(i64::MAX),
+                mesh.rrf_k = self.settings.rrf_k
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let fused = fusion.in_scope(|| reciprocal_rank_fusion(&rankings, self.settings.rrf_k, top_k));
+        drop(fusion);
         let results = fused
             .into_iter()
             .filter_map(|fused| {
@@ -131,6 +164,8 @@ impl SearchAgent {
             profile_time_ms,
             fusion_time_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
+        metrics::gauge!("mesh_search_index_documents", mesh_telemetry::SERVICE_LABEL => self.service.clone())
+            .set(self.index.len() as f64);
         Ok((results, warnings))
     }
 

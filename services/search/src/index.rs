@@ -429,7 +429,16 @@ impl SearchIndex {
 
     fn rank_dense(&self, query: &str, limit: usize) -> Result<Vec<(String, f64)>, SearchError> {
         let Some(encoder) = &self.encoder else { return Ok(Vec::new()) };
-        let vector = encoder.encode_one(query)?;
+        let span = if mesh_telemetry::tracing_enabled() {
+            tracing::info_span!(
+                "embedding",
+                otel.name = "search.query_embedding",
+                mesh.query_chars = i64::try_from(query.chars().count()).unwrap_or(i64::MAX)
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let vector = span.in_scope(|| encoder.encode_one(query))?;
         Ok(self.catalog.read().unwrap_or_else(|e| e.into_inner()).vectors.nearest(&vector, limit))
     }
 

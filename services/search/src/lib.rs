@@ -204,7 +204,8 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
         DenseStatus::Disabled => Some("turned off in the configuration (dense.enabled = false)".to_owned()),
         DenseStatus::Available { .. } => None,
     };
-    let agent = SearchAgent::new(index.clone(), settings).with_dense_unavailable(unavailable);
+    let name = config.agent.name.clone().unwrap_or_else(|| card.name.clone());
+    let agent = SearchAgent::new(index.clone(), settings).with_dense_unavailable(unavailable).with_service(name);
     let probe_index = index.clone();
     let extras = AgentExtras {
         routes: documents::routes(index),

@@ -19,7 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mesh_agent_kit::ErrorResponse;
 use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
-use mesh_agent_kit::http::{HttpLimits, reachable_url, serve, with_common_layers};
+use mesh_agent_kit::http::{HttpLimits, reachable_url, serve};
+use mesh_agent_kit::observe::with_observed_layers;
 use mesh_bus::{BusConfig, BusError, ConversationBus};
 use mesh_docmem::{Docmem, DocmemError};
 use serde::Deserialize;
@@ -33,6 +34,8 @@ pub const ENV_PREFIX: &str = "MESH_UI_AGENT";
 pub const UI_AGENT_PORT_DEFAULT: u16 = 8020;
 /// The UI agent's type: its id is `ui-{instance_id}`.
 pub const UI_AGENT_TYPE: &str = "ui";
+/// The service name in traces and metrics.
+const SERVICE_NAME: &str = "ui-agent";
 /// Answers queued for one socket before the bus consumer waits for it (back-pressure).
 const SESSION_QUEUE_MESSAGES: usize = 64;
 /// Time between retention sweeps of docmem.
@@ -159,7 +162,7 @@ impl UiAgent {
             .merge(require(replay, ADMIN_ROLES))
             .route("/health", get(api::health))
             .with_state(state.clone());
-        let router = with_common_layers(routes, HttpLimits { access, ..HttpLimits::default() });
+        let router = with_observed_layers(routes, HttpLimits { access, ..HttpLimits::default() }, SERVICE_NAME);
         Ok(Self { listener, router, url, state, stop, retention_days: config.retention_days })
     }
 

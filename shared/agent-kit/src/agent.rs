@@ -18,7 +18,7 @@ use crate::call_safety::admit_calls;
 use crate::card::CardDocument;
 use crate::error::{AgentError, ErrorResponse};
 use crate::http::{JsonBody, REQUEST_ID_HEADER};
-use crate::metrics::{self, HealthReport, ServiceMetrics};
+use crate::metrics::{self, ServiceMetrics};
 use mesh_tasks::TaskStore;
 
 /// A task as a handler sees it: the query text and data of the last user message, already
@@ -89,9 +89,9 @@ pub fn agent_router<H: AgentHandler>(
     let engine = TaskEngine::with_limits(store, Arc::new(SeedTasks::new(handler.clone(), join)), limits);
     let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
-    let circuits = Arc::new(move || handler.circuits());
+    metrics.set_circuits(move || handler.circuits());
     task_routes(seed.merge(a2a_router(engine, card.clone())), &card, metrics.clone())
-        .merge(card_and_health_routes(card, metrics, circuits))
+        .merge(card_and_health_routes(card, metrics))
 }
 
 /// The routes of an agent built on the task model directly ([`TaskHandler`]): the A2A bindings,
@@ -105,11 +105,7 @@ pub fn task_agent_router<T: TaskHandler>(
 ) -> Router {
     let card = Arc::new(card);
     let engine = TaskEngine::with_limits(store, Arc::new(handler), limits);
-    task_routes(a2a_router(engine, card.clone()), &card, metrics.clone()).merge(card_and_health_routes(
-        card,
-        metrics,
-        Arc::new(Vec::new),
-    ))
+    task_routes(a2a_router(engine, card.clone()), &card, metrics.clone()).merge(card_and_health_routes(card, metrics))
 }
 
 /// Task calls are open to users, agents and admins, admitted by their call context (cycles,
@@ -122,22 +118,16 @@ fn task_routes(routes: Router, card: &CardDocument, metrics: Arc<ServiceMetrics>
     crate::auth::require(routes, crate::auth::TASK_ROLES)
 }
 
-type Circuits = Arc<dyn Fn() -> Vec<CircuitReport> + Send + Sync>;
-
-fn card_and_health_routes(card: Arc<CardDocument>, metrics: Arc<ServiceMetrics>, circuits: Circuits) -> Router {
+fn card_and_health_routes(card: Arc<CardDocument>, metrics: Arc<ServiceMetrics>) -> Router {
     let serve_card = move |headers: HeaderMap| {
         let card = card.clone();
         async move { card.respond(&headers) }
     };
-    // `GET /health`: the service counters, and the circuits of the agents this one calls.
-    let health = move || {
-        let (metrics, circuits) = (metrics.clone(), circuits.clone());
-        async move { Json(HealthReport { circuits: circuits(), ..metrics.report() }) }
-    };
+    // `GET /health`: the service's status and counters, and the circuits of the agents it calls.
     Router::new()
         .route("/.well-known/agent-card.json", get(serve_card.clone()))
         .route("/agent.json", get(serve_card))
-        .route("/health", get(health))
+        .merge(crate::http::health_route(metrics))
 }
 
 async fn send_task<H: AgentHandler>(
@@ -172,6 +162,7 @@ async fn send_task<H: AgentHandler>(
         link: None,
     };
     let context_id = input.call.context().context_id.clone();
+    crate::observe::record_task(&task_id, context_id.as_deref());
     let outcome = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()));
     let record = seed_task(&task_id, context_id, &task.messages, outcome.as_ref());
     if let Err(error) = state.engine.record(&tenant, &record).await {

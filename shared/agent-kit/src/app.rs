@@ -21,10 +21,9 @@ use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::auth::AccessControl;
 use crate::card::CardDocument;
 use crate::graph::AgentGraph;
-use crate::http::{
-    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining, with_common_layers,
-};
+use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining};
 use crate::metrics::{RegistrationState, ServiceMetrics, track};
+use crate::observe::with_observed_layers;
 use crate::registration::{deregister, register_until_accepted};
 
 /// Why a task left submitted or working by a previous run is failed at start.
@@ -315,7 +314,7 @@ impl AgentApp {
             let probe = graph.clone();
             metrics.add_component("graph", move || probe.report());
         }
-        let router = with_common_layers(router, limits);
+        let router = with_observed_layers(router, limits, metrics.name());
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
         let shutdown_drain = Duration::from_millis(config.shutdown_drain_ms);
         Ok(Self {

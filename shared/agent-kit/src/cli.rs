@@ -45,7 +45,10 @@ impl AgentArgs {
         mesh_telemetry::init(mesh_telemetry::LogFormat::from_env());
         let config: C = self.load(env_prefix, default_port)?;
         let app = build(config, HttpClient::with_reqwest()?).await?;
-        Ok(app.run_until_signalled().await?)
+        let stopped = app.run_until_signalled().await;
+        // The spans of the last moments, still in the exporters' queues.
+        mesh_telemetry::flush();
+        Ok(stopped?)
     }
 
     /// Loads the agent's configuration `T` (which flattens an [`AgentConfig`]); `env_prefix`

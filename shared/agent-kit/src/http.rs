@@ -15,7 +15,6 @@ use axum::http::request::Parts;
 use axum::http::{HeaderName, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
 use mesh_protocol::error::ErrorBody;
 use serde::de::DeserializeOwned;
@@ -161,11 +160,10 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
     )
 }
 
-/// `GET /health` answering the counters of `metrics`.
+/// `GET /health` answering the status and counters of `metrics` (503 when unhealthy), with
+/// `GET /health/live` and `GET /health/ready` for Kubernetes probes.
 pub fn health_route(metrics: Arc<ServiceMetrics>) -> Router {
-    Router::new()
-        .route("/health", get(|State(m): State<Arc<ServiceMetrics>>| async move { Json(m.report()) }))
-        .with_state(metrics)
+    crate::observe::health_routes(metrics)
 }
 
 async fn route_not_found(request: Request) -> ErrorResponse {

@@ -26,6 +26,7 @@ pub mod graph;
 pub mod http;
 mod limits;
 mod metrics;
+pub mod observe;
 mod registration;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -36,5 +37,5 @@ pub use app::{AgentApp, AgentConfig, AgentExtras, KitError};
 pub use card::CardDocument;
 pub use cli::{AgentArgs, MainError};
 pub use error::{AgentError, ErrorResponse};
-pub use metrics::{HealthReport, RegistrationState, ServiceMetrics};
+pub use metrics::{HEALTH_DEGRADED, HEALTH_HEALTHY, HEALTH_UNHEALTHY, HealthReport, RegistrationState, ServiceMetrics};
 pub use registration::{deregister, register_until_accepted};

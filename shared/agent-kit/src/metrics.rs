@@ -6,7 +6,7 @@ use std::time::Instant;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use mesh_client::CircuitReport;
+use mesh_client::{CircuitReport, CircuitWord};
 use serde::{Deserialize, Serialize};
 
 /// Counters an operator reads from `/health`.
@@ -18,7 +18,24 @@ pub struct ServiceMetrics {
     errors: AtomicU64,
     registration: Mutex<Option<RegistrationState>>,
     components: Mutex<BTreeMap<String, ComponentProbe>>,
+    circuits: Mutex<Option<CircuitsProbe>>,
 }
+
+/// Reads the circuit breakers of the agents a service calls.
+type CircuitsProbe = Arc<dyn Fn() -> Vec<CircuitReport> + Send + Sync>;
+
+/// `status` of a health report whose service serves fully.
+pub const HEALTH_HEALTHY: &str = "healthy";
+/// `status` of a service that serves with a part missing (a model, every replica of a
+/// dependency, a database it can do without); it still takes traffic.
+pub const HEALTH_DEGRADED: &str = "degraded";
+/// `status` of a service that cannot serve; `/health` and `/health/ready` answer 503.
+pub const HEALTH_UNHEALTHY: &str = "unhealthy";
+
+/// Component `status` words (a component's probe answers `{"status": ...}`) that make a
+/// service degraded, and those that make it unhealthy.
+const COMPONENT_DEGRADED_WORDS: [&str; 3] = ["unavailable", "degraded", "unreachable"];
+const COMPONENT_UNHEALTHY_WORDS: [&str; 1] = ["unhealthy"];
 
 /// Reads the current state of one part of an agent for `/health`.
 type ComponentProbe = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
@@ -26,8 +43,12 @@ type ComponentProbe = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 /// Body of `GET /health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthReport {
+    /// `healthy`, `degraded` or `unhealthy` (older agents only ever said `healthy`).
     pub status: String,
     pub service: String,
+    /// Why the service is not `healthy`, one line per missing part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
     pub metrics: HealthMetrics,
     /// Where this agent stands with the registry; absent when no registry is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +99,7 @@ impl ServiceMetrics {
             errors: AtomicU64::new(0),
             registration: Mutex::new(None),
             components: Mutex::new(BTreeMap::new()),
+            circuits: Mutex::new(None),
         })
     }
 
@@ -90,10 +112,32 @@ impl ServiceMetrics {
         self.components.lock().unwrap_or_else(|e| e.into_inner()).insert(name.into(), Arc::new(probe));
     }
 
+    /// Shows the circuits `probe` reads in every health report from now on; a dependency whose
+    /// every instance has an open circuit makes the service degraded.
+    pub fn set_circuits(&self, probe: impl Fn() -> Vec<CircuitReport> + Send + Sync + 'static) {
+        *self.circuits.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(probe));
+    }
+
+    /// The service's name (its card's name, or `registry`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn report(&self) -> HealthReport {
+        let components: BTreeMap<String, serde_json::Value> = self
+            .components
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(name, probe)| (name.clone(), probe()))
+            .collect();
+        let circuits =
+            self.circuits.lock().unwrap_or_else(|e| e.into_inner()).clone().map(|probe| probe()).unwrap_or_default();
+        let (status, reasons) = judge(&components, &circuits);
         HealthReport {
-            status: "healthy".into(),
+            status: status.into(),
             service: self.name.clone(),
+            reasons,
             metrics: HealthMetrics {
                 uptime_s: self.started.elapsed().as_secs(),
                 in_flight: self.in_flight.load(Ordering::Relaxed),
@@ -101,19 +145,42 @@ impl ServiceMetrics {
                 errors: self.errors.load(Ordering::Relaxed),
             },
             registration: *self.registration.lock().unwrap_or_else(|e| e.into_inner()),
-            components: self
-                .components
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|(name, probe)| (name.clone(), probe()))
-                .collect(),
-            circuits: Vec::new(),
+            components,
+            circuits,
         }
     }
 
     pub fn set_registration(&self, state: RegistrationState) {
         *self.registration.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+    }
+}
+
+/// The service's status from its parts: unhealthy when a component says so, degraded when a
+/// component is unavailable or every instance of a called agent has its circuit open.
+fn judge(components: &BTreeMap<String, serde_json::Value>, circuits: &[CircuitReport]) -> (&'static str, Vec<String>) {
+    let mut unhealthy = Vec::new();
+    let mut degraded = Vec::new();
+    for (name, value) in components {
+        let Some(word) = value.get("status").and_then(serde_json::Value::as_str) else { continue };
+        let reason = value.get("reason").and_then(serde_json::Value::as_str).unwrap_or(word);
+        if COMPONENT_UNHEALTHY_WORDS.contains(&word) {
+            unhealthy.push(format!("{name}: {reason}"));
+        } else if COMPONENT_DEGRADED_WORDS.contains(&word) {
+            degraded.push(format!("{name}: {reason}"));
+        }
+    }
+    let mut by_agent: BTreeMap<&str, bool> = BTreeMap::new();
+    for circuit in circuits {
+        let all_open = by_agent.entry(circuit.agent.as_str()).or_insert(true);
+        *all_open &= circuit.state == CircuitWord::Open;
+    }
+    degraded.extend(
+        by_agent.into_iter().filter(|(_, all_open)| *all_open).map(|(agent, _)| format!("{agent}: every circuit open")),
+    );
+    match (unhealthy.is_empty(), degraded.is_empty()) {
+        (false, _) => (HEALTH_UNHEALTHY, unhealthy.into_iter().chain(degraded).collect()),
+        (true, false) => (HEALTH_DEGRADED, degraded),
+        (true, true) => (HEALTH_HEALTHY, Vec::new()),
     }
 }
 
@@ -142,4 +209,61 @@ pub async fn track(State(metrics): State<Arc<ServiceMetrics>>, request: Request,
     let response = next.run(request).await;
     tracked.succeeded = !(response.status().is_client_error() || response.status().is_server_error());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn circuit(agent: &str, endpoint: &str, state: CircuitWord) -> CircuitReport {
+        CircuitReport { agent: agent.into(), endpoint: endpoint.into(), state }
+    }
+
+    #[test]
+    fn a_missing_model_degrades_and_a_disabled_one_does_not() {
+        let metrics = ServiceMetrics::new("search");
+        metrics.add_component("dense", || json!({"status": "disabled"}));
+        assert_eq!(metrics.report().status, HEALTH_HEALTHY);
+        metrics.add_component("dense", || json!({"status": "unavailable", "reason": "no model files"}));
+        let report = metrics.report();
+        assert_eq!(report.status, HEALTH_DEGRADED);
+        assert_eq!(report.reasons, ["dense: no model files"]);
+    }
+
+    #[test]
+    fn an_unhealthy_component_outranks_a_degraded_one() {
+        let metrics = ServiceMetrics::new("registry");
+        metrics.add_component("a", || json!({"status": "unavailable"}));
+        metrics.add_component("database", || json!({"status": "unhealthy", "reason": "connection refused"}));
+        let report = metrics.report();
+        assert_eq!(report.status, HEALTH_UNHEALTHY);
+        assert_eq!(report.reasons, ["database: connection refused", "a: unavailable"]);
+    }
+
+    #[test]
+    fn a_dependency_degrades_only_when_every_instance_is_open() {
+        let metrics = ServiceMetrics::new("orchestrator");
+        metrics.set_circuits(|| {
+            vec![
+                circuit("search", "http://a/tasks/send", CircuitWord::Open),
+                circuit("search", "http://b/tasks/send", CircuitWord::HalfOpen),
+                circuit("profile_selection", "http://c/tasks/send", CircuitWord::Closed),
+            ]
+        });
+        assert_eq!(metrics.report().status, HEALTH_HEALTHY);
+        metrics.set_circuits(|| {
+            vec![
+                circuit("search", "http://a/tasks/send", CircuitWord::Open),
+                circuit("search", "http://b/tasks/send", CircuitWord::Open),
+            ]
+        });
+        let report = metrics.report();
+        assert_eq!(
+            (report.status.as_str(), report.reasons.as_slice()),
+            (HEALTH_DEGRADED, &["search: every circuit open".to_owned()][..])
+        );
+        assert_eq!(report.circuits.len(), 2);
+    }
 }

@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::call_reports::CallReporter;
 
@@ -180,6 +181,20 @@ impl CallError {
         }
     }
 
+    /// A low-cardinality name of the failure, for metrics and spans (`error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Rejected(_) => "rejected",
+            Self::LinkDenied(_) => "link_denied",
+            Self::Busy { .. } => "busy",
+            Self::NoTimeLeft => "timeout",
+            Self::Discovery(_) => "not_found",
+            Self::CircuitOpen { .. } => "circuit_open",
+            Self::Failed { .. } if self.is_timeout() => "timeout",
+            Self::Failed { .. } => "error",
+        }
+    }
+
     /// The status and error body the called agent answered with, when it answered with one.
     pub fn callee_error(&self) -> Option<(u16, &ErrorBody)> {
         match self {
@@ -271,11 +286,24 @@ impl MeshCaller {
         timeout_ms: Option<u64>,
     ) -> Result<Answered, CallError> {
         let started = Instant::now();
-        let answered = self.exchange(scope, target, Binding::Seed, task, None, timeout_ms).await;
-        self.report(scope, target, started, &answered, |response: &TaskResponse| match response.status {
+        let span = call_span(scope, target, "send_task", None);
+        let answered =
+            self.exchange(scope, target, Binding::Seed, task, None, timeout_ms).instrument(span.clone()).await;
+        if let Ok(answered) = &answered {
+            span.record("mesh.callee", answered.agent.name.as_str());
+            span.record("mesh.attempts", i64::try_from(answered.attempts).unwrap_or(i64::MAX));
+        }
+        let outcome = self.report(scope, target, started, &answered, |response: &TaskResponse| match response.status {
             ResponseStatus::Success => OutcomeStatus::Success,
             ResponseStatus::Partial => OutcomeStatus::Partial,
         });
+        if let Ok(Answered { response, .. }) = &answered
+            && response.status == ResponseStatus::Partial
+        {
+            let warnings = response.warnings.join("; ");
+            mesh_telemetry::span_event(&span, "partial_answer", &[("mesh.warnings", warnings)]);
+        }
+        observe_call(&span, scope, target, started, outcome);
         answered
     }
 
@@ -290,17 +318,27 @@ impl MeshCaller {
     ) -> Result<Answered<SendMessageResponse>, CallError> {
         let started = Instant::now();
         let context_id = request.message.context_id.as_deref();
-        let answered = self.exchange(scope, target, Binding::Message, request, context_id, timeout_ms).await;
-        self.report(scope, target, started, &answered, |response: &SendMessageResponse| match response {
+        let span = call_span(scope, target, "SendMessage", context_id);
+        let answered = self
+            .exchange(scope, target, Binding::Message, request, context_id, timeout_ms)
+            .instrument(span.clone())
+            .await;
+        if let Ok(answered) = &answered {
+            span.record("mesh.callee", answered.agent.name.as_str());
+            span.record("mesh.attempts", i64::try_from(answered.attempts).unwrap_or(i64::MAX));
+        }
+        let outcome = self.report(scope, target, started, &answered, |response: &SendMessageResponse| match response {
             SendMessageResponse::Task(task) if matches!(task.status.state, TaskState::Failed | TaskState::Rejected) => {
                 OutcomeStatus::Error
             }
             _ => OutcomeStatus::Success,
         });
+        observe_call(&span, scope, target, started, outcome);
         answered
     }
 
-    /// Reports a call that was sent (at least one attempt); a call refused before sending is not one.
+    /// Reports a call that was sent (at least one attempt); a call refused before sending is not
+    /// one. Returns the call's outcome word for metrics: its status when sent, else why not.
     fn report<R>(
         &self,
         scope: &CallScope,
@@ -308,15 +346,16 @@ impl MeshCaller {
         started: Instant,
         answered: &Result<Answered<R>, CallError>,
         status: impl Fn(&R) -> OutcomeStatus,
-    ) {
-        let Some(reports) = &self.reports else { return };
+    ) -> &'static str {
         let (to, status) = match answered {
             Ok(answered) => (&answered.agent.name, status(&answered.response)),
             Err(error @ CallError::Failed { agent, attempts: 1.., .. }) => {
                 (agent, if error.is_timeout() { OutcomeStatus::Timeout } else { OutcomeStatus::Error })
             }
-            Err(_) => return,
+            Err(error) => return error.kind(),
         };
+        let word = outcome_word(status);
+        let Some(reports) = &self.reports else { return word };
         reports.report(CallReport {
             from: scope.agent().to_owned(),
             to: to.clone(),
@@ -328,6 +367,7 @@ impl MeshCaller {
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at: None,
         });
+        word
     }
 
     /// One call over `binding`, in conversation `context_id`: discovery, the checks the callee
@@ -380,7 +420,22 @@ impl MeshCaller {
                     Passage::Answered(response) => decode_json::<R>(&endpoint, &response),
                     Passage::Failed(error) => Err(error),
                 };
-                if !was_open && self.circuits.is_open(&agent.process_endpoint) {
+                let is_open = self.circuits.is_open(&agent.process_endpoint);
+                if was_open != is_open {
+                    metrics::gauge!(
+                        "mesh_circuit_open",
+                        mesh_telemetry::SERVICE_LABEL => scope.agent().to_owned(),
+                        "callee" => agent.name.clone(),
+                        "endpoint" => agent.process_endpoint.clone(),
+                    )
+                    .set(if is_open { 1.0 } else { 0.0 });
+                }
+                if !was_open && is_open {
+                    mesh_telemetry::span_event(
+                        &tracing::Span::current(),
+                        "circuit_open",
+                        &[("mesh.callee", agent.name.clone()), ("url.full", agent.process_endpoint.clone())],
+                    );
                     self.report_failure(agent);
                 }
                 sent = Some((agent, outcome));
@@ -400,6 +455,21 @@ impl MeshCaller {
                 }
                 Err(error) => {
                     tracing::debug!(agent = %agent.name, %error, attempts, "call failed; retrying elsewhere");
+                    mesh_telemetry::span_event(
+                        &tracing::Span::current(),
+                        "retry",
+                        &[
+                            ("mesh.callee", agent.name.clone()),
+                            ("mesh.attempt", attempts.to_string()),
+                            ("error.message", error.to_string()),
+                        ],
+                    );
+                    metrics::counter!(
+                        "mesh_outbound_retries_total",
+                        mesh_telemetry::SERVICE_LABEL => scope.agent().to_owned(),
+                        "capability" => capability_label(target),
+                    )
+                    .increment(1);
                     last_failure = Some((agent.name.clone(), error));
                     let pause = delays.next().unwrap_or(self.settings.retry_delay_max);
                     if Instant::now() + pause >= deadline {
@@ -526,6 +596,63 @@ fn is_transient(error: &ClientError) -> bool {
             !refused_call && matches!(status, 429 | 500 | 502 | 503)
         }
         ClientError::Decode { .. } | ClientError::InvalidUrl { .. } | ClientError::InvalidCredential => false,
+    }
+}
+
+/// The internal span of one call to another agent (its attempts' client spans are its children).
+fn call_span(scope: &CallScope, target: &Target, method: &'static str, context_id: Option<&str>) -> tracing::Span {
+    if !mesh_telemetry::tracing_enabled() {
+        return tracing::Span::none();
+    }
+    let context = scope.context();
+    tracing::info_span!(
+        "call",
+        otel.name = %format!("call {}", capability_label(target)),
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        mesh.caller = scope.agent(),
+        mesh.capability = capability_label(target),
+        mesh.callee = tracing::field::Empty,
+        mesh.attempts = tracing::field::Empty,
+        mesh.call_depth = i64::from(context.depth) + 1,
+        mesh.request_id = context.request_id.as_deref(),
+        mesh.correlation_id = context.correlation_id.as_deref(),
+        mesh.tenant = context.tenant.as_deref(),
+        a2a.method = method,
+        a2a.context_id = context_id,
+        gen_ai.operation.name = "invoke_agent",
+    )
+}
+
+/// Records a call's outcome on its span and in the outbound metrics of the calling agent.
+fn observe_call(span: &tracing::Span, scope: &CallScope, target: &Target, started: Instant, outcome: &'static str) {
+    metrics::histogram!(
+        "mesh_outbound_call_duration_seconds",
+        mesh_telemetry::SERVICE_LABEL => scope.agent().to_owned(),
+        "capability" => capability_label(target),
+        "status" => outcome,
+    )
+    .record(started.elapsed().as_secs_f64());
+    if !matches!(outcome, "success" | "partial") {
+        span.record("error.type", outcome);
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The bounded label naming a call's target: the capability, or the agent's name.
+fn capability_label(target: &Target) -> String {
+    match target {
+        Target::Capability { capability, .. } => capability.clone(),
+        Target::Agent(name) => name.clone(),
+    }
+}
+
+fn outcome_word(status: OutcomeStatus) -> &'static str {
+    match status {
+        OutcomeStatus::Success => "success",
+        OutcomeStatus::Partial => "partial",
+        OutcomeStatus::Error => "error",
+        OutcomeStatus::Timeout => "timeout",
     }
 }
 

@@ -6,6 +6,8 @@ use http::{HeaderValue, Method, Request, Response, header};
 use mesh_protocol::error::ErrorBody;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::address_policy::OutboundGuard;
 use crate::transport::{ReqwestTransport, Transport, TransportError};
@@ -71,7 +73,8 @@ impl HttpClient {
         Ok(Self::new(Arc::new(ReqwestTransport::guarded(guard)?)))
     }
 
-    /// Sends a request and returns the response whatever its status.
+    /// Sends a request and returns the response whatever its status. With tracing on, the call
+    /// is a client span and carries its W3C trace context (`traceparent`, `tracestate`, `baggage`).
     pub async fn send(&self, mut request: Request<Bytes>, timeout: Duration) -> Result<Response<Bytes>, ClientError> {
         if let Some(authorization) = &self.authorization
             && !request.headers().contains_key(header::AUTHORIZATION)
@@ -79,7 +82,42 @@ impl HttpClient {
             request.headers_mut().insert(header::AUTHORIZATION, authorization.clone());
         }
         let url = request.uri().to_string();
-        self.transport.send(request, timeout).await.map_err(|source| ClientError::Transport { url, source })
+        if !mesh_telemetry::tracing_enabled() {
+            return self
+                .transport
+                .send(request, timeout)
+                .await
+                .map_err(|source| ClientError::Transport { url, source });
+        }
+        let uri = request.uri();
+        let span = tracing::info_span!(
+            "client",
+            otel.name = request.method().as_str(),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            http.request.method = request.method().as_str(),
+            server.address = uri.host(),
+            server.port = i64::from(uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 })),
+            url.full = %uri,
+            http.response.status_code = Empty,
+            error.type = Empty,
+        );
+        mesh_telemetry::inject(&span, request.headers_mut());
+        let outcome = self.transport.send(request, timeout).instrument(span.clone()).await;
+        match &outcome {
+            Ok(response) => {
+                span.record("http.response.status_code", i64::from(response.status().as_u16()));
+                if response.status().is_client_error() || response.status().is_server_error() {
+                    span.record("error.type", response.status().as_str());
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+            Err(error) => {
+                span.record("error.type", error.kind());
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        outcome.map_err(|source| ClientError::Transport { url, source })
     }
 
     /// Whether `url` may be requested under the transport's outbound address policy (its host

@@ -29,6 +29,18 @@ pub enum TransportError {
     Refused(String),
 }
 
+impl TransportError {
+    /// The `error.type` of a span (OpenTelemetry semantic conventions): a low-cardinality name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Timeout { .. } => "timeout",
+            Self::Connect(_) => "connection_failed",
+            Self::Other(_) => "request_failed",
+            Self::Refused(_) => "address_refused",
+        }
+    }
+}
+
 /// Sends one HTTP request and reads the whole response within `timeout`.
 pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
     fn send(

@@ -238,6 +238,10 @@ pub struct QueryMetadata {
     pub confidence: f64,
     pub entities: Vec<Entity>,
     pub agents: Vec<AgentCall>,
+    /// The W3C trace id of the query's trace, when traces are exported: what to look up in the
+    /// trace backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// Answer of the orchestrator.

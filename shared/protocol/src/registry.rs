@@ -59,6 +59,18 @@ pub enum HealthStatus {
     Unreachable,
 }
 
+impl HealthStatus {
+    /// The wire word, also the `health` label of the registry's metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+            Self::Unreachable => "unreachable",
+        }
+    }
+}
+
 /// A registered agent as the registry reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -9,6 +9,7 @@ use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, Task};
 use mesh_storage::{AnyPool, Database, Row};
 use sqlx::migrate::Migrator;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 use crate::error::TaskError;
 use crate::model::{normalize_timestamp, now_timestamp, state_name, trim_history};
@@ -128,9 +129,38 @@ impl TaskStore {
 
     /// Saves the task and returns once it is committed.
     pub async fn save(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
-        let (done, committed) = oneshot::channel();
-        self.enqueue(tenant, task, Some(done)).await?;
-        committed.await.map_err(|_| TaskError::Storage("the task writer stopped".into()))?.map_err(TaskError::Storage)
+        let span = if mesh_telemetry::tracing_enabled() {
+            tracing::info_span!(
+                "task_store.write",
+                otel.name = "task_store.write",
+                a2a.task_id = %task.id,
+                a2a.context_id = %task.context_id,
+                a2a.task_state = state_name(task.status.state),
+                mesh.tenant = tenant,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let started = std::time::Instant::now();
+        let saved = async {
+            let (done, committed) = oneshot::channel();
+            self.enqueue(tenant, task, Some(done)).await?;
+            committed
+                .await
+                .map_err(|_| TaskError::Storage("the task writer stopped".into()))?
+                .map_err(TaskError::Storage)
+        }
+        .instrument(span)
+        .await;
+        metrics::histogram!("mesh_task_store_write_duration_seconds", mesh_telemetry::SERVICE_LABEL => self.agent.clone())
+            .record(started.elapsed().as_secs_f64());
+        saved
+    }
+
+    /// Answers whether the database answers a trivial query, for `/health`.
+    pub async fn ping(&self) -> Result<(), TaskError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     /// Saves the task without waiting for the commit: for intermediate states and records, whose
@@ -153,16 +183,21 @@ impl TaskStore {
         // behind that was never written.
         let permit = self.writes.reserve().await.map_err(|_| TaskError::Storage("the task writer stopped".into()))?;
         let sequence = self.pending.queue(tenant, &task.id, &updated_at, &body);
+        let state = state_name(task.status.state);
+        metrics::counter!("mesh_task_writes_total", mesh_telemetry::SERVICE_LABEL => self.agent.clone(), "state" => state.clone())
+            .increment(1);
         permit.send(Write {
             tenant: tenant.to_owned(),
             id: task.id.clone(),
             context_id: task.context_id.clone(),
-            state: state_name(task.status.state),
+            state,
             updated_at,
             sequence,
             body,
             done,
         });
+        metrics::gauge!("mesh_task_store_queue_depth", mesh_telemetry::SERVICE_LABEL => self.agent.clone())
+            .set((self.writes.max_capacity() - self.writes.capacity()) as f64);
         Ok(())
     }
 

@@ -1,12 +1,46 @@
-//! Logging and tracing setup shared by every mesh binary.
+//! Logs, traces and metrics shared by every mesh binary.
 //!
-//! `RUST_LOG` picks what is logged (default `info`); `MESH_LOG_FORMAT=json` switches to one JSON
-//! object per line for log collectors.
+//! Logs: `RUST_LOG` picks what is logged (default `info`); `MESH_LOG_FORMAT=json` switches to one
+//! JSON object per line for log collectors, carrying `trace_id` and `span_id` when tracing is on.
+//!
+//! Traces: OpenTelemetry over OTLP/HTTP (protobuf), configured by the standard variables
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_TRACES_SAMPLER` and `_ARG`,
+//! `OTEL_RESOURCE_ATTRIBUTES`); off, with no OpenTelemetry layer at all, when no endpoint is set.
+//! Every service's spans carry its own `service.name`, even when services share a process.
+//!
+//! Metrics: the `metrics` facade, rendered as Prometheus text per service ([`render`]).
 
-use tracing_subscriber::EnvFilter;
+mod prometheus;
+mod traces;
+
+use tracing::Subscriber;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+pub use prometheus::{SERVICE_LABEL, install_metrics, render};
+pub use traces::{
+    Services, TraceSettings, enter_service, extract, flush, inject, span_event, span_ids, trace_id, tracing_enabled,
+};
 
 /// Log level used when `RUST_LOG` is unset.
 const DEFAULT_LOG_FILTER: &str = "info";
+
+/// The least severe spans and events exported as spans and span events, whatever `RUST_LOG`
+/// says: the mesh's own spans are at INFO; DEBUG ones (tower-http's) would only repeat them.
+const TRACE_LEVEL_MIN: LevelFilter = LevelFilter::INFO;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot build the OTLP exporter: {0}")]
+    Exporter(String),
+    #[error("telemetry is already installed in this process")]
+    AlreadyInstalled,
+}
 
 /// Output shape of the log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,14 +59,79 @@ impl LogFormat {
     }
 }
 
-/// Installs the global subscriber once; later calls (several services in one process, tests)
-/// keep the first one, which is why the result is not an error.
+/// Installs logging, tracing (from the environment) and metrics for a process serving one
+/// service. Later calls (tests) keep the first installation, which is why nothing is returned:
+/// a failure is printed and the process goes on without what failed.
 pub fn init(format: LogFormat) {
+    init_with(format, TraceSettings::from_env(Services::One));
+}
+
+/// [`init`] for a process serving several services (`up`).
+pub fn init_suite(format: LogFormat) {
+    init_with(format, TraceSettings::from_env(Services::Several));
+}
+
+/// [`init`] with explicit trace settings (`None`: no tracing), for tests and benchmarks.
+pub fn init_with(format: LogFormat, traces: Option<TraceSettings>) {
+    if let Err(error) = install_metrics() {
+        eprintln!("metrics are off: {error}");
+    }
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     // Logs on stderr: stdout is for what a command prints (`up`'s URLs, `ask`'s answer).
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true).with_writer(std::io::stderr);
-    let _already_installed = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => {
+            tracing_subscriber::fmt::layer().with_target(true).with_writer(std::io::stderr).with_filter(filter).boxed()
+        }
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_writer(std::io::stderr)
+            .map_event_format(WithTraceIds)
+            .with_filter(filter)
+            .boxed(),
     };
+    let spans = match traces.map(traces::install).transpose() {
+        Ok(tracer) => tracer,
+        Err(TelemetryError::AlreadyInstalled) => return,
+        Err(error) => {
+            eprintln!("tracing is off: {error}");
+            None
+        }
+    };
+    let spans = spans.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_tracked_inactivity(false)
+            .with_target(false)
+            .with_filter(TRACE_LEVEL_MIN)
+    });
+    let _already_installed = tracing_subscriber::registry().with(logs).with(spans).try_init();
+}
+
+/// A JSON event format that puts the current span's `trace_id` and `span_id` first, when the
+/// span is exported, so a log line leads to its trace.
+struct WithTraceIds<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let Some((trace_id, span_id)) = span_ids(&tracing::Span::current()) else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        match line.strip_prefix('{') {
+            Some(rest) => write!(writer, "{{\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\",{rest}"),
+            None => writer.write_str(&line),
+        }
+    }
 }

@@ -308,6 +308,7 @@ impl<H: TaskHandler> TaskEngine<H> {
             add_user_message(&mut state.task, message.clone());
             (state.task.id.clone(), state.task.context_id.clone(), state.turn)
         };
+        crate::observe::record_task(&task_id, Some(&context_id));
         let (sender, events) = mpsc::unbounded_channel();
         let previous_is_none = previous.is_none();
         let turn = Turn {
@@ -330,14 +331,16 @@ impl<H: TaskHandler> TaskEngine<H> {
             turn: turn_number,
         };
         let handler = self.handler.clone();
-        tokio::spawn(async move {
+        // The turn runs on its own task, inside the request's span: its spans join the request's trace.
+        let turn_task = async move {
             let run = std::panic::AssertUnwindSafe(handler.run(turn, sink.clone())).catch_unwind().await;
             let reason = match run {
                 Ok(()) => "the agent ended its turn without a final state",
                 Err(_) => "the agent failed while working on the task",
             };
             sink.end_turn(reason).await;
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(turn_task, tracing::Span::current()));
         Ok(events)
     }
 

@@ -144,6 +144,7 @@ async fn dispatch<H: TaskHandler>(
         return Err(Failure::new(A2aErrorCode::MethodNotFound, format!("method {method:?} not found")));
     }
     Version::require(headers, version)?;
+    crate::observe::record_a2a_method(&method);
     match method.as_str() {
         v1::SEND_MESSAGE => {
             let request: SendMessageRequest = params(raw)?;

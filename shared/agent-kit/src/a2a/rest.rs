@@ -94,6 +94,7 @@ async fn send_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_MESSAGE);
     let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
     Ok(json(send_blocking(&rest.engine, &tenant, request, inbound.scope()).await?))
 }
@@ -126,6 +127,7 @@ async fn stream_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_STREAMING_MESSAGE);
     let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
     let events = rest.engine.start(&tenant, request, inbound.scope()).await?;
     Ok(sse(until_final(events, StreamEnd::TurnEnd)))
@@ -238,6 +240,7 @@ async fn send_v03<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_SEND);
     Version::require(&headers, Version::V03)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let answer = send_blocking(&rest.engine, &inbound.tenant(None)?, request.into(), inbound.scope()).await?;
@@ -250,6 +253,7 @@ async fn stream_v03<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
+    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_STREAM);
     Version::require(&headers, Version::V03)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let events = rest.engine.start(&inbound.tenant(None)?, request.into(), inbound.scope()).await?;

@@ -1,0 +1,252 @@
+//! Traces over OTLP/HTTP (protobuf), one tracer provider per service.
+//!
+//! `a2a-mesh up` runs five services in one process, yet each span must reach the backend under
+//! its own `service.name`, which OpenTelemetry keeps on the resource of a tracer provider, not on
+//! the span. So the layer's tracer ([`ServiceTracer`]) picks, for every span, the provider of the
+//! service the span belongs to: the service is a value of the OpenTelemetry context, set on the
+//! root span of every unit of work a service does ([`enter_service`]: a request's server span, a
+//! health-check round), and every child span inherits its parent's context, hence its service.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use opentelemetry::propagation::TextMapCompositePropagator;
+use opentelemetry::trace::{SpanBuilder, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::TelemetryError;
+
+/// Instrumentation scope of every mesh span.
+const TRACER_NAME: &str = "a2a-mesh";
+/// `service.name` of spans that belong to no service (a CLI command, start-up) when
+/// `OTEL_SERVICE_NAME` is unset.
+const SERVICE_NAME_DEFAULT: &str = "a2a-mesh";
+
+/// How traces are exported; [`TraceSettings::from_env`] reads the standard variables.
+#[derive(Debug, Clone, Default)]
+pub struct TraceSettings {
+    /// The full OTLP/HTTP traces URL (`http://host:4318/v1/traces`); `None` lets the exporter
+    /// read `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`.
+    pub traces_endpoint: Option<String>,
+    /// `None` reads `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` (parent-based always-on
+    /// when unset), as the SDK does.
+    pub sampler: Option<Sampler>,
+    /// The `service.name` of every span of a process that serves one service (`OTEL_SERVICE_NAME`);
+    /// `None` names each span after its service.
+    pub service_name: Option<String>,
+    /// `service.name` of spans outside any service.
+    pub process_name: Option<String>,
+}
+
+/// Whether the process runs one service or several (`up`), which decides what
+/// `OTEL_SERVICE_NAME` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Services {
+    /// `OTEL_SERVICE_NAME`, when set, is the `service.name` of every span.
+    One,
+    /// Every service's spans carry the service's own name; `OTEL_SERVICE_NAME` names the rest.
+    Several,
+}
+
+impl TraceSettings {
+    /// Tracing is on when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), unless `OTEL_SDK_DISABLED=true` or
+    /// `OTEL_TRACES_EXPORTER=none`.
+    pub fn from_env(services: Services) -> Option<Self> {
+        let set = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let disabled = set("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            || set("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        if disabled
+            || (set("OTEL_EXPORTER_OTLP_ENDPOINT").is_none() && set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none())
+        {
+            return None;
+        }
+        let service_name = set("OTEL_SERVICE_NAME");
+        Some(match services {
+            Services::One => Self { service_name, ..Self::default() },
+            Services::Several => Self { process_name: service_name, ..Self::default() },
+        })
+    }
+}
+
+/// The service a span belongs to, carried in the OpenTelemetry context from a root span to its
+/// descendants.
+#[derive(Debug, Clone)]
+struct ServiceName(Arc<str>);
+
+/// Tracer providers by service, created on a service's first span.
+#[derive(Debug)]
+pub(crate) struct ServiceTracers {
+    settings: TraceSettings,
+    /// The provider of spans outside any service, built at start so a bad configuration shows then.
+    process: (SdkTracerProvider, SdkTracer),
+    services: RwLock<HashMap<Arc<str>, (SdkTracerProvider, SdkTracer)>>,
+}
+
+impl ServiceTracers {
+    fn new(settings: TraceSettings) -> Result<Self, TelemetryError> {
+        let name = settings.process_name.clone().unwrap_or_else(|| SERVICE_NAME_DEFAULT.to_owned());
+        let process = provider(&settings, settings.service_name.as_deref().unwrap_or(&name))?;
+        Ok(Self { settings, process, services: RwLock::new(HashMap::new()) })
+    }
+
+    fn tracer(&self, service: Option<&ServiceName>) -> SdkTracer {
+        let Some(ServiceName(service)) = service else { return self.process.1.clone() };
+        if let Some((_, tracer)) = self.services.read().unwrap_or_else(|e| e.into_inner()).get(service) {
+            return tracer.clone();
+        }
+        let mut services = self.services.write().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, tracer)) = services.get(service) {
+            return tracer.clone();
+        }
+        let name = self.settings.service_name.as_deref().unwrap_or(service);
+        match provider(&self.settings, name) {
+            Ok(built) => {
+                let tracer = built.1.clone();
+                services.insert(service.clone(), built);
+                tracer
+            }
+            Err(error) => {
+                // The process provider was built from the same settings, so this is unexpected;
+                // the span still goes out, under the process's name.
+                eprintln!("cannot build the tracer provider of {service}: {error}");
+                self.process.1.clone()
+            }
+        }
+    }
+
+    fn providers(&self) -> Vec<SdkTracerProvider> {
+        let services = self.services.read().unwrap_or_else(|e| e.into_inner());
+        std::iter::once(self.process.0.clone()).chain(services.values().map(|(p, _)| p.clone())).collect()
+    }
+}
+
+fn provider(settings: &TraceSettings, service: &str) -> Result<(SdkTracerProvider, SdkTracer), TelemetryError> {
+    let builder = opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(Protocol::HttpBinary);
+    let builder = match &settings.traces_endpoint {
+        Some(endpoint) => builder.with_endpoint(endpoint.clone()),
+        None => builder,
+    };
+    let exporter = builder.build().map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+    // The default detectors read OTEL_RESOURCE_ATTRIBUTES; the service's name comes last so it wins.
+    let resource = Resource::builder().with_service_name(service.to_owned()).build();
+    let mut provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource);
+    if let Some(sampler) = &settings.sampler {
+        provider = provider.with_sampler(sampler.clone());
+    }
+    let provider = provider.build();
+    let tracer = provider.tracer(TRACER_NAME);
+    Ok((provider, tracer))
+}
+
+/// The tracer of the `tracing` layer: builds each span with its service's provider.
+#[derive(Debug, Clone)]
+pub(crate) struct ServiceTracer(Arc<ServiceTracers>);
+
+impl Tracer for ServiceTracer {
+    type Span = opentelemetry_sdk::trace::Span;
+
+    fn build_with_context(&self, builder: SpanBuilder, parent_cx: &Context) -> Self::Span {
+        self.0.tracer(parent_cx.get::<ServiceName>()).build_with_context(builder, parent_cx)
+    }
+}
+
+static TRACERS: OnceLock<Arc<ServiceTracers>> = OnceLock::new();
+
+/// Builds the providers and the propagator (W3C trace context and baggage); the first call wins.
+pub(crate) fn install(settings: TraceSettings) -> Result<ServiceTracer, TelemetryError> {
+    let tracers = Arc::new(ServiceTracers::new(settings)?);
+    TRACERS.set(tracers.clone()).map_err(|_| TelemetryError::AlreadyInstalled)?;
+    opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
+        Box::new(TraceContextPropagator::new()),
+        Box::new(BaggagePropagator::new()),
+    ]));
+    Ok(ServiceTracer(tracers))
+}
+
+/// True when spans are exported.
+pub fn tracing_enabled() -> bool {
+    TRACERS.get().is_some()
+}
+
+/// Exports every span ended so far (tests, and before a process exits).
+pub fn flush() {
+    if let Some(tracers) = TRACERS.get() {
+        for provider in tracers.providers() {
+            if let Err(error) = provider.force_flush() {
+                eprintln!("cannot flush spans: {error}");
+            }
+        }
+    }
+}
+
+/// Makes `span` the root of work `service` does: its spans, and those of its children, are
+/// exported under that `service.name`. `remote` is the caller's context, read from the request
+/// headers with [`extract`]; without it the span starts a trace. Call it before entering `span`.
+pub fn enter_service(span: &tracing::Span, service: &str, remote: Option<Context>) {
+    if !tracing_enabled() {
+        return;
+    }
+    let context = remote.unwrap_or_default().with_value(ServiceName(Arc::from(service)));
+    // Only fails when the span is disabled (filtered out), when there is nothing to parent.
+    let _ = span.set_parent(context);
+}
+
+/// The caller's context (W3C `traceparent`, `tracestate`, `baggage`) from request headers.
+pub fn extract(headers: &http::HeaderMap) -> Option<Context> {
+    if !tracing_enabled() {
+        return None;
+    }
+    Some(opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers))))
+}
+
+/// Writes `span`'s context (W3C `traceparent`, `tracestate`, `baggage`) into outbound headers.
+pub fn inject(span: &tracing::Span, headers: &mut http::HeaderMap) {
+    if !tracing_enabled() {
+        return;
+    }
+    let context = span.context();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut HeaderInjector(headers)));
+}
+
+/// The trace and span ids of `span`, in W3C hex, when it is exported (sampled).
+pub fn span_ids(span: &tracing::Span) -> Option<(String, String)> {
+    if !tracing_enabled() {
+        return None;
+    }
+    let context = span.context();
+    let otel = context.span();
+    let ids = otel.span_context();
+    (ids.is_valid() && ids.is_sampled()).then(|| (ids.trace_id().to_string(), ids.span_id().to_string()))
+}
+
+/// The trace id of `span`, in W3C hex, when it is exported.
+pub fn trace_id(span: &tracing::Span) -> Option<String> {
+    span_ids(span).map(|(trace, _)| trace)
+}
+
+/// Adds an event (a retry, a circuit opening, a partial answer) to `span`, whatever the log level.
+pub fn span_event(span: &tracing::Span, name: &'static str, attributes: &[(&'static str, String)]) {
+    if !tracing_enabled() {
+        return;
+    }
+    span.add_event(name, attributes.iter().map(|(key, value)| KeyValue::new(*key, value.clone())).collect());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_travels_in_the_context_to_children() {
+        let root = Context::new().with_value(ServiceName(Arc::from("search")));
+        let child = root.with_value(42_u8);
+        assert_eq!(child.get::<ServiceName>().map(|s| &*s.0), Some("search"));
+    }
+}
