@@ -7,7 +7,12 @@
 //! - B: the official Python SDK's echo agent (`a2a-sdk`, uvicorn, one worker);
 //! - C: a bare axum handler answering A's own response bytes: the floor HTTP and axum cost;
 //! - A': A with authentication on (an HS256 secret), every request carrying a bearer JWT that
-//!   the server verifies: the cost of auth (issue #12), as A'/A.
+//!   the server verifies: the cost of auth (issue #12), as A'/A;
+//! - T: A exporting every span over OTLP/HTTP to a local receiver (this process), and T10 the
+//!   same at a 10% sampling ratio: the cost of tracing (issue #13), as T/A and T10/A.
+//!
+//! Every kit server (A, A', T, T10) installs the kit's telemetry as an agent binary does (one
+//! INFO log line per request, written to a discarded stderr); only T and T10 have an endpoint.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
 //! [--python PATH] [--python-agent SCRIPT]`
@@ -69,6 +74,11 @@ const GOAL_A_OVER_B_AT_16: f64 = 50.0;
 const GOAL_A_OVER_C: f64 = 0.5;
 /// Goal of issue #12: authentication on costs at most 5% of A's requests per second.
 const GOAL_AUTH_OVER_OPEN: f64 = 0.95;
+/// Goals of issue #13: every span exported costs at most 10%, a 10% sampling ratio at most 2%.
+const GOAL_TRACED_OVER_OPEN: f64 = 0.90;
+const GOAL_TRACED_10_OVER_OPEN: f64 = 0.98;
+/// The sampling ratio of T10.
+const TRACE_RATIO_10: &str = "0.1";
 
 /// Set in a re-executed child to the server it must run (`agent-kit` or `bare-axum`).
 const SERVE_ENV: &str = "SEND_MESSAGE_BENCH_SERVE";
@@ -150,6 +160,8 @@ enum Kind {
     PythonSdk,
     BareAxum,
     AgentKitAuth,
+    AgentKitTraced,
+    AgentKitTraced10,
 }
 
 impl Kind {
@@ -159,6 +171,8 @@ impl Kind {
             Self::PythonSdk => "B Python SDK",
             Self::BareAxum => "C bare axum",
             Self::AgentKitAuth => "A' kit + JWT",
+            Self::AgentKitTraced => "T kit traced",
+            Self::AgentKitTraced10 => "T10 kit 10%",
         }
     }
 }
@@ -193,6 +207,8 @@ fn start_rust(kind: Kind, settings: &[(&str, &str)], bearer: Option<String>) -> 
         .env(SERVE_ENV, role)
         .envs(settings.iter().copied())
         .stdin(Stdio::null())
+        // The request log lines of the kit servers: written, as in production, and discarded.
+        .stderr(if kind == Kind::BareAxum { Stdio::inherit() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .spawn()?;
     let mut line = String::new();
@@ -248,6 +264,8 @@ async fn serve_child(role: &str) -> Result<(), BoxError> {
 }
 
 async fn serve_agent_kit() -> Result<(), BoxError> {
+    // As an agent binary does: tracing when the OTEL_* variables name an endpoint.
+    mesh_telemetry::init(mesh_telemetry::LogFormat::Text);
     let card: AgentCard = serde_json::from_value(json!({
         "name": "Echo Agent",
         "description": "Echoes text back",
@@ -566,6 +584,24 @@ async fn run(options: Options) -> Result<(), BoxError> {
     let mut a_auth = start_rust(Kind::AgentKitAuth, &settings, Some(token))?;
     ready(&mut a_auth).await?;
     servers.push(a_auth);
+    // T and T10 export to a receiver in this process, which counts what it is sent.
+    let receiver = OtlpSink::start().await?;
+    for (kind, ratio, file) in [
+        (Kind::AgentKitTraced, "1.0", "tasks-traced.db"),
+        (Kind::AgentKitTraced10, TRACE_RATIO_10, "tasks-traced-10.db"),
+    ] {
+        let store = format!("sqlite://{}", tasks_dir.path().join(file).display());
+        let settings = [
+            (TASK_STORE_ENV, store.as_str()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+            ("OTEL_SERVICE_NAME", "send-message-bench"),
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", ratio),
+        ];
+        let mut traced = start_rust(kind, &settings, None)?;
+        ready(&mut traced).await?;
+        servers.push(traced);
+    }
     let mut c = start_rust(Kind::BareAxum, &[(BARE_BODY_ENV, std::str::from_utf8(&a_reply)?)], None)?;
     let c_reply = ready(&mut c).await?;
     assert_eq!(c_reply, a_reply, "C must answer A's bytes");
@@ -599,7 +635,45 @@ async fn run(options: Options) -> Result<(), BoxError> {
         }
     }
     report(&mut results);
+    let (exports, bytes) = receiver.received();
+    println!("The OTLP receiver got {exports} export request(s), {bytes} bytes of spans, from T and T10.");
+    if exports == 0 {
+        return Err("T and T10 exported no spans: their tracing is not on, so T/A measured nothing".into());
+    }
     Ok(())
+}
+
+/// A local OTLP/HTTP trace receiver for T and T10: answers every export `200` and counts it, so
+/// the exporters do their whole work (encoding, batching, sending) and the run can show they did.
+struct OtlpSink {
+    url: String,
+    exports: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl OtlpSink {
+    async fn start() -> Result<Self, BoxError> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let (exports, bytes) = (std::sync::Arc::new(AtomicU64::new(0)), std::sync::Arc::new(AtomicU64::new(0)));
+        let (counted, sized) = (exports.clone(), bytes.clone());
+        let router = Router::new().route(
+            "/v1/traces",
+            post(move |body: Bytes| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                sized.fetch_add(body.len() as u64, Ordering::Relaxed);
+                async { [(CONTENT_TYPE, "application/x-protobuf")] }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Ok(Self { url, exports, bytes })
+    }
+
+    fn received(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (self.exports.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
+    }
 }
 
 fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
@@ -622,16 +696,25 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
         }
     }
     println!();
-    println!("| concurrency | A/B req/s | A/C req/s | A'/A req/s |");
-    println!("|---:|---:|---:|---:|");
+    println!("| concurrency | A/B req/s | A/C req/s | A'/A req/s | T/A req/s | T10/A req/s |");
+    println!("|---:|---:|---:|---:|---:|---:|");
     let rate = |kind, concurrency| results.get(&(kind, concurrency)).map(Sample::rate);
     let ratio = |over, concurrency| Some(rate(Kind::AgentKit, concurrency)? / rate(over, concurrency)?);
-    let auth_ratio = |concurrency| Some(rate(Kind::AgentKitAuth, concurrency)? / rate(Kind::AgentKit, concurrency)?);
+    let over_a = |kind, concurrency| Some(rate(kind, concurrency)? / rate(Kind::AgentKit, concurrency)?);
+    let auth_ratio = |concurrency| over_a(Kind::AgentKitAuth, concurrency);
     let shown = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     for concurrency in CONCURRENCIES {
         let (a_over_b, a_over_c) = (ratio(Kind::PythonSdk, concurrency), ratio(Kind::BareAxum, concurrency));
-        let auth = auth_ratio(concurrency);
-        println!("| {concurrency} | {} | {} | {} |", shown(a_over_b), shown(a_over_c), shown(auth));
+        let (auth, traced) = (auth_ratio(concurrency), over_a(Kind::AgentKitTraced, concurrency));
+        let traced_10 = over_a(Kind::AgentKitTraced10, concurrency);
+        println!(
+            "| {concurrency} | {} | {} | {} | {} | {} |",
+            shown(a_over_b),
+            shown(a_over_c),
+            shown(auth),
+            shown(traced),
+            shown(traced_10)
+        );
     }
     println!();
     let goal = |name: String, value: Option<f64>, floor: f64| match value {
@@ -644,6 +727,9 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
     }
     for concurrency in CONCURRENCIES {
         goal(format!("A'/A at c={concurrency}"), auth_ratio(concurrency), GOAL_AUTH_OVER_OPEN);
+        goal(format!("T/A at c={concurrency}"), over_a(Kind::AgentKitTraced, concurrency), GOAL_TRACED_OVER_OPEN);
+        let traced_10 = over_a(Kind::AgentKitTraced10, concurrency);
+        goal(format!("T10/A at c={concurrency}"), traced_10, GOAL_TRACED_10_OVER_OPEN);
     }
     for ((kind, concurrency), sample) in results.iter() {
         if let Some(error) = &sample.first_error {
