@@ -2,6 +2,8 @@
 //! is set): finished tasks past their time to live are purged, fresh and unfinished ones kept;
 //! tasks a crash left running are failed with the reason.
 
+mod common;
+
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
@@ -22,18 +24,6 @@ fn task(id: &str, state: TaskState, age: Duration) -> Task {
     }
 }
 
-async fn stores() -> Vec<(String, TaskStore, Option<tempfile::TempDir>)> {
-    let agent = format!("retention-{}", uuid::Uuid::new_v4());
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
-    let mut stores = vec![("sqlite".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), Some(dir))];
-    match std::env::var("MESH_TEST_POSTGRES_URL") {
-        Ok(url) => stores.push(("postgres".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), None)),
-        Err(_) => eprintln!("MESH_TEST_POSTGRES_URL unset: the PostgreSQL variant is skipped"),
-    }
-    stores
-}
-
 async fn ids(store: &TaskStore, tenant: &str) -> Vec<String> {
     let mut ids: Vec<String> =
         store.list(tenant, &ListTasksRequest::default()).await.unwrap().tasks.into_iter().map(|t| t.id).collect();
@@ -46,7 +36,7 @@ async fn the_purge_removes_old_finished_tasks_and_keeps_fresh_and_unfinished_one
     let ttl = Duration::from_millis(7 * DAY_MS);
     let old = Duration::from_millis(8 * DAY_MS);
     let fresh = Duration::from_millis(DAY_MS);
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("retention").await {
         for (tenant, id, state, age) in [
             ("", "old-completed", TaskState::Completed, old),
             ("", "old-failed", TaskState::Failed, old),
@@ -69,7 +59,7 @@ async fn the_purge_removes_old_finished_tasks_and_keeps_fresh_and_unfinished_one
 
 #[tokio::test]
 async fn a_purge_larger_than_one_batch_removes_everything_due() {
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("retention").await {
         let saves = (0..12_345).map(|i| {
             let store = store.clone();
             async move {
@@ -92,7 +82,7 @@ async fn a_purge_larger_than_one_batch_removes_everything_due() {
 
 #[tokio::test]
 async fn tasks_left_running_by_a_crash_are_failed_with_the_reason_at_start() {
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("retention").await {
         for (tenant, id, state) in [
             ("", "working", TaskState::Working),
             ("acme", "submitted", TaskState::Submitted),

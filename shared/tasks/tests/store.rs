@@ -1,5 +1,7 @@
 //! The task store on SQLite (always) and PostgreSQL (when `MESH_TEST_POSTGRES_URL` is set).
 
+mod common;
+
 use mesh_protocol::a2a::v1::{ListTasksRequest, Message, Role, Task, TaskState, TaskStatus};
 use mesh_tasks::model::now_timestamp;
 use mesh_tasks::{TaskError, TaskStore};
@@ -18,21 +20,9 @@ fn task(id: &str, context_id: &str, state: TaskState) -> Task {
     }
 }
 
-async fn stores() -> Vec<(String, TaskStore, Option<tempfile::TempDir>)> {
-    let agent = format!("test-agent-{}", uuid::Uuid::new_v4());
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
-    let mut stores = vec![("sqlite".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), Some(dir))];
-    match std::env::var("MESH_TEST_POSTGRES_URL") {
-        Ok(url) => stores.push(("postgres".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), None)),
-        Err(_) => eprintln!("MESH_TEST_POSTGRES_URL unset: the PostgreSQL variant is skipped"),
-    }
-    stores
-}
-
 #[tokio::test]
 async fn concurrent_saves_commit_and_read_back() {
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("test-agent").await {
         let saves = (0..200).map(|i| {
             let store = store.clone();
             async move { store.save("", &task(&format!("t{i:03}"), "c1", TaskState::Completed)).await }
@@ -54,7 +44,7 @@ async fn concurrent_saves_commit_and_read_back() {
 
 #[tokio::test]
 async fn later_saves_of_a_task_win() {
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("test-agent").await {
         store.save_in_background("", &task("t1", "c1", TaskState::Working)).await.unwrap();
         store.save("", &task("t1", "c1", TaskState::Completed)).await.unwrap();
         let read = store.get("", "t1").await.unwrap().unwrap();
@@ -64,7 +54,7 @@ async fn later_saves_of_a_task_win() {
 
 #[tokio::test]
 async fn an_older_state_saved_late_never_replaces_a_newer_one() {
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("test-agent").await {
         let mut working = task("t4", "c4", TaskState::Working);
         working.status.timestamp = Some("2026-11-23T10:00:00.000001Z".into());
         let mut canceled = task("t4", "c4", TaskState::Canceled);
@@ -80,7 +70,7 @@ async fn an_older_state_saved_late_never_replaces_a_newer_one() {
 
 #[tokio::test]
 async fn a_background_save_is_read_back_before_and_after_its_commit() {
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("test-agent").await {
         for state in [TaskState::Working, TaskState::InputRequired] {
             store.save_in_background("tenant", &task("t2", "c2", state)).await.unwrap();
             let read = store.get("tenant", "t2").await.unwrap().expect("the queued task");
@@ -96,7 +86,7 @@ async fn a_background_save_is_read_back_before_and_after_its_commit() {
 
 #[tokio::test]
 async fn lists_page_through_every_task_once_and_filter() {
-    for (backend, store, _dir) in stores().await {
+    for (backend, store, _dir) in common::stores("test-agent").await {
         for i in 0..5 {
             store.save("", &task(&format!("a{i}"), "ctx-a", TaskState::Completed)).await.unwrap();
         }
@@ -135,7 +125,7 @@ async fn lists_page_through_every_task_once_and_filter() {
 
 #[tokio::test]
 async fn bad_list_requests_are_invalid_params() {
-    for (_backend, store, _dir) in stores().await {
+    for (_backend, store, _dir) in common::stores("test-agent").await {
         for request in [
             ListTasksRequest { page_size: Some(0), ..Default::default() },
             ListTasksRequest { page_size: Some(101), ..Default::default() },

@@ -1,0 +1,18 @@
+//! What the task store's tests share: a store on SQLite (always) and on PostgreSQL (when
+//! `MESH_TEST_POSTGRES_URL` is set), for an agent of its own.
+
+use mesh_tasks::TaskStore;
+
+/// `(backend, store, its temporary folder)` for each backend, the stores' agent named
+/// `{agent_prefix}-{uuid}`.
+pub async fn stores(agent_prefix: &str) -> Vec<(String, TaskStore, Option<tempfile::TempDir>)> {
+    let agent = format!("{agent_prefix}-{}", uuid::Uuid::new_v4());
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let mut stores = vec![("sqlite".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), Some(dir))];
+    match std::env::var("MESH_TEST_POSTGRES_URL") {
+        Ok(url) => stores.push(("postgres".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), None)),
+        Err(_) => eprintln!("MESH_TEST_POSTGRES_URL unset: the PostgreSQL variant is skipped"),
+    }
+    stores
+}
