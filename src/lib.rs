@@ -102,36 +102,23 @@ impl SuiteConfig {
     /// credential of its own gets a token naming it, with the `agent` role, valid for
     /// [`SUITE_AGENT_TOKEN_TTL_S`]: the suite's services then call each other as themselves.
     pub fn share_auth(&mut self, auth: &AuthConfig) -> Result<(), mesh_auth::AuthError> {
-        let configures = |config: &AuthConfig| {
-            config.jwt_hs256_secret.is_some()
-                || config.jwt_hs256_secret_file.is_some()
-                || !config.jwt_public_keys.is_empty()
-                || config.api_keys_file.is_some()
-        };
-        if !configures(auth) {
+        if !auth.verifies_callers() {
             return Ok(());
         }
         let secret = auth.hs256_secret()?;
         let own_credential = |name: &str| -> Result<Option<String>, mesh_auth::AuthError> {
             let Some(secret) = &secret else { return Ok(None) };
-            let exp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-                .saturating_add(SUITE_AGENT_TOKEN_TTL_S);
             let claims = mesh_auth::Claims {
-                sub: name.to_owned(),
-                tenant: String::new(),
-                roles: vec![mesh_auth::Role::Agent.as_str().to_owned()],
-                exp,
                 iss: auth.jwt_issuer.clone(),
                 aud: auth.jwt_audience.clone(),
+                ..mesh_auth::Claims::new(name, "", &[mesh_auth::Role::Agent], SUITE_AGENT_TOKEN_TTL_S)
             };
             mesh_auth::mint_hs256(secret, &claims).map(Some)
         };
-        if !configures(&self.registry.auth) {
+        if !self.registry.auth.verifies_callers() {
             self.registry.auth = AuthConfig { insecure: self.registry.auth.insecure, ..auth.clone() };
         }
-        if !configures(&self.ui_agent.auth) {
+        if !self.ui_agent.auth.verifies_callers() {
             self.ui_agent.auth = AuthConfig { insecure: self.ui_agent.auth.insecure, ..auth.clone() };
         }
         for (name, agent) in [
@@ -141,7 +128,7 @@ impl SuiteConfig {
             ("profile_selection", &mut self.profile_selection.agent),
         ] {
             let own = agent.auth.credential.clone().or(own_credential(agent.name.as_deref().unwrap_or(name))?);
-            if !configures(&agent.auth) {
+            if !agent.auth.verifies_callers() {
                 agent.auth = AuthConfig { insecure: agent.auth.insecure, credential: None, ..auth.clone() };
             }
             if agent.auth.credential_file.is_none() {

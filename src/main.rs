@@ -213,9 +213,7 @@ fn auth(command: AuthCommand) -> anyhow::Result<()> {
         AuthCommand::Token { subject, roles, tenant, secret_file, ttl_s } => {
             let config = mesh_auth::AuthConfig { jwt_hs256_secret_file: Some(secret_file), ..Default::default() };
             let secret = config.hs256_secret()?.ok_or_else(|| anyhow::anyhow!("no secret"))?;
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
-            let roles = parse_roles(&roles)?.iter().map(|r| r.as_str().to_owned()).collect();
-            let claims = mesh_auth::Claims { sub: subject, tenant, roles, exp: now + ttl_s, iss: None, aud: None };
+            let claims = mesh_auth::Claims::new(&subject, &tenant, &parse_roles(&roles)?, ttl_s);
             println!("{}", mesh_auth::mint_hs256(&secret, &claims)?);
         }
     }

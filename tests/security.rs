@@ -16,10 +16,7 @@ const SECRET: &str = "a-test-secret-of-at-least-32-bytes!!";
 const WAIT_DEADLINE: Duration = Duration::from_secs(20);
 
 fn token(subject: &str, tenant: &str, roles: &[Role]) -> String {
-    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
-    let roles = roles.iter().map(|r| r.as_str().to_owned()).collect();
-    let claims = Claims { sub: subject.into(), tenant: tenant.into(), roles, exp, iss: None, aud: None };
-    mint_hs256(SECRET.as_bytes(), &claims).unwrap()
+    mint_hs256(SECRET.as_bytes(), &Claims::new(subject, tenant, roles, 600)).unwrap()
 }
 
 struct Mesh {

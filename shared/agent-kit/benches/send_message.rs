@@ -293,15 +293,7 @@ async fn serve_agent_kit() -> Result<(), BoxError> {
 
 /// A' clients' token: a user, valid for the whole run.
 fn bench_token() -> Result<String, BoxError> {
-    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() + 24 * 3600;
-    let claims = mesh_auth::Claims {
-        sub: AUTH_SUBJECT.into(),
-        tenant: String::new(),
-        roles: vec![mesh_auth::Role::User.as_str().into()],
-        exp,
-        iss: None,
-        aud: None,
-    };
+    let claims = mesh_auth::Claims::new(AUTH_SUBJECT, "", &[mesh_auth::Role::User], 24 * 3600);
     Ok(mesh_auth::mint_hs256(AUTH_SECRET.as_bytes(), &claims)?)
 }
 

@@ -33,15 +33,7 @@ async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
     let mut config =
         AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() };
     config.auth.jwt_hs256_secret = Some(SECRET.into());
-    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
-    let claims = mesh_auth::Claims {
-        sub: "sdk-user".into(),
-        tenant: "acme".into(),
-        roles: vec!["user".into()],
-        exp,
-        iss: None,
-        aud: None,
-    };
+    let claims = mesh_auth::Claims::new("sdk-user", "acme", &[mesh_auth::Role::User], 600);
     let token = mesh_auth::mint_hs256(SECRET.as_bytes(), &claims).unwrap();
     let failures = run_checks(&python, &config, Some(&token)).await;
     assert!(failures.is_empty(), "with the token, the SDK's checks failed for: {failures:?}");

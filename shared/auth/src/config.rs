@@ -47,6 +47,15 @@ pub enum KeyAlgorithm {
 }
 
 impl AuthConfig {
+    /// Whether it configures a way to verify callers (a secret, public keys or an API keys
+    /// file); a service without one is open.
+    pub fn verifies_callers(&self) -> bool {
+        self.jwt_hs256_secret.is_some()
+            || self.jwt_hs256_secret_file.is_some()
+            || !self.jwt_public_keys.is_empty()
+            || self.api_keys_file.is_some()
+    }
+
     /// The HS256 secret, from the value or its file.
     pub fn hs256_secret(&self) -> Result<Option<Vec<u8>>, AuthError> {
         let secret = match (&self.jwt_hs256_secret, &self.jwt_hs256_secret_file) {

@@ -29,6 +29,21 @@ pub struct Claims {
     pub aud: Option<String>,
 }
 
+impl Claims {
+    /// The claims of `subject` in `tenant` with `roles`, expiring `ttl_s` seconds from now.
+    pub fn new(subject: &str, tenant: &str, roles: &[Role], ttl_s: u64) -> Self {
+        let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Self {
+            sub: subject.to_owned(),
+            tenant: tenant.to_owned(),
+            roles: roles.iter().map(|role| role.as_str().to_owned()).collect(),
+            exp: now_s.saturating_add(ttl_s),
+            iss: None,
+            aud: None,
+        }
+    }
+}
+
 /// Signs `claims` with an HS256 `secret`: for `a2a-mesh auth token` and tests.
 pub fn mint_hs256(secret: &[u8], claims: &Claims) -> Result<String, AuthError> {
     encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret))
@@ -45,8 +60,8 @@ struct PublicKey {
 pub(crate) struct JwtVerifier {
     hs256: Option<DecodingKey>,
     public: Vec<PublicKey>,
-    issuer: Option<String>,
-    audience: Option<String>,
+    /// The checks of each accepted algorithm, built once rather than per request.
+    validations: Vec<(Algorithm, Validation)>,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -55,8 +70,7 @@ impl std::fmt::Debug for JwtVerifier {
         f.debug_struct("JwtVerifier")
             .field("hs256", &self.hs256.is_some())
             .field("public", &kids)
-            .field("issuer", &self.issuer)
-            .field("audience", &self.audience)
+            .field("validations", &self.validations)
             .finish()
     }
 }
@@ -77,7 +91,12 @@ impl JwtVerifier {
         if hs256.is_none() && public.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Self { hs256, public, issuer: config.jwt_issuer.clone(), audience: config.jwt_audience.clone() }))
+        let (issuer, audience) = (config.jwt_issuer.as_deref(), config.jwt_audience.as_deref());
+        let validations = [Algorithm::HS256, Algorithm::EdDSA, Algorithm::ES256]
+            .into_iter()
+            .map(|algorithm| (algorithm, validation(algorithm, issuer, audience)))
+            .collect();
+        Ok(Some(Self { hs256, public, validations }))
     }
 
     pub(crate) fn verify(&self, token: &str) -> Result<Principal, AuthError> {
@@ -97,30 +116,38 @@ impl JwtVerifier {
         if candidates.is_empty() {
             return Err(AuthError::Invalid(format!("no key verifies {:?} tokens with this kid", header.alg)));
         }
-        let mut validation = Validation::new(header.alg);
-        // A configured issuer or audience must be present, not only match when present.
-        let mut required = vec!["exp", "sub"];
-        required.extend(self.issuer.as_ref().map(|_| "iss"));
-        required.extend(self.audience.as_ref().map(|_| "aud"));
-        validation.set_required_spec_claims(&required);
-        validation.leeway = CLOCK_LEEWAY_S;
-        match &self.issuer {
-            Some(issuer) => validation.set_issuer(&[issuer]),
-            None => validation.iss = None,
-        }
-        match &self.audience {
-            Some(audience) => validation.set_audience(&[audience]),
-            None => validation.validate_aud = false,
-        }
+        let Some((_, validation)) = self.validations.iter().find(|(algorithm, _)| *algorithm == header.alg) else {
+            return Err(AuthError::Invalid(format!("algorithm {:?} is not accepted", header.alg)));
+        };
         let mut last_error = None;
         for key in candidates {
-            match decode::<Claims>(token, key, &validation) {
+            match decode::<Claims>(token, key, validation) {
                 Ok(data) => return principal(data.claims),
                 Err(error) => last_error = Some(error),
             }
         }
         Err(last_error.map(invalid).unwrap_or(AuthError::Missing))
     }
+}
+
+/// The checks of `algorithm`'s tokens: `exp` and `sub` always; a configured issuer or audience
+/// must be present, not only match when present.
+fn validation(algorithm: Algorithm, issuer: Option<&str>, audience: Option<&str>) -> Validation {
+    let mut validation = Validation::new(algorithm);
+    let mut required = vec!["exp", "sub"];
+    required.extend(issuer.map(|_| "iss"));
+    required.extend(audience.map(|_| "aud"));
+    validation.set_required_spec_claims(&required);
+    validation.leeway = CLOCK_LEEWAY_S;
+    match issuer {
+        Some(issuer) => validation.set_issuer(&[issuer]),
+        None => validation.iss = None,
+    }
+    match audience {
+        Some(audience) => validation.set_audience(&[audience]),
+        None => validation.validate_aud = false,
+    }
+    validation
 }
 
 fn principal(claims: Claims) -> Result<Principal, AuthError> {
