@@ -87,6 +87,10 @@ enum Command {
         /// The search agent's data directory (default: MESH_SEARCH_DATA_DIR, else data/search).
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
+        /// Add the documents to this tenant's own, which only its searches see, rather than to
+        /// the shared corpus every tenant searches.
+        #[arg(long, value_name = "TENANT")]
+        tenant: Option<String>,
     },
     /// Measure retrieval quality on a BEIR collection: nDCG@10, Recall@100 and MRR@10 for each
     /// profile and for their fusion, and query latency.
@@ -165,15 +169,15 @@ async fn main() -> anyhow::Result<()> {
             let options = QueryOptions { top_k, profiles, tenant_id: None };
             ask(&orchestrator_url, &query, options, json, credential).await
         }
-        Command::Ingest { dataset, file, search_url, data_dir } => {
+        Command::Ingest { dataset, file, search_url, data_dir, tenant } => {
             let path = match (dataset, file) {
                 (Some(dataset), _) => dataset.join("corpus.jsonl"),
                 (None, Some(file)) => file,
                 (None, None) => anyhow::bail!("give --dataset DIR or --file FILE"),
             };
             match search_url {
-                Some(url) => ingest_over_http(&path, &url, credential).await,
-                None => ingest_into_data_dir(&path, data_dir).await,
+                Some(url) => ingest_over_http(&path, &url, tenant.as_deref(), credential).await,
+                None => ingest_into_data_dir(&path, data_dir, tenant.as_deref()).await,
             }
         }
         Command::Chat { agent, conversation, ui_url } => {
@@ -263,7 +267,7 @@ async fn open_for_cli(config: &SearchConfig, dense_needed: bool) -> anyhow::Resu
     Ok(index)
 }
 
-async fn ingest_into_data_dir(path: &Path, data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+async fn ingest_into_data_dir(path: &Path, data_dir: Option<PathBuf>, tenant: Option<&str>) -> anyhow::Result<()> {
     let mut config: SearchConfig =
         AgentArgs::default().load(search::config::ENV_PREFIX, search::config::SEARCH_PORT_DEFAULT)?;
     if data_dir.is_some() {
@@ -273,17 +277,27 @@ async fn ingest_into_data_dir(path: &Path, data_dir: Option<PathBuf>) -> anyhow:
     let index = open_for_cli(&config, false).await?;
     let bar = progress_bar(documents.len(), if index.has_dense() { "embedding" } else { "indexing" });
     let started = Instant::now();
-    let report = tokio::task::block_in_place(|| index.upsert(documents, &|n| bar.inc(n as u64)))?;
+    let report = tokio::task::block_in_place(|| index.upsert(tenant, documents, &|n| bar.inc(n as u64)))?;
     bar.finish_and_clear();
     println!("{}: {} in {:.1} s", path.display(), describe_ingestion(&report), started.elapsed().as_secs_f64());
     println!("the index now holds {} documents ({} with vectors)", index.len(), index.embedded());
     Ok(())
 }
 
-async fn ingest_over_http(path: &Path, search_url: &str, credential: Option<&str>) -> anyhow::Result<()> {
+async fn ingest_over_http(
+    path: &Path,
+    search_url: &str,
+    tenant: Option<&str>,
+    credential: Option<&str>,
+) -> anyhow::Result<()> {
     let documents = read_corpus(Some(path))?;
     let http = HttpClient::with_reqwest()?.with_bearer(credential)?;
-    let url = format!("{}/documents", search_url.trim_end_matches('/'));
+    let mut url = format!("{}/documents", search_url.trim_end_matches('/'));
+    if let Some(tenant) = tenant {
+        // A valid tenant id is letters, digits, `_` and `-`: nothing to escape in a query.
+        mesh_protocol::call::validate_tenant_id(tenant).map_err(anyhow::Error::msg)?;
+        url = format!("{url}?tenant={tenant}");
+    }
     let bar = progress_bar(documents.len(), "sending");
     let started = Instant::now();
     let mut total = IngestReport::default();

@@ -228,6 +228,97 @@ async fn tenants_never_see_each_others_tasks() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(mesh.rpc(&agent, &alice, "GetTask", json!({"id": "seed-1"})).await["result"]["id"], "seed-1");
     assert_eq!(mesh.rpc(&agent, &bob, "GetTask", json!({"id": "seed-1"})).await["error"]["code"], -32001);
+    // A caller-chosen id never overwrites another caller's record, even in the same tenant; in
+    // another tenant the same id is a record of its own.
+    let carol = token("carol", "acme", &[Role::User]);
+    let reuse = json!({"id": "seed-1", "messages": [{"role": "user", "parts": [{"type": "text", "text": "Rome"}]}]});
+    let (status, body) =
+        mesh.call(Method::POST, &format!("{agent}/tasks/send"), Some(&carol), Some(reuse.clone())).await;
+    assert_eq!((status, body["error_code"].as_str()), (StatusCode::CONFLICT, Some("TASK_ID_TAKEN")), "{body}");
+    let kept = mesh.rpc(&agent, &alice, "GetTask", json!({"id": "seed-1"})).await;
+    assert!(kept.to_string().contains("Berlin") && !kept.to_string().contains("Rome"), "{kept}");
+    let (status, _) = mesh.call(Method::POST, &format!("{agent}/tasks/send"), Some(&bob), Some(reuse)).await;
+    assert_eq!(status, StatusCode::OK, "another tenant's seed-1 is its own");
+    mesh.suite.stop().await.unwrap();
+}
+
+/// The ids of the documents a search by `bearer` finds for `query`, over the seed format.
+async fn found_documents(mesh: &Mesh, bearer: &str, query: &str) -> Vec<String> {
+    let task = json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": query}]}]});
+    let url = format!("{}/tasks/send", mesh.suite.urls.search);
+    let (status, body) = mesh.call(Method::POST, &url, Some(bearer), Some(task)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let results = body["messages"][0]["parts"][0]["data"]["results"].as_array().cloned().unwrap_or_default();
+    results.iter().filter_map(|hit| hit["id"].as_str().map(str::to_owned)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_searches_the_shared_corpus_and_its_own_documents_never_another_tenants() {
+    let (mesh, _data) = Mesh::start().await;
+    let search = mesh.suite.urls.search.clone();
+    let own = json!({"documents": [{"_id": "acme-quokka", "title": "Quokka telescope", "text": "A quokka builds a telescope."}]});
+    let (status, body) =
+        mesh.call(Method::POST, &format!("{search}/documents?tenant=acme"), Some(&mesh.admin), Some(own.clone())).await;
+    assert_eq!((status, body["tenant"].as_str()), (StatusCode::OK, Some("acme")), "{body}");
+    // Only an admin adds documents, to any tenant; a user cannot, not even to its own.
+    let (status, _) =
+        mesh.call(Method::POST, &format!("{search}/documents?tenant=acme"), Some(&mesh.alice), Some(own)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    assert!(found_documents(&mesh, &mesh.alice, "quokka telescope").await.contains(&"acme-quokka".to_owned()));
+    assert!(!found_documents(&mesh, &mesh.bob, "quokka telescope").await.contains(&"acme-quokka".to_owned()));
+    let shared = found_documents(&mesh, &mesh.bob, "robots playing soccer").await;
+    assert!(!shared.is_empty(), "every tenant searches the shared corpus");
+    assert_eq!(found_documents(&mesh, &mesh.alice, "robots playing soccer").await, shared);
+    // The tenant comes from the credential: a user naming another tenant in the call context is refused.
+    let task = json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": "quokka telescope"}]}]});
+    let borrowed = mesh
+        .http
+        .post(format!("{search}/tasks/send"))
+        .bearer_auth(&mesh.bob)
+        .header("x-mesh-tenant", "acme")
+        .json(&task);
+    let answer = borrowed.send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+    let body = answer.text().await.unwrap();
+    assert!(body.contains("TENANT_FORBIDDEN") && !body.contains("acme-quokka"), "{body}");
+
+    // Reads: a user's own tenant first, then the shared corpus; another tenant's are not found,
+    // and naming another tenant is refused.
+    let (status, body) =
+        mesh.call(Method::GET, &format!("{search}/documents/acme-quokka"), Some(&mesh.alice), None).await;
+    assert_eq!((status, body["tenant"].as_str()), (StatusCode::OK, Some("acme")), "{body}");
+    let (status, _) = mesh.call(Method::GET, &format!("{search}/documents/acme-quokka"), Some(&mesh.bob), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) =
+        mesh.call(Method::GET, &format!("{search}/documents/acme-quokka?tenant=acme"), Some(&mesh.bob), None).await;
+    assert_eq!((status, body["error_code"].as_str()), (StatusCode::FORBIDDEN, Some("TENANT_FORBIDDEN")), "{body}");
+    let (status, body) =
+        mesh.call(Method::GET, &format!("{search}/documents/x?tenant=no%2Fslash"), Some(&mesh.admin), None).await;
+    assert_eq!((status, body["error_code"].as_str()), (StatusCode::BAD_REQUEST, Some("TENANT_INVALID")), "{body}");
+
+    // The orchestrator's fan-out searches as the user: the tenant travels with the call.
+    let ask = |bearer: String| {
+        let orchestrator = mesh.suite.urls.orchestrator.clone();
+        let task = json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": "quokka telescope"}]}]});
+        let http = mesh.http.clone();
+        async move {
+            let answer =
+                http.post(format!("{orchestrator}/tasks/send")).bearer_auth(bearer).json(&task).send().await.unwrap();
+            answer.text().await.unwrap()
+        }
+    };
+    assert!(ask(mesh.alice.clone()).await.contains("acme-quokka"));
+    assert!(!ask(mesh.bob.clone()).await.contains("acme-quokka"));
+
+    let (status, _) =
+        mesh.call(Method::DELETE, &format!("{search}/documents/acme-quokka"), Some(&mesh.admin), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a delete without ?tenant= addresses the shared corpus");
+    let (status, _) = mesh
+        .call(Method::DELETE, &format!("{search}/documents/acme-quokka?tenant=acme"), Some(&mesh.admin), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!found_documents(&mesh, &mesh.alice, "quokka telescope").await.contains(&"acme-quokka".to_owned()));
     mesh.suite.stop().await.unwrap();
 }
 

@@ -7,11 +7,10 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
-use axum::{Extension, Json, Router, middleware};
+use axum::{Json, Router, middleware};
 use mesh_agent_kit::ServiceMetrics;
-use mesh_agent_kit::auth::{AGENT_ROLES, ANY_ROLE, require};
+use mesh_agent_kit::auth::{AGENT_ROLES, ANY_ROLE, RequestCaller, require};
 use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams, health_route};
-use mesh_auth::Caller;
 use mesh_client::HttpClient;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::graph::{
@@ -32,7 +31,7 @@ use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api;
 use crate::health::{check_and_record, now_rfc3339};
-use crate::intake::{admit_registration, validate, verify_card, vet_address};
+use crate::intake::{IntakePolicy, admit_registration, validate, verify_card, vet_address};
 use crate::links::LinkStore;
 use crate::ownership;
 use crate::store::AgentStore;
@@ -47,11 +46,9 @@ pub struct RegistryState {
     /// Reloadable (SIGHUP), hence behind a lock.
     pub graph_mode: RwLock<GraphMode>,
     pub http: HttpClient,
-    /// `None` skips verification of agent cards.
-    pub card_fetch_timeout: Option<Duration>,
     pub health_check_timeout: Duration,
-    /// Agents registered at once, at most.
-    pub registrations_max: usize,
+    /// What a registration must pass.
+    pub intake: IntakePolicy,
 }
 
 impl RegistryState {
@@ -174,17 +171,17 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
 ))]
 async fn register(
     State(state): State<Arc<RegistryState>>,
-    caller: Option<Extension<Caller>>,
+    RequestCaller(caller): RequestCaller,
     JsonBody(registration): JsonBody<Registration>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
     let mut agent = validate(&registration, &now_rfc3339())?;
     // Before any fetch: a name held by another identity is refused without touching its URL.
     let current_owner = state.directory.owner(&agent.name).flatten();
-    agent.owner = ownership::claim(&caller_of(caller), &agent.name, current_owner.as_deref())?;
-    admit_registration(&state.directory, &agent.name, state.registrations_max)?;
+    agent.owner = ownership::claim(&caller, &agent.name, current_owner.as_deref())?;
+    admit_registration(&state.directory, &agent, &state.intake)?;
     vet_address(&state.http, &agent).await?;
-    if let Some(timeout) = state.card_fetch_timeout {
-        verify_card(&state.http, &agent, timeout).await?;
+    if let Some(timeout) = state.intake.card_fetch_timeout {
+        verify_card(&state.http, &agent, timeout, &state.intake).await?;
     }
     if let Ok(existing) = state.directory.get(&agent.name) {
         agent.registered_at = existing.registered_at;
@@ -215,11 +212,6 @@ async fn register(
     Ok(Json(StatusMessage::new("registered")))
 }
 
-/// The caller the trust layer found (none: a router served without it, so anonymous).
-fn caller_of(caller: Option<Extension<Caller>>) -> Caller {
-    caller.map_or(Caller::Anonymous, |Extension(caller)| caller)
-}
-
 /// Which instance of a name a request is about.
 #[derive(Debug, Deserialize, IntoParams)]
 struct InstanceQuery {
@@ -237,12 +229,12 @@ struct InstanceQuery {
 ))]
 async fn deregister(
     State(state): State<Arc<RegistryState>>,
-    caller: Option<Extension<Caller>>,
+    RequestCaller(caller): RequestCaller,
     PathParam(name): PathParam<String>,
     QueryParams(instance): QueryParams<InstanceQuery>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
     if let Some(owner) = state.directory.owner(&name) {
-        ownership::may_remove(&caller_of(caller), &name, owner.as_deref())?;
+        ownership::may_remove(&caller, &name, owner.as_deref())?;
     }
     let url = instance.url.as_deref().map(|u| u.trim_end_matches('/'));
     let known_url = state.directory.get(&name).ok().map(|a| a.url);

@@ -16,6 +16,7 @@ use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api::sync_config_links;
 use crate::health::{PollSettings, poll_forever};
+use crate::intake::IntakePolicy;
 use crate::links::LinkStore;
 use crate::store::AgentStore;
 
@@ -60,11 +61,8 @@ impl RegistryService {
             events: Arc::new(EventHub::new(config.events_buffered, config.event_subscribers_max)),
             graph_mode: std::sync::RwLock::new(config.graph_mode),
             http,
-            card_fetch_timeout: config
-                .verify_registrations
-                .then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
             health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
-            registrations_max: config.registrations_max,
+            intake: IntakePolicy::from_config(config)?,
         });
         sync_config_links(&state, &config.links).await?;
         let access = AccessControl::from_config(&config.auth)

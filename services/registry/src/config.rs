@@ -17,6 +17,8 @@ pub const HEALTH_CHECK_CONCURRENCY_MAX_DEFAULT: usize = 32;
 pub const CARD_FETCH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Agents registered at once, at most, whoever registers them.
 pub const REGISTRATIONS_MAX_DEFAULT: usize = 10_000;
+/// Agents one identity (an admin: an agent holds only its own name) may hold at once.
+pub const REGISTRATIONS_PER_IDENTITY_MAX_DEFAULT: usize = 1_000;
 /// Prefix of the environment variables the registry reads.
 pub const ENV_PREFIX: &str = "MESH_REGISTRY";
 
@@ -49,6 +51,14 @@ pub struct RegistryConfig {
     pub allowed_networks: Vec<String>,
     /// Agents registered at once, at most; a new name beyond it is refused.
     pub registrations_max: usize,
+    /// Agents registered by one identity at once, at most (with authentication on).
+    pub registrations_per_identity_max: usize,
+    /// Public keys (each with its `kid`) whose signatures on agent cards are trusted. A card
+    /// whose signatures all fail against them is refused.
+    pub trusted_card_keys: Vec<mesh_auth::JwtPublicKey>,
+    /// Refuse agents whose card is not signed by a trusted key (needs `trusted_card_keys` and
+    /// `verify_registrations`).
+    pub require_signed_cards: bool,
     /// Requests handled at once, at most; more are answered 503 at once.
     pub concurrency_max: usize,
     /// Requests per second each tenant may make (sustained), and the burst above it.
@@ -79,6 +89,9 @@ impl Default for RegistryConfig {
             event_subscribers_max: EVENT_SUBSCRIBERS_MAX_DEFAULT,
             allowed_networks: Vec::new(),
             registrations_max: REGISTRATIONS_MAX_DEFAULT,
+            registrations_per_identity_max: REGISTRATIONS_PER_IDENTITY_MAX_DEFAULT,
+            trusted_card_keys: Vec::new(),
+            require_signed_cards: false,
             concurrency_max: mesh_agent_kit::http::CONCURRENCY_MAX_DEFAULT,
             rate_limit_per_s: mesh_agent_kit::http::RATE_LIMIT_PER_S_DEFAULT,
             rate_limit_burst: mesh_agent_kit::http::RATE_LIMIT_BURST_DEFAULT,
@@ -98,7 +111,9 @@ impl Default for RegistryConfig {
 snake_case: host, port, database_url, health_check_interval_ms, health_check_timeout_ms, \
 health_check_concurrency_max, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
 body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, allowed_networks, \
-registrations_max, concurrency_max, rate_limit_per_s, rate_limit_burst, shutdown_drain_ms, and [[links]] tables with from, \
+registrations_max, registrations_per_identity_max, require_signed_cards, concurrency_max, rate_limit_per_s, \
+rate_limit_burst, shutdown_drain_ms, [[trusted_card_keys]] tables with kid, algorithm (EdDSA or ES256) and pem_file, \
+an [auth] table, and [[links]] tables with from, \
 to, direction, relationship, enabled) or from environment variables MESH_REGISTRY_<KEY> (e.g. \
 MESH_REGISTRY_PORT=8000, MESH_REGISTRY_GRAPH_MODE=enforced). Flags win over the environment, which \
 wins over the file. SIGHUP reloads the file's links and graph mode."

@@ -137,6 +137,11 @@ impl Directory {
         self.read().agents.values().map(record).collect()
     }
 
+    /// How many agents `owner` registered.
+    pub fn count_owned_by(&self, owner: &str) -> usize {
+        self.read().agents.values().filter(|entry| entry.agent.owner.as_deref() == Some(owner)).count()
+    }
+
     /// Who owns `name` (`Some(None)`: registered with authentication off); `None` when it is
     /// not registered.
     pub fn owner(&self, name: &str) -> Option<Option<String>> {

@@ -24,6 +24,11 @@ pub enum RegistryError {
     AddressRefused { url: String, reason: String },
     #[error("the registry keeps at most {0} registrations")]
     RegistrationsFull(usize),
+    #[error("one identity may hold at most {0} registrations")]
+    IdentityRegistrationsFull(usize),
+    /// The reason (which kid, which check) stays in the logs with the URL.
+    #[error("the agent card at {url} is not signed by a trusted key")]
+    CardSignature { url: String, reason: String },
     /// The reason and the name found stay in the logs: they quote the fetched document, which
     /// must not leak back to the caller when the URL points somewhere it should not.
     #[error("the document at {url} is not an agent card")]
@@ -66,6 +71,8 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::CardUnreachable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_UNREACHABLE"),
             RegistryError::AddressRefused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_ADDRESS_REFUSED"),
             RegistryError::RegistrationsFull(_) => (StatusCode::CONFLICT, "REGISTRATIONS_FULL"),
+            RegistryError::IdentityRegistrationsFull(_) => (StatusCode::CONFLICT, "IDENTITY_REGISTRATIONS_FULL"),
+            RegistryError::CardSignature { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_SIGNATURE_INVALID"),
             RegistryError::CardInvalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_INVALID"),
             RegistryError::CardMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_MISMATCH"),
             RegistryError::LinkNotFound(_) => (StatusCode::NOT_FOUND, "LINK_NOT_FOUND"),
@@ -85,7 +92,8 @@ impl From<RegistryError> for ErrorResponse {
             _ if status.is_server_error() => tracing::error!(%error, "registry request failed"),
             RegistryError::CardUnreachable { url, reason }
             | RegistryError::AddressRefused { url, reason }
-            | RegistryError::CardInvalid { url, reason } => {
+            | RegistryError::CardInvalid { url, reason }
+            | RegistryError::CardSignature { url, reason } => {
                 tracing::warn!(%url, %reason, "registration refused");
             }
             RegistryError::CardMismatch { url, expected, found } => {

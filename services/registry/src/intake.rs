@@ -1,13 +1,16 @@
 //! Turning a `POST /register` body into a stored agent: validation, endpoint resolution and the
 //! optional card check.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use mesh_auth::CardVerifier;
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::registry::{AGENT_CARD_PATH, Registration};
 use url::Url;
 
+use crate::config::RegistryConfig;
 use crate::directory::Directory;
 use crate::error::RegistryError;
 use crate::store::StoredAgent;
@@ -76,13 +79,63 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
     })
 }
 
-/// Whether a registration of `name` fits the registry's capacity: re-registering a known name
-/// always does, a new name only below `registrations_max`. This is where per-identity caps go
-/// once registrations carry an authenticated identity. Registrations of new names racing each
-/// other may overshoot by as many as are in flight (bounded by the server's concurrency limit).
-pub fn admit_registration(directory: &Directory, name: &str, registrations_max: usize) -> Result<(), RegistryError> {
-    if directory.get(name).is_err() && directory.count() >= registrations_max {
-        return Err(RegistryError::RegistrationsFull(registrations_max));
+/// What a registration must pass, from the registry's configuration.
+#[derive(Debug, Clone)]
+pub struct IntakePolicy {
+    /// `None` skips fetching agent cards (and so checking their signatures).
+    pub card_fetch_timeout: Option<Duration>,
+    pub registrations_max: usize,
+    pub registrations_per_identity_max: usize,
+    /// Checks card signatures when keys are trusted.
+    pub card_verifier: Option<Arc<CardVerifier>>,
+    pub require_signed_cards: bool,
+}
+
+impl IntakePolicy {
+    pub fn from_config(config: &RegistryConfig) -> Result<Self, RegistryError> {
+        let card_verifier = match config.trusted_card_keys.as_slice() {
+            [] => None,
+            keys => Some(Arc::new(CardVerifier::load(keys).map_err(|e| RegistryError::Startup(e.to_string()))?)),
+        };
+        if config.require_signed_cards && (card_verifier.is_none() || !config.verify_registrations) {
+            return Err(RegistryError::Startup(
+                "require_signed_cards needs trusted_card_keys to check signatures with, and verify_registrations \
+                 to fetch the cards"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            card_fetch_timeout: config
+                .verify_registrations
+                .then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
+            registrations_max: config.registrations_max,
+            registrations_per_identity_max: config.registrations_per_identity_max,
+            card_verifier,
+            require_signed_cards: config.require_signed_cards,
+        })
+    }
+}
+
+/// Whether a registration of `agent` fits the registry's capacity: re-registering a known name
+/// always does; a new name only below `registrations_max` in all, and below
+/// `registrations_per_identity_max` of its registering identity. Registrations of new names
+/// racing each other may overshoot by as many as are in flight (bounded by the server's
+/// concurrency limit).
+pub fn admit_registration(
+    directory: &Directory,
+    agent: &StoredAgent,
+    policy: &IntakePolicy,
+) -> Result<(), RegistryError> {
+    if directory.get(&agent.name).is_ok() {
+        return Ok(());
+    }
+    if directory.count() >= policy.registrations_max {
+        return Err(RegistryError::RegistrationsFull(policy.registrations_max));
+    }
+    if let Some(owner) = &agent.owner
+        && directory.count_owned_by(owner) >= policy.registrations_per_identity_max
+    {
+        return Err(RegistryError::IdentityRegistrationsFull(policy.registrations_per_identity_max));
     }
     Ok(())
 }
@@ -98,7 +151,12 @@ pub async fn vet_address(http: &HttpClient, agent: &StoredAgent) -> Result<(), R
 
 /// Fetches the agent's card and checks it names the registering agent, so nobody registers an
 /// agent that is not there or registers under another agent's name.
-pub async fn verify_card(http: &HttpClient, agent: &StoredAgent, timeout: Duration) -> Result<(), RegistryError> {
+pub async fn verify_card(
+    http: &HttpClient,
+    agent: &StoredAgent,
+    timeout: Duration,
+    policy: &IntakePolicy,
+) -> Result<(), RegistryError> {
     let url = &agent.agent_card_url;
     let card: serde_json::Value = http.get_json(url, timeout).await.map_err(|e| match e {
         mesh_client::ClientError::Decode { reason, .. } => RegistryError::CardInvalid { url: url.clone(), reason },
@@ -107,6 +165,13 @@ pub async fn verify_card(http: &HttpClient, agent: &StoredAgent, timeout: Durati
         }
         other => RegistryError::CardUnreachable { url: url.clone(), reason: other.to_string() },
     })?;
+    if let Some(verifier) = &policy.card_verifier {
+        match verifier.verify(&card) {
+            Ok(kid) => tracing::debug!(agent = %agent.name, %kid, "agent card signature verified"),
+            Err(mesh_auth::AuthError::CardUnsigned) if !policy.require_signed_cards => {}
+            Err(error) => return Err(RegistryError::CardSignature { url: url.clone(), reason: error.to_string() }),
+        }
+    }
     let card: AgentCard = serde_json::from_value(card)
         .map_err(|e| RegistryError::CardInvalid { url: url.clone(), reason: e.to_string() })?;
     if card.name != agent.name {

@@ -77,7 +77,7 @@ async fn main() {
                 };
                 for (_, text) in &collection.queries {
                     let started = Instant::now();
-                    agent.search(text, &request, None).await.expect("search");
+                    agent.search(text, &request, None, None).await.expect("search");
                     samples_ms[run].push(started.elapsed().as_secs_f64() * 1000.0);
                 }
             }
@@ -101,7 +101,7 @@ async fn main() {
     println!("indexing throughput");
     let started = Instant::now();
     let lexical = SearchIndex::open(&IndexLocation::Memory, None, 1).expect("index opens");
-    lexical.upsert(collection.documents.clone(), &|_| {}).expect("indexed");
+    lexical.upsert(None, collection.documents.clone(), &|_| {}).expect("indexed");
     let bm25_rate = collection.documents.len() as f64 / started.elapsed().as_secs_f64();
     println!("{:<34} {bm25_rate:>10.0} documents/s", "bm25 (all documents)");
     let sample: Vec<_> = collection.documents.iter().take(embed_sample).cloned().collect();
@@ -109,7 +109,7 @@ async fn main() {
     for embedding_threads in [1, threads] {
         let index = SearchIndex::open(&IndexLocation::Memory, Some(encoder.clone()), embedding_threads).unwrap();
         let started = Instant::now();
-        index.upsert(sample.clone(), &|_| {}).expect("embedded");
+        index.upsert(None, sample.clone(), &|_| {}).expect("embedded");
         let rate = sample.len() as f64 / started.elapsed().as_secs_f64();
         println!(
             "{:<34} {rate:>10.1} documents/s",

@@ -53,13 +53,15 @@ impl SearchAgent {
         self
     }
 
-    /// Searches with every requested profile. With a `deadline` (the caller's), profiles still
-    /// ranking when it comes are left out and named in the warnings (a partial answer); an
-    /// answer needs one profile at least.
+    /// Searches with every requested profile the documents `tenant` sees: the shared corpus and
+    /// the tenant's own (only the shared corpus for `None`). With a `deadline` (the caller's),
+    /// profiles still ranking when it comes are left out and named in the warnings (a partial
+    /// answer); an answer needs one profile at least.
     pub async fn search(
         &self,
         query: &str,
         request: &SearchRequest,
+        tenant: Option<&str>,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(SearchResults, Vec<String>), SearchError> {
         let query = query.trim();
@@ -87,6 +89,7 @@ impl SearchAgent {
             .map(|profile| {
                 let (index, profile, query, modality) =
                     (self.index.clone(), profile.clone(), query.to_owned(), request.modality);
+                let tenant = tenant.map(str::to_owned);
                 let (parent, service) = (parent.clone(), self.service.clone());
                 // Ranking is CPU work on tantivy's blocking API: keep it off the async workers,
                 // one profile per core at a time.
@@ -98,7 +101,7 @@ impl SearchAgent {
                     };
                     let _entered = span.enter();
                     let started = Instant::now();
-                    let hits = index.rank(&profile, &query, modality, limit);
+                    let hits = index.rank(&profile, &query, modality, limit, tenant.as_deref());
                     let elapsed = started.elapsed();
                     metrics::histogram!("mesh_search_profile_duration_seconds", mesh_telemetry::SERVICE_LABEL => service, "profile" => profile.clone())
                         .record(elapsed.as_secs_f64());
@@ -139,7 +142,7 @@ impl SearchAgent {
         let results = fused
             .into_iter()
             .filter_map(|fused| {
-                let document = self.index.document(&fused.key)?;
+                let document = self.index.by_key(&fused.key)?;
                 Some(SearchHit {
                     id: document.id.clone(),
                     title: document.title.clone(),
@@ -201,7 +204,10 @@ impl AgentHandler for SearchAgent {
         let request: SearchRequest = serde_json::from_value(Value::Object(task.data))
             .map_err(|e| SearchError::InvalidParameters(e.to_string()))?;
         let deadline = task.call.time_left().map(|left| tokio::time::Instant::now() + left);
-        let (results, warnings) = self.search(&task.text, &request, deadline).await?;
+        // The tenant the call acts for: the user's own, set from its credentials on the way in
+        // (or carried on by the agent that called), never one the request body names.
+        let tenant = task.call.context().tenant.as_deref().filter(|tenant| !tenant.is_empty());
+        let (results, warnings) = self.search(&task.text, &request, tenant, deadline).await?;
         let data = serde_json::to_value(results).map_err(|e| AgentError::Internal(e.to_string()))?;
         Ok(AgentReply { warnings, ..AgentReply::data(data) })
     }

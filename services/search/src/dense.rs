@@ -59,9 +59,9 @@ impl DenseVectors {
         self.values.truncate(last * self.dimensions);
     }
 
-    /// The `limit` documents most similar to `query` (a unit vector), best first; equal scores
-    /// rank by id, so every replica answers alike.
-    pub fn nearest(&self, query: &[f32], limit: usize) -> Vec<(String, f64)> {
+    /// The `limit` documents most similar to `query` (a unit vector) among those whose id is
+    /// `visible`, best first; equal scores rank by id, so every replica answers alike.
+    pub fn nearest(&self, query: &[f32], limit: usize, visible: impl Fn(&str) -> bool) -> Vec<(String, f64)> {
         if query.len() != self.dimensions || limit == 0 || self.ids.is_empty() {
             return Vec::new();
         }
@@ -69,6 +69,7 @@ impl DenseVectors {
             .values
             .chunks_exact(self.dimensions)
             .enumerate()
+            .filter(|(row, _)| visible(&self.ids[*row]))
             .map(|(row, vector)| (mesh_embedding::dot(vector, query), row))
             .collect();
         let by_score = |a: &(f32, usize), b: &(f32, usize)| -> Ordering {
@@ -101,10 +102,13 @@ mod tests {
         vectors.upsert("b-near", &unit(&[1.0, 0.1]));
         vectors.upsert("a-near", &unit(&[1.0, 0.1]));
         vectors.upsert("middle", &unit(&[1.0, 1.0]));
-        let hits = vectors.nearest(&unit(&[1.0, 0.0]), 3);
+        let hits = vectors.nearest(&unit(&[1.0, 0.0]), 3, |_| true);
         let ids: Vec<_> = hits.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["a-near", "b-near", "middle"]);
-        assert!(vectors.nearest(&[1.0, 0.0, 0.0], 3).is_empty(), "wrong query length");
+        let hidden = vectors.nearest(&unit(&[1.0, 0.0]), 3, |id| !id.ends_with("near"));
+        let ids: Vec<_> = hidden.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["middle", "far"], "documents not visible are never ranked");
+        assert!(vectors.nearest(&[1.0, 0.0, 0.0], 3, |_| true).is_empty(), "wrong query length");
         assert!(!vectors.upsert("bad", &[1.0]), "wrong vector length");
     }
 
@@ -120,31 +124,34 @@ mod tests {
         vectors.remove("missing");
         assert_eq!(vectors.len(), 2);
         assert!(!vectors.contains("y"));
-        let hits = vectors.nearest(&[0.0, 1.0], 5);
+        let hits = vectors.nearest(&[0.0, 1.0], 5, |_| true);
         assert_eq!(hits[0], ("x".to_owned(), 1.0));
         assert_eq!(hits[1].0, "z");
     }
 
     proptest! {
-        /// The selection agrees with a full sort, whatever the limit.
+        /// The selection agrees with a full sort of the visible rows, whatever the limit.
         #[test]
         fn nearest_equals_a_full_sort(
-            rows in prop::collection::vec(prop::collection::vec(-1.0f32..1.0, 3), 1..40),
+            rows in prop::collection::vec((prop::collection::vec(-1.0f32..1.0, 3), any::<bool>()), 1..40),
             query in prop::collection::vec(-1.0f32..1.0, 3),
             limit in 1usize..50,
         ) {
             let mut vectors = DenseVectors::new(3);
-            for (i, row) in rows.iter().enumerate() {
+            let visible: std::collections::HashSet<String> =
+                rows.iter().enumerate().filter(|(_, (_, shown))| *shown).map(|(i, _)| format!("d{i:02}")).collect();
+            for (i, (row, _)) in rows.iter().enumerate() {
                 vectors.upsert(&format!("d{i:02}"), row);
             }
             let mut expected: Vec<(String, f64)> = rows
                 .iter()
                 .enumerate()
-                .map(|(i, row)| (format!("d{i:02}"), f64::from(mesh_embedding::dot(row, &query))))
+                .filter(|(_, (_, shown))| *shown)
+                .map(|(i, (row, _))| (format!("d{i:02}"), f64::from(mesh_embedding::dot(row, &query))))
                 .collect();
             expected.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             expected.truncate(limit);
-            prop_assert_eq!(vectors.nearest(&query, limit), expected);
+            prop_assert_eq!(vectors.nearest(&query, limit, |id| visible.contains(id)), expected);
         }
     }
 }

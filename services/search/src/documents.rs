@@ -5,6 +5,10 @@
 //! - `GET /documents/{id}`: one stored document;
 //! - `DELETE /documents/{id}`: remove one.
 //!
+//! Writes address the shared corpus, or a tenant's own documents with `?tenant=`. A read finds the
+//! reader's tenant's document first, then the shared one: a user reads its own tenant's (naming
+//! another is refused), an admin any tenant's.
+//!
 //! Ingestion computes vectors on blocking threads, so searches keep being answered meanwhile.
 
 use std::sync::Arc;
@@ -16,9 +20,10 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use mesh_agent_kit::auth::{ADMIN_ROLES, ANY_ROLE, require};
-use mesh_agent_kit::http::PathParam;
+use mesh_agent_kit::auth::{ADMIN_ROLES, ANY_ROLE, RequestCaller, auth_error_response, require};
+use mesh_agent_kit::http::{PathParam, QueryParams};
 use mesh_agent_kit::{AgentError, ErrorResponse};
+use mesh_protocol::call::validate_tenant_id;
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{Document, read_jsonl};
@@ -34,6 +39,35 @@ struct DocumentBatch {
     documents: Vec<Document>,
 }
 
+/// The owner a request addresses: `?tenant=` for a tenant's own documents, none for the shared
+/// corpus.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnerQuery {
+    tenant: Option<String>,
+}
+
+impl OwnerQuery {
+    /// The tenant named, checked; `None` for the shared corpus.
+    fn tenant(&self) -> Result<Option<&str>, ErrorResponse> {
+        match self.tenant.as_deref() {
+            None | Some("") => Ok(None),
+            Some(tenant) => validate_tenant_id(tenant)
+                .map(|()| Some(tenant))
+                .map_err(|reason| ErrorResponse::new(StatusCode::BAD_REQUEST, "TENANT_INVALID", reason)),
+        }
+    }
+}
+
+/// A stored document, with its tenant when it is not of the shared corpus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredDocument {
+    #[serde(flatten)]
+    pub document: Document,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
 /// Answer of `POST /documents`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IngestAnswer {
@@ -41,8 +75,11 @@ pub struct IngestAnswer {
     pub replaced: usize,
     pub unchanged: usize,
     pub embedded: usize,
-    /// Documents in the index afterwards.
+    /// Documents in the index afterwards, of every owner.
     pub documents: usize,
+    /// The tenant the documents went to; none for the shared corpus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     pub time_ms: f64,
 }
 
@@ -73,10 +110,12 @@ pub fn routes(index: Arc<SearchIndex>) -> Router {
 
 async fn ingest(
     State(documents_state): State<Arc<Documents>>,
+    QueryParams(owner): QueryParams<OwnerQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<IngestAnswer>, ErrorResponse> {
     let started = Instant::now();
+    let tenant = owner.tenant()?.map(str::to_owned);
     let body = body.map_err(|rejection| {
         let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             "REQUEST_BODY_TOO_LARGE"
@@ -90,7 +129,8 @@ async fn ingest(
     let writer = index.clone();
     // Waiting ingests queue here; the request timeout bounds how long.
     let _writing = documents_state.writing.lock().await;
-    let report = on_blocking_thread(move || writer.upsert(documents, &|_| {})).await?;
+    let owner = tenant.clone();
+    let report = on_blocking_thread(move || writer.upsert(owner.as_deref(), documents, &|_| {})).await?;
     let IngestReport { added, replaced, unchanged, embedded } = report;
     Ok(Json(IngestAnswer {
         added,
@@ -98,6 +138,7 @@ async fn ingest(
         unchanged,
         embedded,
         documents: index.len(),
+        tenant,
         time_ms: started.elapsed().as_secs_f64() * 1000.0,
     }))
 }
@@ -135,19 +176,31 @@ fn parse_documents(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Document>, Er
 
 async fn fetch(
     State(documents): State<Arc<Documents>>,
+    RequestCaller(caller): RequestCaller,
+    QueryParams(owner): QueryParams<OwnerQuery>,
     PathParam(id): PathParam<String>,
-) -> Result<Json<Document>, ErrorResponse> {
-    documents.index.document(&id).map(|document| Json((*document).clone())).ok_or_else(|| not_found(&id))
+) -> Result<Json<StoredDocument>, ErrorResponse> {
+    let requested = owner.tenant()?.unwrap_or_default();
+    let tenant = caller.tenant(requested, None).map_err(|error| auth_error_response(&error))?;
+    let tenant = Some(tenant.as_str()).filter(|tenant| !tenant.is_empty());
+    let found = match tenant.and_then(|tenant| documents.index.document(Some(tenant), &id)) {
+        Some(own) => Some((own, tenant)),
+        None => documents.index.document(None, &id).map(|shared| (shared, None)),
+    };
+    let (document, tenant) = found.ok_or_else(|| not_found(&id))?;
+    Ok(Json(StoredDocument { document: (*document).clone(), tenant: tenant.map(str::to_owned) }))
 }
 
 async fn remove(
     State(documents): State<Arc<Documents>>,
+    QueryParams(owner): QueryParams<OwnerQuery>,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<DeleteAnswer>, ErrorResponse> {
     let index = &documents.index;
+    let tenant = owner.tenant()?.map(str::to_owned);
     let (writer, ids) = (index.clone(), vec![id.clone()]);
     let _writing = documents.writing.lock().await;
-    let deleted = on_blocking_thread(move || writer.delete(&ids)).await?;
+    let deleted = on_blocking_thread(move || writer.delete(tenant.as_deref(), &ids)).await?;
     if deleted == 0 {
         return Err(not_found(&id));
     }

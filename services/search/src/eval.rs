@@ -157,11 +157,11 @@ pub fn index_collection(
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<IngestReport, SearchError> {
     let wanted: HashSet<&str> = collection.documents.iter().map(|d| d.id.as_str()).collect();
-    let stale: Vec<String> = index.ids().into_iter().filter(|id| !wanted.contains(id.as_str())).collect();
+    let stale: Vec<String> = index.ids(None).into_iter().filter(|id| !wanted.contains(id.as_str())).collect();
     if !stale.is_empty() {
-        index.delete(&stale)?;
+        index.delete(None, &stale)?;
     }
-    index.upsert(collection.documents.clone(), progress)
+    index.upsert(None, collection.documents.clone(), progress)
 }
 
 /// Evaluates each of `profiles` alone over `index` (holding the collection), then their fusion
@@ -189,7 +189,7 @@ pub async fn evaluate(
         let mut latencies_ms = Vec::with_capacity(collection.queries.len());
         for (id, text) in &collection.queries {
             let started = Instant::now();
-            let (results, _) = agent.search(text, &request, None).await?;
+            let (results, _) = agent.search(text, &request, None, None).await?;
             latencies_ms.push(started.elapsed().as_secs_f64() * 1000.0);
             let ranked: Vec<String> = results.results.into_iter().map(|hit| hit.id).collect();
             let scores = score(&ranked, &collection.qrels[id]);

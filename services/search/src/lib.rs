@@ -35,7 +35,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 pub use agent::{SearchAgent, SearchSettings};
 pub use config::{DenseConfig, SearchConfig};
 pub use corpus::Document;
-pub use documents::{DeleteAnswer, IngestAnswer};
+pub use documents::{DeleteAnswer, IngestAnswer, StoredDocument};
 pub use embed::EMBEDDING_BATCH_DOCUMENTS;
 pub use error::SearchError;
 pub use index::{DENSE_PROFILE, IndexLocation, IngestReport, SearchIndex, index_directory};
@@ -119,7 +119,7 @@ pub async fn open_or_seed_index(config: &SearchConfig) -> Result<(Arc<SearchInde
         on_blocking_thread(move || {
             let documents = read_corpus(corpus_path.as_deref())?;
             tracing::info!(documents = documents.len(), "ingesting the initial corpus into an empty index");
-            seeded.upsert(documents, &|_| {})
+            seeded.upsert(None, documents, &|_| {})
         })
         .await?;
     }

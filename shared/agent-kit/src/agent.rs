@@ -1,5 +1,6 @@
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::State;
@@ -70,6 +71,48 @@ struct AgentState<H> {
     card: Arc<CardDocument>,
     handler: Arc<H>,
     engine: TaskEngine<SeedTasks<H>>,
+    /// Caller-chosen seed task ids being handled now, by tenant: the store holds a task only
+    /// once it is answered, so these keep two requests of one id from both going ahead. Never
+    /// larger than the requests in flight, which the load-shedding layer bounds.
+    seed_ids: Arc<Mutex<HashSet<(String, String)>>>,
+}
+
+/// A caller-chosen seed task id, held while its task is handled.
+struct SeedIdClaim {
+    ids: Arc<Mutex<HashSet<(String, String)>>>,
+    key: (String, String),
+}
+
+impl Drop for SeedIdClaim {
+    fn drop(&mut self) {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
+    }
+}
+
+impl<H: AgentHandler> AgentState<H> {
+    /// Claims `id` in `tenant` for a new seed task. A caller-chosen id names one task: an id
+    /// that a task of the tenant holds already, or that a request in flight claimed, is
+    /// refused, so no caller ever overwrites another's record.
+    async fn claim_seed_id(&self, tenant: &str, id: &str) -> Result<SeedIdClaim, ErrorResponse> {
+        let key = (tenant.to_owned(), id.to_owned());
+        let taken = || {
+            ErrorResponse::new(
+                StatusCode::CONFLICT,
+                "TASK_ID_TAKEN",
+                format!("a task with id {id:?} exists already: choose another id, or send none and one is chosen"),
+            )
+        };
+        if !self.seed_ids.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone()) {
+            return Err(taken());
+        }
+        let claim = SeedIdClaim { ids: self.seed_ids.clone(), key };
+        match self.engine.exists(tenant, id).await {
+            Ok(false) => Ok(claim),
+            Ok(true) => Err(taken()),
+            // The record cannot be looked up: the id cannot be promised free.
+            Err(error) => Err(AgentError::Unavailable(format!("the task store does not answer: {error}")).into()),
+        }
+    }
 }
 
 /// The routes of an agent answering seed tasks: `POST /tasks/send`, the A2A bindings over the
@@ -87,7 +130,12 @@ pub fn agent_router<H: AgentHandler>(
     let card = Arc::new(card);
     let handler = Arc::new(handler);
     let engine = TaskEngine::with_limits(store, Arc::new(SeedTasks::new(handler.clone(), join)), limits);
-    let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
+    let state = Arc::new(AgentState {
+        card: card.clone(),
+        handler: handler.clone(),
+        engine: engine.clone(),
+        seed_ids: Arc::default(),
+    });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
     metrics.set_circuits(move || handler.circuits());
     task_routes(seed.merge(a2a_router(engine, card.clone())), &card, metrics.clone())
@@ -144,12 +192,12 @@ async fn send_task<H: AgentHandler>(
     let message = task
         .last_user_message()
         .map_err(|e| fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", e.to_string())))?;
-    let task_id = match task.id.as_deref() {
+    let (task_id, _claim) = match task.id.as_deref() {
         Some("") => {
             return Err(fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", "the task id is empty")));
         }
-        Some(id) => id.to_owned(),
-        None => uuid::Uuid::new_v4().to_string(),
+        Some(id) => (id.to_owned(), Some(state.claim_seed_id(&tenant, id).await.map_err(fail)?)),
+        None => (uuid::Uuid::new_v4().to_string(), None),
     };
     let input = TaskInput {
         task_id: task_id.clone(),

@@ -20,6 +20,7 @@ use crate::a2a::{TaskHandler, TaskLimits, describe_interfaces, describe_security
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::auth::AccessControl;
 use crate::card::CardDocument;
+use crate::card::sign_card;
 use crate::graph::AgentGraph;
 use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining};
 use crate::metrics::{RegistrationState, ServiceMetrics, track};
@@ -262,6 +263,10 @@ impl AgentApp {
         describe_interfaces(&mut card, &url, config.legacy_card_fields);
         if access.enabled() {
             describe_security(&mut card, config.legacy_card_fields);
+        }
+        // Last: the signature covers the card as served, its addresses and schemes included.
+        if let Some(key) = &config.auth.card_signing_key {
+            card = sign_card(card, &mesh_auth::CardSigner::load(key)?)?;
         }
         let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
         let store = TaskStore::open(&store_url, &card.name).await?;

@@ -144,7 +144,23 @@ async fn check_roles(State(roles): State<&'static [Role]>, request: Request, nex
 /// The caller the trust layer put on the request; a request that did not pass it (a router
 /// served without [`crate::http::with_common_layers`]) is anonymous, so it is refused.
 pub fn caller_of(request: &Request) -> Caller {
-    request.extensions().get::<Caller>().cloned().unwrap_or(Caller::Anonymous)
+    caller_in(request.extensions())
+}
+
+fn caller_in(extensions: &axum::http::Extensions) -> Caller {
+    extensions.get::<Caller>().cloned().unwrap_or(Caller::Anonymous)
+}
+
+/// A handler's argument for [`caller_of`] its request.
+#[derive(Debug, Clone)]
+pub struct RequestCaller(pub Caller);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestCaller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(caller_in(&parts.extensions)))
+    }
 }
 
 /// The mesh error answer for an authentication failure: status, code and message.
@@ -154,6 +170,8 @@ pub fn auth_error_response(error: &AuthError) -> ErrorResponse {
         AuthError::Invalid(_) => (StatusCode::UNAUTHORIZED, "AUTH_INVALID"),
         AuthError::Forbidden(_) => (StatusCode::FORBIDDEN, "AUTH_FORBIDDEN"),
         AuthError::TenantForbidden(_) => (StatusCode::FORBIDDEN, "TENANT_FORBIDDEN"),
+        AuthError::CardUnsigned => (StatusCode::UNPROCESSABLE_ENTITY, "CARD_UNSIGNED"),
+        AuthError::CardSignatureInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CARD_SIGNATURE_INVALID"),
         AuthError::Config(_) | AuthError::Exposed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "AUTH_MISCONFIGURED"),
     };
     ErrorResponse::new(status, code, error.to_string())

@@ -58,3 +58,11 @@ impl CardDocument {
         (headers, content_type, self.json.clone()).into_response()
     }
 }
+
+/// `card` with `signer`'s signature (A2A 1.0 §8.4) over the JSON it is served as.
+pub fn sign_card(card: AgentCard, signer: &mesh_auth::CardSigner) -> Result<AgentCard, mesh_auth::AuthError> {
+    let unreadable = |e: serde_json::Error| mesh_auth::AuthError::Config(format!("the card cannot be signed: {e}"));
+    let mut json = serde_json::to_value(&card).map_err(unreadable)?;
+    signer.sign(&mut json)?;
+    serde_json::from_value(json).map_err(unreadable)
+}

@@ -27,6 +27,8 @@ pub struct AuthConfig {
     pub credential_file: Option<PathBuf>,
     /// Runs open (no authentication) even on an address other than loopback.
     pub insecure: bool,
+    /// Signs this agent's card (A2A 1.0 §8.4) with this private key.
+    pub card_signing_key: Option<crate::CardSigningKey>,
 }
 
 /// A public key that verifies tokens.

@@ -12,6 +12,7 @@
 //! With no credentials configured a service is open (every caller is trusted, as on a developer's
 //! loopback); [`check_exposure`] refuses that on any other address unless asked explicitly.
 
+mod card_signature;
 mod config;
 mod keys;
 mod token;
@@ -20,7 +21,8 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-pub use config::AuthConfig;
+pub use card_signature::{CardSigner, CardSigningKey, CardVerifier, SIGNATURES_FIELD, canonical_form};
+pub use config::{AuthConfig, JwtPublicKey, KeyAlgorithm};
 pub use keys::{ApiKeyEntry, ApiKeyFile, hash_api_key, new_api_key};
 pub use token::{Claims, mint_hs256};
 
@@ -144,6 +146,10 @@ pub enum AuthError {
          `auth` (a JWT secret or keys, or an API keys file), bind to 127.0.0.1, or pass --insecure to run open anyway"
     )]
     Exposed(String),
+    #[error("the agent card is not signed")]
+    CardUnsigned,
+    #[error("no signature of the agent card verifies with a trusted key: {0}")]
+    CardSignatureInvalid(String),
 }
 
 /// Verifies credentials against the configured secret, keys and API keys.

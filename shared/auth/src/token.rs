@@ -4,7 +4,7 @@
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, decode_header, encode};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{KeyAlgorithm, read_trimmed};
+use crate::config::{JwtPublicKey, KeyAlgorithm, read_trimmed};
 use crate::{AuthConfig, AuthError, Principal, Role};
 
 /// Shortest HS256 secret accepted: the key must be as long as the hash (RFC 7518 §3.2).
@@ -51,10 +51,23 @@ pub fn mint_hs256(secret: &[u8], claims: &Claims) -> Result<String, AuthError> {
 }
 
 /// A configured public key.
-struct PublicKey {
-    kid: Option<String>,
-    algorithm: Algorithm,
-    key: DecodingKey,
+pub(crate) struct PublicKey {
+    pub(crate) kid: Option<String>,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) key: DecodingKey,
+}
+
+impl PublicKey {
+    /// Reads the PEM file of `configured`.
+    pub(crate) fn load(configured: &JwtPublicKey) -> Result<Self, AuthError> {
+        let pem = read_trimmed(&configured.pem_file)?;
+        let (algorithm, key) = match configured.algorithm {
+            KeyAlgorithm::EdDSA => (Algorithm::EdDSA, DecodingKey::from_ed_pem(pem.as_bytes())),
+            KeyAlgorithm::ES256 => (Algorithm::ES256, DecodingKey::from_ec_pem(pem.as_bytes())),
+        };
+        let key = key.map_err(|e| AuthError::Config(format!("{}: {e}", configured.pem_file.display())))?;
+        Ok(Self { kid: configured.kid.clone(), algorithm, key })
+    }
 }
 
 pub(crate) struct JwtVerifier {
@@ -78,16 +91,7 @@ impl std::fmt::Debug for JwtVerifier {
 impl JwtVerifier {
     pub(crate) fn from_config(config: &AuthConfig) -> Result<Option<Self>, AuthError> {
         let hs256 = config.hs256_secret()?.map(|secret| DecodingKey::from_secret(&secret));
-        let mut public = Vec::new();
-        for configured in &config.jwt_public_keys {
-            let pem = read_trimmed(&configured.pem_file)?;
-            let (algorithm, key) = match configured.algorithm {
-                KeyAlgorithm::EdDSA => (Algorithm::EdDSA, DecodingKey::from_ed_pem(pem.as_bytes())),
-                KeyAlgorithm::ES256 => (Algorithm::ES256, DecodingKey::from_ec_pem(pem.as_bytes())),
-            };
-            let key = key.map_err(|e| AuthError::Config(format!("{}: {e}", configured.pem_file.display())))?;
-            public.push(PublicKey { kid: configured.kid.clone(), algorithm, key });
-        }
+        let public = config.jwt_public_keys.iter().map(PublicKey::load).collect::<Result<Vec<_>, _>>()?;
         if hs256.is_none() && public.is_empty() {
             return Ok(None);
         }

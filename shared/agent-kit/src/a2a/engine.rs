@@ -396,6 +396,14 @@ impl<H: TaskHandler> TaskEngine<H> {
         Ok(task)
     }
 
+    /// Whether `tenant` holds a task of this id, live or stored.
+    pub async fn exists(&self, tenant: &str, id: &str) -> Result<bool, TaskError> {
+        if self.core.live(&(tenant.to_owned(), id.to_owned())).is_some() {
+            return Ok(true);
+        }
+        Ok(self.core.store.get(tenant, id).await?.is_some())
+    }
+
     pub async fn list(&self, tenant: &str, request: &ListTasksRequest) -> Result<ListTasksResponse, TaskError> {
         self.core.store.list(tenant, request).await
     }

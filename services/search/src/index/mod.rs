@@ -6,108 +6,38 @@
 //! The index is the one durable copy of everything: each document is stored with its vector
 //! (and the model that made it), so a restart reloads the index without computing anything, and
 //! an add or a delete is one tantivy commit, never two stores that could disagree.
+//!
+//! Documents belong to the shared corpus or to one tenant ([`keys`]); every lookup and search
+//! names the tenant it acts for.
 
-use std::collections::{HashMap, HashSet};
+mod keys;
+mod profiles;
+mod schema;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use mesh_embedding::{Encoder, MODEL_ID};
 use mesh_protocol::agents::{Modality, SearchProfile};
+use mesh_protocol::call::validate_tenant_id;
 use tantivy::collector::{DocSetCollector, TopDocs};
-use tantivy::directory::MmapDirectory;
-use tantivy::query::{AllQuery, BooleanQuery, BoostQuery, Occur, Query, TermQuery};
-use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
-use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
-};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+use tantivy::query::{AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Value};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
+pub use keys::{document_key, split_key};
+pub use profiles::DENSE_PROFILE;
+
+use self::keys::{tenant_term, visible_to};
+use self::profiles::{FieldWeights, MODALITY_BOOST, PROFILES, ProfileSpec, Ranker, modality_term};
+use self::schema::{
+    Fields, StoredEntry, StoredFields, WRITER_MEMORY_BYTES, entry, open_directory, prepared, read_entry,
+};
 use crate::corpus::Document;
 use crate::dense::DenseVectors;
 use crate::embed::embed_documents;
 use crate::error::SearchError;
-
-/// Name the English analyzer is registered under.
-const ENGLISH_ANALYZER: &str = "en_mesh";
-/// Tokens longer than this are dropped (URLs, hashes): they never match a query word.
-const TOKEN_CHARS_MAX: usize = 40;
-/// Memory the index writer may use while ingesting.
-const WRITER_MEMORY_BYTES: usize = 50_000_000;
-/// Score multiplier for documents of the modality the query asks for (a preference, not a filter:
-/// an image of robot soccer still answers "show me robots playing soccer").
-const MODALITY_BOOST: f32 = 1.5;
-/// Name of the embedding profile.
-pub const DENSE_PROFILE: &str = "dense";
-
-/// How a profile weighs the fields; each is a different view of the same documents, which is
-/// what makes fusing them worthwhile.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct FieldWeights {
-    title: f32,
-    text: f32,
-    tags: f32,
-}
-
-/// What ranks the documents of a profile.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Ranker {
-    /// BM25 over the analysed fields, each weighted.
-    Lexical(FieldWeights),
-    /// Cosine similarity of sentence embeddings of the query and of title + text.
-    Dense,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct ProfileSpec {
-    name: &'static str,
-    description: &'static str,
-    strengths: &'static [&'static str],
-    ranker: Ranker,
-}
-
-/// The profiles the agent can serve, the first being the default.
-const PROFILES: &[ProfileSpec] = &[
-    ProfileSpec {
-        name: "bm25",
-        description: "BM25 over title, description and tags, English stemming and stop words: the all-round profile",
-        strengths: &["general", "question", "long_query"],
-        // Title weight tuned on SciFact's train split (nDCG@10: 0.630 at 2.0, 0.675 at 1.0, 0.695
-        // at 0.5); titles still count, as the dedicated `title` profile covers title-led queries.
-        ranker: Ranker::Lexical(FieldWeights { title: 0.5, text: 1.0, tags: 1.5 }),
-    },
-    ProfileSpec {
-        name: "title",
-        description: "BM25 over titles only: precise for names, entities and short keyword queries",
-        strengths: &["entity", "short_query", "keyword", "exact_phrase"],
-        ranker: Ranker::Lexical(FieldWeights { title: 1.0, text: 0.0, tags: 0.0 }),
-    },
-    ProfileSpec {
-        name: "tags",
-        description: "BM25 over curated tags, favouring the asked-for modality: good for visual and audio browsing",
-        strengths: &["visual", "audio", "keyword", "short_query"],
-        ranker: Ranker::Lexical(FieldWeights { title: 0.5, text: 0.0, tags: 2.0 }),
-    },
-    ProfileSpec {
-        name: DENSE_PROFILE,
-        description: "Sentence embeddings (all-MiniLM-L6-v2), cosine similarity: finds documents that say the same \
-                      thing in other words",
-        strengths: &["question", "long_query", "general"],
-        ranker: Ranker::Dense,
-    },
-];
-
-#[derive(Debug, Clone, Copy)]
-struct Fields {
-    id: Field,
-    title: Field,
-    text: Field,
-    tags: Field,
-    modality: Field,
-    /// The document's unit vector, little-endian f32s; absent without a model.
-    embedding: Field,
-    /// The model that made `embedding`; a vector of another model is recomputed, never mixed in.
-    embedding_model: Field,
-}
 
 /// Where the index lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +48,7 @@ pub enum IndexLocation {
     Directory(PathBuf),
 }
 
-/// Documents and vectors as searches see them, updated after every commit.
+/// Documents and vectors as searches see them, by document key, updated after every commit.
 #[derive(Debug, Default)]
 struct Catalog {
     documents: HashMap<String, Arc<Document>>,
@@ -169,25 +99,11 @@ impl SearchIndex {
         encoder: Option<Arc<Encoder>>,
         embedding_threads: usize,
     ) -> Result<Self, SearchError> {
-        let (schema, fields) = schema();
-        let index = match location {
+        let (schema, fields) = schema::schema();
+        let index = prepared(match location {
             IndexLocation::Memory => Index::create_in_ram(schema),
-            IndexLocation::Directory(path) => {
-                std::fs::create_dir_all(path).map_err(|source| SearchError::IndexDirectory {
-                    path: path.display().to_string(),
-                    reason: source.to_string(),
-                })?;
-                let directory = MmapDirectory::open(path).map_err(|e| SearchError::IndexDirectory {
-                    path: path.display().to_string(),
-                    reason: e.to_string(),
-                })?;
-                Index::open_or_create(directory, schema).map_err(|e| SearchError::IndexDirectory {
-                    path: path.display().to_string(),
-                    reason: format!("{e} (an index of another version of this agent? move it away to rebuild)"),
-                })?
-            }
-        };
-        index.tokenizers().register(ENGLISH_ANALYZER, english_analyzer());
+            IndexLocation::Directory(path) => open_directory(path, schema, &fields)?,
+        });
         let writer = index.writer_with_num_threads::<TantivyDocument>(1, WRITER_MEMORY_BYTES).map_err(|e| {
             SearchError::IndexDirectory { path: describe(location), reason: format!("cannot write to the index: {e}") }
         })?;
@@ -204,56 +120,49 @@ impl SearchIndex {
         };
         let stale = this.load()?;
         if !stale.is_empty() {
-            tracing::info!(documents = stale.len(), "computing the vectors the stored index lacks");
-            this.upsert(stale, &|_| {})?;
+            tracing::info!(owners = stale.len(), "computing the vectors the stored index lacks");
+            for (tenant, documents) in stale {
+                this.upsert(tenant.as_deref(), documents, &|_| {})?;
+            }
         }
         Ok(this)
     }
 
     /// Reads every stored document into the catalog; returns those lacking a vector of the
-    /// current model (when there is one).
-    fn load(&self) -> Result<Vec<Document>, SearchError> {
+    /// current model (when there is one), by owning tenant.
+    fn load(&self) -> Result<BTreeMap<Option<String>, Vec<Document>>, SearchError> {
         let searcher = self.reader.searcher();
+        let stored_fields = StoredFields::of(&self.index.schema())?;
         let addresses = searcher.search(&AllQuery, &DocSetCollector)?;
         let mut catalog = self.catalog.write().unwrap_or_else(|e| e.into_inner());
-        let mut stale = Vec::new();
+        let mut stale: BTreeMap<Option<String>, Vec<Document>> = BTreeMap::new();
         for address in addresses {
             let stored: TantivyDocument = searcher.doc(address)?;
-            let document = self.document_from(&stored);
+            let StoredEntry { key, document, vector } = read_entry(&stored, &stored_fields);
             if self.encoder.is_some() {
-                let model = stored.get_first(self.fields.embedding_model).and_then(|v| v.as_str());
-                let vector = stored.get_first(self.fields.embedding).and_then(|v| v.as_bytes()).map(vector_from_bytes);
                 match vector {
-                    Some(vector) if model == Some(MODEL_ID) && catalog.vectors.upsert(&document.id, &vector) => {}
-                    _ => stale.push(document.clone()),
+                    Some((vector, model)) if model == MODEL_ID && catalog.vectors.upsert(&key, &vector) => {}
+                    _ => stale.entry(split_key(&key).0.map(str::to_owned)).or_default().push(document.clone()),
                 }
             }
-            catalog.documents.insert(document.id.clone(), Arc::new(document));
+            catalog.documents.insert(key, Arc::new(document));
         }
         Ok(stale)
     }
 
-    fn document_from(&self, stored: &TantivyDocument) -> Document {
-        let text = |field: Field| stored.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
-        let modality = text(self.fields.modality);
-        Document {
-            id: text(self.fields.id),
-            title: text(self.fields.title),
-            text: text(self.fields.text),
-            modality: (!modality.is_empty()).then_some(modality),
-            tags: stored.get_all(self.fields.tags).filter_map(|v| v.as_str()).map(str::to_owned).collect(),
-        }
-    }
-
-    /// Adds `documents`, replacing those whose id is indexed already (a later duplicate in the
-    /// batch wins). Vectors are computed first, on every core, so searches run meanwhile;
-    /// `progress` hears how many documents each finished batch of vectors held. One commit makes the
-    /// whole batch visible at once, or none of it.
+    /// Adds `documents` to those of `tenant` (`None`: the shared corpus), replacing those whose
+    /// id it holds already (a later duplicate in the batch wins). Vectors are computed first, on
+    /// every core, so searches run meanwhile; `progress` hears how many documents each finished
+    /// batch of vectors held. One commit makes the whole batch visible at once, or none of it.
     pub fn upsert(
         &self,
+        tenant: Option<&str>,
         documents: Vec<Document>,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<IngestReport, SearchError> {
+        if let Some(tenant) = tenant {
+            validate_tenant_id(tenant).map_err(SearchError::InvalidParameters)?;
+        }
         let mut by_id: HashMap<String, Document> = HashMap::with_capacity(documents.len());
         for document in documents {
             by_id.insert(document.id.clone(), document);
@@ -264,8 +173,9 @@ impl SearchIndex {
             // Re-ingesting a corpus costs only what changed: a document stored exactly so, with
             // its vector when there is a model, is left alone.
             by_id.retain(|id, document| {
-                let stored = catalog.documents.get(id).is_some_and(|stored| **stored == *document);
-                !(stored && (self.encoder.is_none() || catalog.vectors.contains(id)))
+                let key = document_key(tenant, id);
+                let stored = catalog.documents.get(&key).is_some_and(|stored| **stored == *document);
+                !(stored && (self.encoder.is_none() || catalog.vectors.contains(&key)))
             });
             before - by_id.len()
         };
@@ -281,33 +191,20 @@ impl SearchIndex {
         };
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         for (position, document) in documents.iter().enumerate() {
-            writer.delete_term(Term::from_field_text(self.fields.id, &document.id));
-            let mut entry = doc!(
-                self.fields.id => document.id.clone(),
-                self.fields.title => document.title.clone(),
-                self.fields.text => document.text.clone(),
-            );
-            for tag in &document.tags {
-                entry.add_text(self.fields.tags, tag);
-            }
-            if let Some(modality) = &document.modality {
-                entry.add_text(self.fields.modality, modality.to_lowercase());
-            }
-            if let Some(vectors) = &vectors {
-                entry.add_bytes(self.fields.embedding, &vector_to_bytes(vectors.row(position)));
-                entry.add_text(self.fields.embedding_model, MODEL_ID);
-            }
-            writer.add_document(entry)?;
+            writer.delete_term(Term::from_field_text(self.fields.key, &document_key(tenant, &document.id)));
+            let vector = vectors.as_ref().map(|vectors| (vectors.row(position), MODEL_ID));
+            writer.add_document(entry(&self.fields, tenant, document, vector))?;
         }
         self.commit(&mut writer)?;
         let mut catalog = self.catalog.write().unwrap_or_else(|e| e.into_inner());
         let embedded = vectors.as_ref().map_or(0, |v| v.len());
         let mut report = IngestReport { added: 0, replaced: 0, unchanged, embedded };
         for (position, document) in documents.into_iter().enumerate() {
+            let key = document_key(tenant, &document.id);
             if let Some(vectors) = &vectors {
-                catalog.vectors.upsert(&document.id, vectors.row(position));
+                catalog.vectors.upsert(&key, vectors.row(position));
             }
-            match catalog.documents.insert(document.id.clone(), Arc::new(document)) {
+            match catalog.documents.insert(key, Arc::new(document)) {
                 Some(_) => report.replaced += 1,
                 None => report.added += 1,
             }
@@ -315,20 +212,22 @@ impl SearchIndex {
         Ok(report)
     }
 
-    /// Deletes the documents of `ids`; returns how many were indexed.
-    pub fn delete(&self, ids: &[String]) -> Result<usize, SearchError> {
+    /// Deletes the documents of `ids` of `tenant` (`None`: the shared corpus); returns how many
+    /// were indexed.
+    pub fn delete(&self, tenant: Option<&str>, ids: &[String]) -> Result<usize, SearchError> {
+        let keys: Vec<String> = ids.iter().map(|id| document_key(tenant, id)).collect();
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        for id in ids {
-            writer.delete_term(Term::from_field_text(self.fields.id, id));
+        for key in &keys {
+            writer.delete_term(Term::from_field_text(self.fields.key, key));
         }
         self.commit(&mut writer)?;
         let mut catalog = self.catalog.write().unwrap_or_else(|e| e.into_inner());
         let mut deleted = 0;
-        for id in ids {
-            if catalog.documents.remove(id).is_some() {
+        for key in &keys {
+            if catalog.documents.remove(key).is_some() {
                 deleted += 1;
             }
-            catalog.vectors.remove(id);
+            catalog.vectors.remove(key);
         }
         Ok(deleted)
     }
@@ -342,6 +241,7 @@ impl SearchIndex {
         Ok(self.reader.reload()?)
     }
 
+    /// Documents of every owner.
     pub fn len(&self) -> usize {
         self.catalog.read().unwrap_or_else(|e| e.into_inner()).documents.len()
     }
@@ -355,13 +255,26 @@ impl SearchIndex {
         self.catalog.read().unwrap_or_else(|e| e.into_inner()).vectors.len()
     }
 
-    /// Ids of every indexed document, in no particular order.
-    pub fn ids(&self) -> Vec<String> {
-        self.catalog.read().unwrap_or_else(|e| e.into_inner()).documents.keys().cloned().collect()
+    /// Ids of the documents of `tenant` (`None`: the shared corpus), in no particular order.
+    pub fn ids(&self, tenant: Option<&str>) -> Vec<String> {
+        let catalog = self.catalog.read().unwrap_or_else(|e| e.into_inner());
+        catalog
+            .documents
+            .keys()
+            .map(|key| split_key(key))
+            .filter(|(owner, _)| *owner == tenant)
+            .map(|(_, id)| id.to_owned())
+            .collect()
     }
 
-    pub fn document(&self, id: &str) -> Option<Arc<Document>> {
-        self.catalog.read().unwrap_or_else(|e| e.into_inner()).documents.get(id).cloned()
+    /// Document `id` of `tenant` (`None`: the shared corpus).
+    pub fn document(&self, tenant: Option<&str>, id: &str) -> Option<Arc<Document>> {
+        self.by_key(&document_key(tenant, id))
+    }
+
+    /// The document of a key that [`SearchIndex::rank`] gave.
+    pub fn by_key(&self, key: &str) -> Option<Arc<Document>> {
+        self.catalog.read().unwrap_or_else(|e| e.into_inner()).documents.get(key).cloned()
     }
 
     /// Whether the embedding profile can be served (a model is loaded).
@@ -394,23 +307,26 @@ impl SearchIndex {
         profile.ranker != Ranker::Dense || self.encoder.is_some()
     }
 
-    /// The best `limit` documents for `query` under `profile`: ids with the profile's scores, best
-    /// first, equal scores by id. An unknown profile or a query of stop words only yields an empty list.
+    /// The best `limit` documents for `query` under `profile` that a search for `tenant` sees
+    /// (the shared corpus, and the tenant's own documents): document keys with the profile's
+    /// scores, best first, equal scores by key. An unknown profile or a query of stop words only
+    /// yields an empty list.
     pub fn rank(
         &self,
         profile: &str,
         query: &str,
         modality: Option<Modality>,
         limit: usize,
+        tenant: Option<&str>,
     ) -> Result<Vec<(String, f64)>, SearchError> {
         let Some(spec) = PROFILES.iter().find(|p| p.name == profile) else {
             return Ok(Vec::new());
         };
         let weights = match spec.ranker {
             Ranker::Lexical(weights) => weights,
-            Ranker::Dense => return self.rank_dense(query, limit),
+            Ranker::Dense => return self.rank_dense(query, limit, tenant),
         };
-        let Some(query) = self.build_query(weights, query, modality)? else {
+        let Some(query) = self.build_query(weights, query, modality, tenant)? else {
             return Ok(Vec::new());
         };
         let searcher = self.reader.searcher();
@@ -418,16 +334,16 @@ impl SearchIndex {
         let mut hits = Vec::with_capacity(top.len());
         for (score, address) in top {
             let stored: TantivyDocument = searcher.doc(address)?;
-            if let Some(id) = stored.get_first(self.fields.id).and_then(|v| v.as_str()) {
-                hits.push((id.to_owned(), f64::from(score)));
+            if let Some(key) = stored.get_first(self.fields.key).and_then(|v| v.as_str()) {
+                hits.push((key.to_owned(), f64::from(score)));
             }
         }
-        // Documents added later sit at later addresses whatever their id: order ties by id here.
+        // Documents added later sit at later addresses whatever their key: order ties by key here.
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(hits)
     }
 
-    fn rank_dense(&self, query: &str, limit: usize) -> Result<Vec<(String, f64)>, SearchError> {
+    fn rank_dense(&self, query: &str, limit: usize, tenant: Option<&str>) -> Result<Vec<(String, f64)>, SearchError> {
         let Some(encoder) = &self.encoder else { return Ok(Vec::new()) };
         let span = if mesh_telemetry::tracing_enabled() {
             tracing::info_span!(
@@ -439,7 +355,8 @@ impl SearchIndex {
             tracing::Span::none()
         };
         let vector = span.in_scope(|| encoder.encode_one(query))?;
-        Ok(self.catalog.read().unwrap_or_else(|e| e.into_inner()).vectors.nearest(&vector, limit))
+        let catalog = self.catalog.read().unwrap_or_else(|e| e.into_inner());
+        Ok(catalog.vectors.nearest(&vector, limit, |key| visible_to(tenant, key)))
     }
 
     fn build_query(
@@ -447,6 +364,7 @@ impl SearchIndex {
         weights: FieldWeights,
         text: &str,
         modality: Option<Modality>,
+        tenant: Option<&str>,
     ) -> Result<Option<Box<dyn Query>>, SearchError> {
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         for (field, weight) in
@@ -464,15 +382,28 @@ impl SearchIndex {
             return Ok(None);
         }
         let matches: Box<dyn Query> = Box::new(BooleanQuery::new(clauses));
-        let preferred = modality.and_then(modality_term);
-        Ok(Some(match preferred {
-            Some(name) => {
-                let term = Term::from_field_text(self.fields.modality, name);
-                let boost = BoostQuery::new(Box::new(TermQuery::new(term, IndexRecordOption::Basic)), MODALITY_BOOST);
-                Box::new(BooleanQuery::new(vec![(Occur::Must, matches), (Occur::Should, Box::new(boost))]))
+        let mut scoped = vec![(Occur::Must, matches), (Occur::Must, self.visible_documents(tenant))];
+        if let Some(name) = modality.and_then(modality_term) {
+            let term = Term::from_field_text(self.fields.modality, name);
+            let boost = BoostQuery::new(Box::new(TermQuery::new(term, IndexRecordOption::Basic)), MODALITY_BOOST);
+            scoped.push((Occur::Should, Box::new(boost)));
+        }
+        Ok(Some(Box::new(BooleanQuery::new(scoped))))
+    }
+
+    /// Matches the documents a search for `tenant` sees, adding nothing to their scores.
+    fn visible_documents(&self, tenant: Option<&str>) -> Box<dyn Query> {
+        let owner = |tenant: Option<&str>| -> Box<dyn Query> {
+            let term = Term::from_field_text(self.fields.tenant, tenant_term(tenant));
+            Box::new(TermQuery::new(term, IndexRecordOption::Basic))
+        };
+        let owners: Box<dyn Query> = match tenant {
+            None => owner(None),
+            Some(tenant) => {
+                Box::new(BooleanQuery::new(vec![(Occur::Should, owner(None)), (Occur::Should, owner(Some(tenant)))]))
             }
-            None => matches,
-        }))
+        };
+        Box::new(ConstScoreQuery::new(owners, 0.0))
     }
 
     /// The distinct analysed terms of `text` for `field`, in first-seen order.
@@ -490,25 +421,6 @@ impl SearchIndex {
     }
 }
 
-fn schema() -> (Schema, Fields) {
-    let mut schema = Schema::builder();
-    let english = TextOptions::default().set_stored().set_indexing_options(
-        TextFieldIndexing::default()
-            .set_tokenizer(ENGLISH_ANALYZER)
-            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
-    );
-    let fields = Fields {
-        id: schema.add_text_field("id", STRING | STORED),
-        title: schema.add_text_field("title", english.clone()),
-        text: schema.add_text_field("text", english.clone()),
-        tags: schema.add_text_field("tags", english),
-        modality: schema.add_text_field("modality", STRING | STORED),
-        embedding: schema.add_bytes_field("embedding", STORED),
-        embedding_model: schema.add_text_field("embedding_model", STRING | STORED),
-    };
-    (schema.build(), fields)
-}
-
 fn describe(location: &IndexLocation) -> String {
     match location {
         IndexLocation::Memory => "(in memory)".into(),
@@ -516,38 +428,9 @@ fn describe(location: &IndexLocation) -> String {
     }
 }
 
-fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
-    vector.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn vector_from_bytes(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-}
-
 /// The index directory of a search agent under its data directory.
 pub fn index_directory(data_dir: &Path) -> PathBuf {
     data_dir.join("index")
-}
-
-fn english_analyzer() -> TextAnalyzer {
-    let builder = TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(TOKEN_CHARS_MAX))
-        .filter(LowerCaser)
-        .filter(AsciiFoldingFilter);
-    match StopWordFilter::new(Language::English) {
-        Some(stop_words) => builder.filter(stop_words).filter(Stemmer::new(Language::English)).build(),
-        None => builder.filter(Stemmer::new(Language::English)).build(),
-    }
-}
-
-fn modality_term(modality: Modality) -> Option<&'static str> {
-    match modality {
-        Modality::Video => Some("video"),
-        Modality::Image => Some("image"),
-        Modality::Audio => Some("audio"),
-        Modality::Text => Some("text"),
-        Modality::Any => None,
-    }
 }
 
 #[cfg(test)]
@@ -566,8 +449,18 @@ mod tests {
 
     fn in_memory(documents: Vec<Document>) -> SearchIndex {
         let index = SearchIndex::open(&IndexLocation::Memory, None, 1).unwrap();
-        index.upsert(documents, &|_| {}).unwrap();
+        index.upsert(None, documents, &|_| {}).unwrap();
         index
+    }
+
+    /// The ids of ranked keys, all of which must be of the shared corpus.
+    fn shared_ids(hits: &[(String, f64)]) -> Vec<&str> {
+        hits.iter()
+            .map(|(key, _)| match split_key(key) {
+                (None, id) => id,
+                (Some(tenant), id) => panic!("{id} of tenant {tenant} ranked"),
+            })
+            .collect()
     }
 
     fn index() -> SearchIndex {
@@ -588,40 +481,41 @@ mod tests {
     #[test]
     fn stems_and_ignores_stop_words() {
         let index = index();
-        let hits = index.rank("bm25", "the robot played soccer", None, 10).unwrap();
-        assert_eq!(hits[0].0, "v1");
-        assert!(hits.iter().any(|(id, _)| id == "i1"));
-        assert!(!hits.iter().any(|(id, _)| id == "t1"));
-        assert!(index.rank("bm25", "the of and", None, 10).unwrap().is_empty(), "stop words alone match nothing");
+        let hits = index.rank("bm25", "the robot played soccer", None, 10, None).unwrap();
+        let ids = shared_ids(&hits);
+        assert_eq!(ids[0], "v1");
+        assert!(ids.contains(&"i1"));
+        assert!(!ids.contains(&"t1"));
+        assert!(index.rank("bm25", "the of and", None, 10, None).unwrap().is_empty(), "stop words alone match nothing");
     }
 
     #[test]
     fn profiles_see_different_fields() {
         let index = index();
         // Only the description of i1 says "match"; the title profile cannot see it.
-        let bm25 = index.rank("bm25", "match", None, 10).unwrap();
-        let title = index.rank("title", "match", None, 10).unwrap();
-        assert!(bm25.iter().any(|(id, _)| id == "i1"));
+        let bm25 = index.rank("bm25", "match", None, 10, None).unwrap();
+        let title = index.rank("title", "match", None, 10, None).unwrap();
+        assert!(shared_ids(&bm25).contains(&"i1"));
         assert!(title.is_empty());
-        let tags = index.rank("tags", "sports", None, 10).unwrap();
-        assert_eq!(tags.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["v2"]);
+        let tags = index.rank("tags", "sports", None, 10, None).unwrap();
+        assert_eq!(shared_ids(&tags), ["v2"]);
     }
 
     #[test]
     fn modality_is_a_preference_not_a_filter() {
         let index = index();
-        let images = index.rank("bm25", "robot soccer", Some(Modality::Image), 10).unwrap();
-        assert_eq!(images[0].0, "i1");
-        assert!(images.iter().any(|(id, _)| id == "v1"), "other modalities still answer");
+        let images = index.rank("bm25", "robot soccer", Some(Modality::Image), 10, None).unwrap();
+        assert_eq!(shared_ids(&images)[0], "i1");
+        assert!(shared_ids(&images).contains(&"v1"), "other modalities still answer");
     }
 
     #[test]
     fn query_syntax_is_just_text() {
         let index = index();
         for query in ["title:robot", "\"unclosed", "robot AND (", "-soccer", "🤖 soccer", "São Paulo?"] {
-            index.rank("bm25", query, None, 5).unwrap();
+            index.rank("bm25", query, None, 5, None).unwrap();
         }
-        assert!(index.rank("nope", "robot", None, 5).unwrap().is_empty());
+        assert!(index.rank("nope", "robot", None, 5, None).unwrap().is_empty());
     }
 
     #[test]
@@ -632,6 +526,7 @@ mod tests {
             let index = SearchIndex::open(&location, None, 1).unwrap();
             let report = index
                 .upsert(
+                    None,
                     vec![
                         doc("a", "Alpha robots", "Robots in the lab.", "text", &["robotics"]),
                         doc("b", "Beta volcano", "Magma.", "video", &[]),
@@ -641,25 +536,25 @@ mod tests {
                 )
                 .unwrap();
             assert_eq!((report.added, report.replaced, report.unchanged), (2, 0, 0));
-            let again = index.upsert(vec![doc("b", "Beta volcano", "Magma.", "video", &[])], &|_| {}).unwrap();
+            let again = index.upsert(None, vec![doc("b", "Beta volcano", "Magma.", "video", &[])], &|_| {}).unwrap();
             assert_eq!((again.added, again.unchanged), (0, 1), "an identical document is left alone");
-            let changed = index.upsert(vec![doc("b", "Beta volcano", "Lava.", "video", &[])], &|_| {}).unwrap();
+            let changed = index.upsert(None, vec![doc("b", "Beta volcano", "Lava.", "video", &[])], &|_| {}).unwrap();
             assert_eq!(changed.replaced, 1);
-            index.upsert(vec![doc("c", "Gamma", "Soccer.", "image", &[])], &|_| {}).unwrap();
-            assert_eq!(index.delete(&["c".into(), "missing".into()]).unwrap(), 1);
+            index.upsert(None, vec![doc("c", "Gamma", "Soccer.", "image", &[])], &|_| {}).unwrap();
+            assert_eq!(index.delete(None, &["c".into(), "missing".into()]).unwrap(), 1);
         }
         let reopened = SearchIndex::open(&location, None, 1).unwrap();
         assert_eq!(reopened.len(), 2);
-        let alpha = reopened.document("a").unwrap();
+        let alpha = reopened.document(None, "a").unwrap();
         assert_eq!(
             (alpha.title.as_str(), alpha.tags.as_slice()),
             ("Alpha robots, revised", &["robotics".to_owned()][..])
         );
-        assert_eq!(reopened.document("b").unwrap().text, "Lava.");
-        assert_eq!(reopened.document("b").unwrap().modality.as_deref(), Some("video"));
-        assert!(reopened.document("c").is_none());
-        let hits = reopened.rank("bm25", "robots field", None, 10).unwrap();
-        assert_eq!(hits.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["a"], "one copy of a, none of c");
+        assert_eq!(reopened.document(None, "b").unwrap().text, "Lava.");
+        assert_eq!(reopened.document(None, "b").unwrap().modality.as_deref(), Some("video"));
+        assert!(reopened.document(None, "c").is_none());
+        let hits = reopened.rank("bm25", "robots field", None, 10, None).unwrap();
+        assert_eq!(shared_ids(&hits), ["a"], "one copy of a, none of c");
     }
 
     #[test]
@@ -675,12 +570,16 @@ mod tests {
     #[test]
     fn equal_scores_rank_by_id_whatever_the_ingestion_order() {
         let index = in_memory(vec![doc("m", "Same words", "", "text", &[])]);
-        index.upsert(vec![doc("b", "Same words", "", "text", &[])], &|_| {}).unwrap();
+        index.upsert(None, vec![doc("b", "Same words", "", "text", &[])], &|_| {}).unwrap();
         index
-            .upsert(vec![doc("z", "Same words", "", "text", &[]), doc("a", "Same words", "", "text", &[])], &|_| {})
+            .upsert(
+                None,
+                vec![doc("z", "Same words", "", "text", &[]), doc("a", "Same words", "", "text", &[])],
+                &|_| {},
+            )
             .unwrap();
-        let hits = index.rank("title", "same words", None, 10).unwrap();
-        assert_eq!(hits.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["a", "b", "m", "z"]);
+        let hits = index.rank("title", "same words", None, 10, None).unwrap();
+        assert_eq!(shared_ids(&hits), ["a", "b", "m", "z"]);
     }
 
     #[test]
@@ -689,7 +588,101 @@ mod tests {
         assert!(!index.has_dense());
         assert!(!index.has_profile(DENSE_PROFILE));
         assert!(index.profiles().iter().all(|p| p.name != DENSE_PROFILE));
-        assert!(index.rank(DENSE_PROFILE, "robots", None, 5).unwrap().is_empty());
+        assert!(index.rank(DENSE_PROFILE, "robots", None, 5, None).unwrap().is_empty());
         assert_eq!(index.embedded(), 0);
+    }
+
+    #[test]
+    fn a_tenant_sees_the_shared_corpus_and_its_own_documents_never_another_tenants() {
+        let index = index();
+        let acme = doc("a1", "Robot welder", "Acme's robots weld soccer goals.", "text", &["robotics"]);
+        let globex = doc("g1", "Robot painter", "Globex robots paint soccer balls.", "text", &["robotics"]);
+        index.upsert(Some("acme"), vec![acme.clone()], &|_| {}).unwrap();
+        index.upsert(Some("globex"), vec![globex], &|_| {}).unwrap();
+        // The same id in two owners' hands: two documents, neither replacing the other.
+        let shadow = doc("v1", "Acme's own v1", "Robots soccer.", "text", &[]);
+        assert_eq!(index.upsert(Some("acme"), vec![shadow], &|_| {}).unwrap().added, 1);
+        for profile in ["bm25", "title", "tags"] {
+            let keys: Vec<String> =
+                index.rank(profile, "robot soccer", None, 50, Some("acme")).unwrap().into_iter().map(|h| h.0).collect();
+            assert!(keys.iter().all(|k| split_key(k).0 != Some("globex")), "{profile}: {keys:?}");
+            let shared = index.rank(profile, "robot soccer", None, 50, None).unwrap();
+            shared_ids(&shared);
+        }
+        let keys: Vec<String> =
+            index.rank("bm25", "robot soccer", None, 50, Some("acme")).unwrap().into_iter().map(|h| h.0).collect();
+        for expected in ["acme/a1", "acme/v1", "/v1", "/i1"] {
+            assert!(keys.contains(&expected.to_owned()), "{expected} in {keys:?}");
+        }
+        assert_eq!(index.document(Some("acme"), "a1").as_deref(), Some(&acme));
+        assert!(index.document(None, "a1").is_none() && index.document(Some("globex"), "a1").is_none());
+        assert_eq!(index.document(None, "v1").unwrap().title, "Robots playing soccer at RoboCup");
+        assert_eq!(index.ids(Some("globex")), ["g1"]);
+        assert_eq!(index.delete(Some("globex"), &["a1".into()]).unwrap(), 0, "not globex's to delete");
+        assert_eq!(index.delete(Some("acme"), &["v1".into()]).unwrap(), 1);
+        assert!(index.document(None, "v1").is_some(), "deleting acme's v1 leaves the shared one");
+        assert!(matches!(
+            index.upsert(Some("a/b"), vec![doc("x", "", "", "text", &[])], &|_| {}),
+            Err(SearchError::InvalidParameters(_))
+        ));
+    }
+
+    #[test]
+    fn an_index_written_before_tenants_is_upgraded_into_the_shared_corpus_keeping_its_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = index_directory(dir.path());
+        std::fs::create_dir_all(&path).unwrap();
+        let vector = [0.6f32, 0.8];
+        {
+            // The layout of the releases before tenants: no key, no tenant.
+            let mut builder = tantivy::schema::Schema::builder();
+            let current = schema::schema().0;
+            for name in ["id", "title", "text", "tags", "modality", "embedding", "embedding_model"] {
+                let field = current.get_field(name).unwrap();
+                builder.add_field(current.get_field_entry(field).clone());
+            }
+            let old = builder.build();
+            let index = prepared(Index::create_in_dir(&path, old.clone()).unwrap());
+            let mut writer = index.writer_with_num_threads::<TantivyDocument>(1, WRITER_MEMORY_BYTES).unwrap();
+            let field = |name: &str| old.get_field(name).unwrap();
+            let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut d1 = TantivyDocument::default();
+            d1.add_text(field("id"), "d1");
+            d1.add_text(field("title"), "Volcano robots");
+            d1.add_text(field("text"), "Lava.");
+            d1.add_bytes(field("embedding"), &bytes);
+            d1.add_text(field("embedding_model"), MODEL_ID);
+            let mut d2 = TantivyDocument::default();
+            d2.add_text(field("id"), "d2");
+            d2.add_text(field("title"), "Soccer");
+            writer.add_document(d1).unwrap();
+            writer.add_document(d2).unwrap();
+            writer.commit().unwrap();
+        }
+        let location = IndexLocation::Directory(path.clone());
+        {
+            let upgraded = SearchIndex::open(&location, None, 1).unwrap();
+            assert_eq!(upgraded.ids(None).len(), 2);
+            assert_eq!(upgraded.document(None, "d1").unwrap().title, "Volcano robots");
+            assert_eq!(shared_ids(&upgraded.rank("bm25", "volcano", None, 5, Some("acme")).unwrap()), ["d1"]);
+            let stored = upgraded.reader.searcher();
+            let fields = StoredFields::of(&upgraded.index.schema()).unwrap();
+            let address = stored
+                .search(
+                    &TermQuery::new(Term::from_field_text(upgraded.fields.key, "/d1"), IndexRecordOption::Basic),
+                    &DocSetCollector,
+                )
+                .unwrap();
+            let entry = read_entry(&stored.doc(*address.iter().next().unwrap()).unwrap(), &fields);
+            assert_eq!(
+                entry.vector,
+                Some((vector.to_vec(), MODEL_ID.to_owned())),
+                "the vector is kept, not recomputed"
+            );
+        }
+        let siblings: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(siblings, ["index"], "no upgrade folder is left behind");
+        let reopened = SearchIndex::open(&location, None, 1).unwrap();
+        assert_eq!(reopened.len(), 2, "a second start finds the upgraded index as it is");
     }
 }
