@@ -270,7 +270,7 @@ async fn a_tenant_searches_the_shared_corpus_and_its_own_documents_never_another
     let shared = found_documents(&mesh, &mesh.bob, "robots playing soccer").await;
     assert!(!shared.is_empty(), "every tenant searches the shared corpus");
     assert_eq!(found_documents(&mesh, &mesh.alice, "robots playing soccer").await, shared);
-    // The tenant comes from the credential: a user naming another tenant in the call context is refused.
+    // The tenant comes from the credential: the tenant a user's call context names is replaced by its own.
     let task = json!({"messages": [{"role": "user", "parts": [{"type": "text", "text": "quokka telescope"}]}]});
     let borrowed = mesh
         .http
@@ -279,9 +279,10 @@ async fn a_tenant_searches_the_shared_corpus_and_its_own_documents_never_another
         .header("x-mesh-tenant", "acme")
         .json(&task);
     let answer = borrowed.send().await.unwrap();
-    assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+    let status = answer.status();
     let body = answer.text().await.unwrap();
-    assert!(body.contains("TENANT_FORBIDDEN") && !body.contains("acme-quokka"), "{body}");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(!body.contains("acme-quokka"), "a user's call acts in its credential's tenant: {body}");
 
     // Reads: a user's own tenant first, then the shared corpus; another tenant's are not found,
     // and naming another tenant is refused.

@@ -426,4 +426,102 @@ mod tests {
         bad.insert(CALL_CONTEXT_METADATA_KEY.into(), serde_json::json!({"tenant": "no spaces"}));
         assert_eq!(CallContext::from_metadata(&bad).unwrap_err().error_code(), "CALL_CONTEXT_INVALID");
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Every header the context is read from, by name.
+        const CONTEXT_HEADERS: [&str; 8] = [
+            CALL_CHAIN_HEADER,
+            CALL_DEPTH_HEADER,
+            CALL_DEADLINE_MS_HEADER,
+            REQUEST_ID_HEADER,
+            CORRELATION_ID_HEADER,
+            PRIORITY_HEADER,
+            TENANT_HEADER,
+            CONTEXT_ID_HEADER,
+        ];
+
+        fn read(headers: &HashMap<&str, String>) -> Result<CallContext, CallRejection> {
+            CallContext::from_headers(|name| headers.get(name).map(String::as_str))
+        }
+
+        fn priority() -> impl Strategy<Value = Priority> {
+            prop_oneof![Just(Priority::High), Just(Priority::Normal), Just(Priority::Low)]
+        }
+
+        /// Ids as they travel in headers: printable ASCII.
+        fn id() -> impl Strategy<Value = Option<String>> {
+            proptest::option::of("[ -~]{1,64}")
+        }
+
+        fn valid_context() -> impl Strategy<Value = CallContext> {
+            (
+                // Agent names of any printable characters, commas and percent signs included.
+                proptest::collection::vec("\\PC{1,16}", 0..6),
+                any::<u32>(),
+                proptest::option::of(any::<u64>()),
+                (id(), id(), id()),
+                priority(),
+                proptest::option::of("[A-Za-z0-9_-]{1,64}"),
+            )
+                .prop_map(
+                    |(chain, depth, deadline_ms, (request_id, correlation_id, context_id), priority, tenant)| {
+                        CallContext {
+                            chain,
+                            depth,
+                            deadline_ms,
+                            request_id,
+                            correlation_id,
+                            priority,
+                            tenant,
+                            context_id,
+                        }
+                    },
+                )
+        }
+
+        proptest! {
+            /// Whatever a caller sends in the context headers, reading them answers a context
+            /// or a rejection, never a panic; what is accepted is valid and reads back the same.
+            #[test]
+            fn any_header_values_give_a_context_or_a_rejection(values in proptest::collection::vec(proptest::option::of("\\PC{0,40}|[0-9 ]{0,12}|%[0-9A-Fa-f]{2}"), 8)) {
+                let headers: HashMap<&str, String> =
+                    CONTEXT_HEADERS.iter().zip(values).filter_map(|(name, value)| value.map(|v| (*name, v))).collect();
+                if let Ok(context) = read(&headers) {
+                    prop_assert!(context.validate().is_ok());
+                    let written: HashMap<&str, String> = context.to_headers().into_iter().collect();
+                    prop_assert_eq!(read(&written).unwrap(), context);
+                }
+            }
+
+            /// A valid context survives the trip through headers and through A2A metadata.
+            #[test]
+            fn a_valid_context_round_trips(context in valid_context()) {
+                let headers: HashMap<&str, String> = context.to_headers().into_iter().collect();
+                prop_assert_eq!(&read(&headers).unwrap(), &context);
+                let mut metadata = Map::new();
+                context.write_metadata(&mut metadata);
+                prop_assert_eq!(CallContext::from_metadata(&metadata).unwrap(), Some(context));
+            }
+
+            /// Any JSON under the metadata key gives a context or a rejection, never a panic.
+            #[test]
+            fn any_metadata_gives_a_context_or_a_rejection(raw in "\\PC{0,80}", number in any::<i64>(), text in "\\PC{0,20}") {
+                for value in [
+                    serde_json::from_str::<Value>(&raw).unwrap_or(Value::String(raw.clone())),
+                    serde_json::json!({"chain": [text.clone()], "depth": number, "tenant": text.clone()}),
+                    serde_json::json!({"deadline_ms": number, "priority": text.clone(), "request_id": text.clone()}),
+                ] {
+                    let mut metadata = Map::new();
+                    metadata.insert(CALL_CONTEXT_METADATA_KEY.to_owned(), value);
+                    if let Ok(Some(context)) = CallContext::from_metadata(&metadata) {
+                        prop_assert!(context.validate().is_ok());
+                    }
+                }
+            }
+        }
+    }
 }
