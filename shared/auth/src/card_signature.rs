@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::AuthError;
-use crate::config::{JwtPublicKey, KeyAlgorithm, read_trimmed};
+use crate::config::{JwtPublicKey, KeyAlgorithm, read_key};
 use crate::token::PublicKey;
 
 /// The card field that holds the signatures, left out of what they sign.
@@ -63,12 +63,8 @@ impl std::fmt::Debug for CardSigner {
 
 impl CardSigner {
     pub fn load(configured: &CardSigningKey) -> Result<Self, AuthError> {
-        let pem = read_trimmed(&configured.pem_file)?;
-        let (algorithm, key) = match configured.algorithm {
-            KeyAlgorithm::EdDSA => (Algorithm::EdDSA, EncodingKey::from_ed_pem(pem.as_bytes())),
-            KeyAlgorithm::ES256 => (Algorithm::ES256, EncodingKey::from_ec_pem(pem.as_bytes())),
-        };
-        let key = key.map_err(|e| AuthError::Config(format!("{}: {e}", configured.pem_file.display())))?;
+        let (algorithm, key) =
+            read_key(&configured.pem_file, configured.algorithm, EncodingKey::from_ed_pem, EncodingKey::from_ec_pem)?;
         Ok(Self { kid: configured.kid.clone(), algorithm, key })
     }
 

@@ -89,3 +89,19 @@ pub(crate) fn read_trimmed(path: &std::path::Path) -> Result<String, AuthError> 
         .map(|text| text.trim().to_owned())
         .map_err(|e| AuthError::Config(format!("cannot read {}: {e}", path.display())))
 }
+
+/// The key in `pem_file`, of `algorithm`, read by `ed` (EdDSA) or `ec` (ES256): one reader for the
+/// public keys that verify and the private keys that sign.
+pub(crate) fn read_key<K>(
+    pem_file: &std::path::Path,
+    algorithm: KeyAlgorithm,
+    ed: impl FnOnce(&[u8]) -> jsonwebtoken::errors::Result<K>,
+    ec: impl FnOnce(&[u8]) -> jsonwebtoken::errors::Result<K>,
+) -> Result<(jsonwebtoken::Algorithm, K), AuthError> {
+    let pem = read_trimmed(pem_file)?;
+    let (algorithm, key) = match algorithm {
+        KeyAlgorithm::EdDSA => (jsonwebtoken::Algorithm::EdDSA, ed(pem.as_bytes())),
+        KeyAlgorithm::ES256 => (jsonwebtoken::Algorithm::ES256, ec(pem.as_bytes())),
+    };
+    key.map(|key| (algorithm, key)).map_err(|e| AuthError::Config(format!("{}: {e}", pem_file.display())))
+}

@@ -4,7 +4,7 @@
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, decode_header, encode};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{JwtPublicKey, KeyAlgorithm, read_trimmed};
+use crate::config::{JwtPublicKey, read_key};
 use crate::{AuthConfig, AuthError, Principal, Role};
 
 /// Shortest HS256 secret accepted: the key must be as long as the hash (RFC 7518 §3.2).
@@ -60,12 +60,8 @@ pub(crate) struct PublicKey {
 impl PublicKey {
     /// Reads the PEM file of `configured`.
     pub(crate) fn load(configured: &JwtPublicKey) -> Result<Self, AuthError> {
-        let pem = read_trimmed(&configured.pem_file)?;
-        let (algorithm, key) = match configured.algorithm {
-            KeyAlgorithm::EdDSA => (Algorithm::EdDSA, DecodingKey::from_ed_pem(pem.as_bytes())),
-            KeyAlgorithm::ES256 => (Algorithm::ES256, DecodingKey::from_ec_pem(pem.as_bytes())),
-        };
-        let key = key.map_err(|e| AuthError::Config(format!("{}: {e}", configured.pem_file.display())))?;
+        let (algorithm, key) =
+            read_key(&configured.pem_file, configured.algorithm, DecodingKey::from_ed_pem, DecodingKey::from_ec_pem)?;
         Ok(Self { kid: configured.kid.clone(), algorithm, key })
     }
 }
@@ -165,6 +161,7 @@ fn principal(claims: Claims) -> Result<Principal, AuthError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::KeyAlgorithm;
 
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
