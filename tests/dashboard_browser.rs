@@ -73,8 +73,7 @@ async fn link_the_suite_as_deployed(registry: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_and_edits_the_live_graph_in_chromium() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let Some((chromium, script_dir)) = mesh_test_support::require("the browser test's tools", prerequisites(root))
-    else {
+    let Some((chromium, script_dir)) = mesh_test_support::require("a browser test tool", prerequisites(root)) else {
         return;
     };
     let screenshots = std::env::var_os("MESH_SCREENSHOT_DIR")
