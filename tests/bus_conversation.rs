@@ -68,12 +68,8 @@ async fn a_conversation_on_the_embedded_log_survives_the_orchestrator_being_kill
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_on_kafka_survives_the_orchestrator_being_killed() {
-    match std::env::var("MESH_TEST_KAFKA_BROKERS") {
-        Ok(brokers) => conversation_survives_a_killed_orchestrator(Some(brokers)).await,
-        Err(_) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true but MESH_TEST_KAFKA_BROKERS is unset: start scripts/kafka-broker.sh and export it")
-        }
-        Err(_) => eprintln!("MESH_TEST_KAFKA_BROKERS unset: the Kafka conversation test is skipped"),
+    if let Some(brokers) = mesh_test_support::kafka_brokers() {
+        conversation_survives_a_killed_orchestrator(Some(brokers)).await;
     }
 }
 

@@ -3,7 +3,7 @@
 //! against the registry's API, edits links through it, sends a query and waits for its calls.
 //!
 //! Needs `node`, chromium (`MESH_CHROMIUM`, else `/usr/bin/chromium`) and the script's packages
-//! (`npm ci` in `tests/browser`; `.ci/run` does all three). Under CI (`CI=true`) a missing one
+//! (`npm ci` in `tests/browser`; `.ci/run` does all three). Under CI a missing one
 //! fails the test; elsewhere the test says what is missing and passes without running.
 
 use std::path::{Path, PathBuf};
@@ -17,10 +17,6 @@ mod common;
 /// The script's own waits add up to about a minute at worst; past this it is stuck.
 const BROWSER_RUN_DEADLINE_S: u64 = 180;
 const CHROMIUM_DEFAULT: &str = "/usr/bin/chromium";
-
-fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
 
 /// What the browser run needs, or why it cannot run here.
 fn prerequisites(root: &Path) -> Result<(PathBuf, PathBuf), String> {
@@ -77,13 +73,8 @@ async fn link_the_suite_as_deployed(registry: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_and_edits_the_live_graph_in_chromium() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (chromium, script_dir) = match prerequisites(root) {
-        Ok(found) => found,
-        Err(missing) if under_ci() => panic!("the browser test cannot run under CI: {missing}"),
-        Err(missing) => {
-            eprintln!("skipped: {missing}");
-            return;
-        }
+    let Some((chromium, script_dir)) = mesh_test_support::require("a browser test tool", prerequisites(root)) else {
+        return;
     };
     let screenshots = std::env::var_os("MESH_SCREENSHOT_DIR")
         .map(PathBuf::from)

@@ -36,14 +36,13 @@ impl Drop for Prometheus {
 
 fn prometheus_binary() -> Option<String> {
     let binary = std::env::var("MESH_PROMETHEUS").unwrap_or_else(|_| "prometheus".to_owned());
-    if Command::new(&binary).arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return Some(binary);
-    }
-    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-        panic!("CI=true but {binary} does not run: install Debian's prometheus (.ci/run does) or set MESH_PROMETHEUS");
-    }
-    eprintln!("{binary} does not run (install Debian's prometheus): the Prometheus scrape test is skipped");
-    None
+    let runs = Command::new(&binary).arg("--version").output().is_ok_and(|o| o.status.success());
+    let found = if runs {
+        Ok(binary)
+    } else {
+        Err(format!("{binary} does not run: install Debian's prometheus (.ci/run does) or set MESH_PROMETHEUS"))
+    };
+    mesh_test_support::require("Prometheus", found)
 }
 
 fn free_port() -> u16 {

@@ -53,18 +53,11 @@ impl Drop for Receiver {
 
 /// Starts the receiver, or says why the test cannot run (a failure under `CI=true`).
 fn start_receiver() -> Option<Receiver> {
-    let python = match std::env::var("MESH_OTLP_PYTHON") {
-        Ok(python) => python,
-        Err(_) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!(
-                "CI=true but MESH_OTLP_PYTHON is unset: .ci/run builds the OTLP receiver's virtualenv and exports it"
-            )
-        }
-        Err(_) => {
-            eprintln!("MESH_OTLP_PYTHON unset (a Python with tests/otlp/requirements.txt): the OTLP test is skipped");
-            return None;
-        }
-    };
+    let python = mesh_test_support::env_part(
+        "the OTLP receiver's Python",
+        "MESH_OTLP_PYTHON",
+        "a Python with tests/otlp/requirements.txt; .ci/run builds its virtualenv and sets it",
+    )?;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/otlp/receiver.py");
     let mut child = Command::new(&python)
         .arg(script)

@@ -1,6 +1,7 @@
-//! The profile-selection agent as a real server on port 0: its rules, its answers to bad input,
-//! its card, and its LLM backend against a fake OpenAI-compatible endpoint that answers well,
-//! badly, slowly, with an error status, or not at all.
+//! The profile-selection agent as a real server on port 0: its rules (against the hand-written
+//! oracle of `mesh_query_analysis::oracle`, never against the rules' own output), its answers to
+//! bad input, its card, and its LLM backend against a fake OpenAI-compatible endpoint that
+//! answers well, badly, slowly, with an error status, or not at all.
 
 use std::time::{Duration, Instant};
 
@@ -9,10 +10,10 @@ use mesh_agent_kit::testing::{JSON, RunningAgent, TASKS_PATH, local_agent_config
 use mesh_client::reply_data;
 use mesh_llm::LlmConfig;
 use mesh_llm::testing::{FakeLlm, LlmBehaviour, assert_rules_fallback_warning, llm_config, refused_base_url};
-use mesh_protocol::agents::{Complexity, Modality, ProfileScore, ProfileSelection, SearchProfile};
+use mesh_protocol::agents::{Complexity, Modality, ProfileScore, ProfileSelection};
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
-use mesh_query_analysis::select_profile;
+use mesh_query_analysis::oracle::{PROFILE_CASES, example_profiles as profiles};
 use profile_selection::ProfileSelectionConfig;
 use serde_json::{Value, json};
 
@@ -26,23 +27,6 @@ const SLOW_LLM_TASK_MAX: Duration = Duration::from_secs(2);
 const SOCCER_QUERY: &str = "show me robots playing soccer";
 
 // --- profiles ---
-
-fn profile(name: &str, strengths: &[&str]) -> SearchProfile {
-    SearchProfile {
-        name: name.to_owned(),
-        description: format!("the {name} profile"),
-        strengths: strengths.iter().map(|s| (*s).to_owned()).collect(),
-    }
-}
-
-/// The three profiles the search agent advertises.
-fn profiles() -> Vec<SearchProfile> {
-    vec![
-        profile("bm25", &["general", "question", "long_query"]),
-        profile("title", &["entity", "short_query", "keyword", "exact_phrase"]),
-        profile("tags", &["visual", "audio", "keyword", "short_query"]),
-    ]
-}
 
 fn profiles_data() -> Value {
     json!({"available_profiles": profiles()})
@@ -95,11 +79,23 @@ async fn expect_invalid_input(agent: &RunningAgent, parts: Value) -> ErrorBody {
 
 // --- assertions ---
 
+/// `(selected profile, intent, modality)`, what the oracle writes down for a query.
+fn choice(selection: &ProfileSelection) -> (&str, &str, Modality) {
+    (selection.selected_profile.as_str(), selection.intent.as_str(), selection.modality)
+}
+
+/// The choice the oracle expects for `query`, which must be one of its rows.
+fn expected_choice(query: &str) -> (&'static str, &'static str, Modality) {
+    let case = PROFILE_CASES.iter().find(|case| case.query == query);
+    let case = case.unwrap_or_else(|| panic!("{query:?} is not in the oracle"));
+    (case.selected_profile, case.intent, case.modality)
+}
+
 /// The agent answered with the rules after its LLM failed with a warning containing `cause`.
 fn assert_rules_fallback(query: &str, response: &TaskResponse, selection: &ProfileSelection, cause: &str) {
     assert_eq!(response.status, ResponseStatus::Partial);
     assert_rules_fallback_warning(&response.warnings, cause);
-    assert_eq!(selection, &select_profile(query, &profiles()).unwrap(), "the fallback is the rules' answer");
+    assert_eq!(choice(selection), expected_choice(query), "the fallback is the rules' answer");
     assert_eq!(selection.method, "rules");
 }
 
@@ -156,7 +152,24 @@ async fn rules_choose_among_the_given_profiles_with_ranked_alternatives() {
     assert_eq!(selection.intent, "video_search");
     assert_eq!(selection.complexity, Complexity::Simple);
     assert!(selection.reasoning.contains("'tags'"), "{}", selection.reasoning);
-    assert_eq!(selection, select_profile(SOCCER_QUERY, &profiles()).unwrap());
+}
+
+#[tokio::test]
+async fn rules_pick_the_profile_a_person_would_pick() {
+    let agent = rules_agent().await;
+    // A blank query is no task at all (see `a_missing_query_is_invalid_input`).
+    for case in PROFILE_CASES.iter().filter(|case| !case.query.trim().is_empty()) {
+        let (response, selection) = select(&agent, case.query).await;
+        assert_eq!(response.status, ResponseStatus::Success, "{:?}", case.query);
+        assert_eq!(selection.method, "rules");
+        assert_eq!(
+            choice(&selection),
+            (case.selected_profile, case.intent, case.modality),
+            "{:?}: {}",
+            case.query,
+            selection.reasoning
+        );
+    }
 }
 
 #[tokio::test]

@@ -419,12 +419,7 @@ async fn event_streams_are_bounded_and_end_when_the_registry_stops() {
 
 #[tokio::test]
 async fn links_and_their_messages_work_on_postgres() {
-    let Ok(database_url) = std::env::var("MESH_TEST_POSTGRES_URL") else {
-        eprintln!(
-            "skipping: set MESH_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test) to run on PostgreSQL"
-        );
-        return;
-    };
+    let Some(database_url) = mesh_test_support::postgres_url() else { return };
     let registry = TestRegistry::start_on(database_url, None, |_| {}).await;
     // Unique names: the database is shared with other runs.
     let suffix = &uuid::Uuid::new_v4().to_string()[..8];

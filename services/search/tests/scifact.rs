@@ -1,11 +1,12 @@
 //! Retrieval quality on SciFact's train split (the split tuning is allowed on), asserted above
 //! floors so a change that hurts ranking fails CI. Reads `../shared/data/scifact` beside the
-//! repository (or `MESH_SCIFACT_DIR`); skips with a message where it is absent.
+//! repository (or `MESH_SCIFACT_DIR`); skips with a message where it is absent, and fails under CI.
 //!
 //! The index persists between runs (in `MESH_SCIFACT_INDEX_DIR`, else the user's cache folder,
 //! shared with `a2a-mesh eval`),
 //! so the document vectors are computed by the first run only. The dense profile needs the
-//! embedding model, found or downloaded as the agent does; without it only BM25 is checked.
+//! embedding model, found or downloaded as the agent does; without it only BM25 is checked, and
+//! under CI the test fails.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use search::eval::{
     Collection, RunReport, eval_data_dir, evaluate, index_collection, load_beir, missing_judged_documents, scifact_dir,
 };
-use search::{DENSE_PROFILE, SearchConfig, SearchIndex};
+use search::{DENSE_PROFILE, DenseStatus, SearchConfig, SearchIndex};
 
 /// Each floor sits a little under what the train split measures (2026-11-23, this index):
 /// BM25 nDCG@10 0.695, Recall@100 0.932, MRR@10 0.663; dense nDCG@10 0.660; the fusion nDCG@10
@@ -33,32 +34,33 @@ fn run<'a>(reports: &'a [RunReport], name: &str) -> &'a RunReport {
     reports.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("no run {name}"))
 }
 
-async fn open_index(dataset: &Path, collection: &Collection) -> Arc<SearchIndex> {
+/// The collection's index, and whether it has the dense profile (under CI it must).
+async fn open_index(dataset: &Path, collection: &Collection) -> (Arc<SearchIndex>, bool) {
     let config = SearchConfig { data_dir: Some(index_dir(dataset)), ..SearchConfig::default() };
     let (index, status) = search::open_index(&config).await.expect("the test index opens");
-    eprintln!("dense profile: {status:?}");
+    let model = match status {
+        DenseStatus::Available { .. } => Ok(()),
+        other => Err(format!("the dense profile is {other:?}: the dense and fused checks cannot run")),
+    };
+    let dense = mesh_test_support::require("the embedding model", model).is_some();
     let report = index_collection(&index, collection, &|_| {}).unwrap();
     eprintln!("test index in {}: {report:?}", index_dir(dataset).display());
-    index
+    (index, dense)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ranking_stays_above_its_floors_on_the_train_split() {
-    let Some(dir) = scifact_dir() else {
-        eprintln!("skipping: SciFact not found (set MESH_SCIFACT_DIR or place it at ../shared/data/scifact)");
-        return;
-    };
+    let found = scifact_dir().ok_or("not found: set MESH_SCIFACT_DIR or place it at ../shared/data/scifact");
+    let Some(dir) = mesh_test_support::require("SciFact", found) else { return };
     let collection = load_beir(&dir, "train").unwrap();
     assert_eq!(missing_judged_documents(&collection), 0);
     assert!(collection.queries.len() > 800, "{} judged train queries", collection.queries.len());
-    let index = open_index(&dir, &collection).await;
+    let (index, dense) = open_index(&dir, &collection).await;
     assert_eq!(index.len(), collection.documents.len());
     let mut profiles = vec!["bm25".to_string()];
-    if index.has_dense() {
+    if dense {
         assert_eq!(index.embedded(), collection.documents.len(), "every document has its vector");
         profiles.push(DENSE_PROFILE.to_string());
-    } else {
-        eprintln!("SKIPPED the dense and fused checks: no embedding model on this machine");
     }
     let reports = evaluate(index.clone(), &collection, &profiles).await.unwrap();
     for report in &reports {
@@ -71,7 +73,7 @@ async fn ranking_stays_above_its_floors_on_the_train_split() {
     assert!(bm25.mean.ndcg_at_10 >= BM25_NDCG_AT_10_FLOOR, "{bm25:?}");
     assert!(bm25.mean.recall_at_100 >= BM25_RECALL_AT_100_FLOOR, "{bm25:?}");
     assert!(bm25.mean.mrr_at_10 >= BM25_MRR_AT_10_FLOOR, "{bm25:?}");
-    if index.has_dense() {
+    if dense {
         let dense = run(&reports, DENSE_PROFILE);
         assert!(dense.mean.ndcg_at_10 >= DENSE_NDCG_AT_10_FLOOR, "{dense:?}");
         let fused = run(&reports, "bm25+dense");

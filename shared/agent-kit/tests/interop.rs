@@ -3,7 +3,7 @@
 //! (`tests/interop/client_checks.py`), against an open agent and against one that requires a
 //! token (sent by the SDK's own `AuthInterceptor`, from the card's security schemes). Runs where
 //! `MESH_A2A_PYTHON` names a Python with the SDK (`.ci/run` makes one); skips with a message
-//! elsewhere, and fails under `CI=true`.
+//! elsewhere, and fails under CI.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,23 +44,19 @@ async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
 /// The HS256 secret of the protected agent.
 const SECRET: &str = "interop-test-secret-of-32-bytes-at-least";
 
-/// The interpreter with the SDK, or `None` (and a message) where there is none; under `CI=true`
+/// The interpreter with the SDK, or `None` (and a message) where there is none; under CI
 /// a missing one fails.
-fn sdk_python() -> Option<std::ffi::OsString> {
-    let python = std::env::var_os("MESH_A2A_PYTHON");
-    if python.is_none() {
-        assert!(
-            std::env::var("CI").map_or(true, |ci| ci != "true"),
-            "CI=true but MESH_A2A_PYTHON is unset: .ci/run makes the a2a-sdk virtualenv"
-        );
-        eprintln!("skipping: MESH_A2A_PYTHON is not set (.ci/run sets it to a virtualenv with a2a-sdk)");
-    }
-    python
+fn sdk_python() -> Option<String> {
+    mesh_test_support::env_part(
+        "the A2A Python SDK",
+        "MESH_A2A_PYTHON",
+        "a Python with tests/interop/requirements.txt; .ci/run builds its virtualenv and sets it",
+    )
 }
 
 /// Serves the conformance agent with `config` and runs the SDK's checks on both bindings in
 /// both versions; returns the runs that failed.
-async fn run_checks(python: &std::ffi::OsStr, config: &AgentConfig, credential: Option<&str>) -> Vec<String> {
+async fn run_checks(python: &str, config: &AgentConfig, credential: Option<&str>) -> Vec<String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/client_checks.py");
     let app =
         AgentApp::build_tasks(config, card().unwrap(), TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
@@ -85,7 +81,7 @@ async fn run_checks(python: &std::ffi::OsStr, config: &AgentConfig, credential: 
 
 /// One run of the checks on one binding and version; whether every check ran and passed.
 async fn check_run(
-    python: &std::ffi::OsStr,
+    python: &str,
     script: &std::path::Path,
     url: &str,
     transport: &str,

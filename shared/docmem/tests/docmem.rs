@@ -1,4 +1,5 @@
-//! Docmem on SQLite (always) and PostgreSQL (when `MESH_TEST_POSTGRES_URL` is set).
+//! Docmem on SQLite (always) and PostgreSQL (when `MESH_TEST_POSTGRES_URL` is set; under CI its
+//! absence fails).
 
 use mesh_docmem::{Context, Docmem, DocmemError, NewChild};
 
@@ -6,9 +7,8 @@ async fn stores() -> Vec<(String, Docmem, Option<tempfile::TempDir>)> {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("docmem.db").display());
     let mut stores = vec![("sqlite".to_owned(), Docmem::open(&url).await.unwrap(), Some(dir))];
-    match std::env::var("MESH_TEST_POSTGRES_URL") {
-        Ok(url) => stores.push(("postgres".to_owned(), Docmem::open(&url).await.unwrap(), None)),
-        Err(_) => eprintln!("MESH_TEST_POSTGRES_URL unset: the PostgreSQL variant is skipped"),
+    if let Some(url) = mesh_test_support::postgres_url() {
+        stores.push(("postgres".to_owned(), Docmem::open(&url).await.unwrap(), None));
     }
     stores
 }

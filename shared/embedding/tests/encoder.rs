@@ -1,6 +1,6 @@
 //! The encoder against sentence-transformers' own outputs for all-MiniLM-L6-v2. Uses the model
 //! in `MESH_EMBEDDING_MODEL_DIR` or the default cache folder, downloading it there when absent;
-//! skips with a message on a machine that can neither find nor download it.
+//! skips with a message on a machine that can neither find nor download it, and fails under CI.
 
 use std::path::PathBuf;
 
@@ -8,10 +8,10 @@ use mesh_embedding::{Encoder, default_model_dir, dot, ensure_model};
 
 async fn encoder() -> Option<Encoder> {
     let dir = std::env::var_os("MESH_EMBEDDING_MODEL_DIR").map(PathBuf::from).unwrap_or_else(default_model_dir);
-    if let Err(error) = ensure_model(&dir, "python3").await {
-        eprintln!("SKIPPED: no embedding model at {} and none could be downloaded: {error}", dir.display());
-        return None;
-    }
+    let found = ensure_model(&dir, "python3")
+        .await
+        .map_err(|error| format!("none at {} and none could be downloaded: {error}", dir.display()));
+    mesh_test_support::require("the embedding model", found)?;
     Some(Encoder::load(&dir).expect("the model loads"))
 }
 

@@ -8,8 +8,8 @@ use mesh_protocol::agents::{Complexity, Entity, EntityType, Modality, QUERY_TRAI
 
 use crate::entities::extract;
 use crate::lexicon::{
-    AUDIO_KEYWORDS, CLAUSE_MARKERS, IMAGE_KEYWORDS, QUESTION_WORDS, TEMPORAL_KEYWORDS, TEXT_KEYWORDS, VIDEO_KEYWORDS,
-    VISUAL_KEYWORDS, is_function_word,
+    AUDIO_KEYWORDS, CLAUSE_MARKERS, IMAGE_KEYWORDS, NEGATIONS, QUESTION_WORDS, TEMPORAL_KEYWORDS, TEXT_KEYWORDS,
+    VIDEO_KEYWORDS, VISUAL_KEYWORDS, is_function_word,
 };
 use crate::tokens::Words;
 
@@ -125,13 +125,15 @@ fn applies(query_trait: &str, features: &QueryFeatures) -> bool {
     }
 }
 
-/// Entries of `lexicon` found in the query, with the character offset each starts at, in order.
+/// Entries of `lexicon` found in the query, with the character offset each starts at, in order;
+/// an entry right after a negation ("photos, not videos") is left out: the query rules it out.
 fn keyword_matches(words: &Words, lexicon: &[&str]) -> Vec<(usize, String)> {
     let mut matches = Vec::new();
     let mut i = 0;
     while i < words.len() {
         let len = words.phrase_at(i, lexicon).unwrap_or(0);
-        if len > 0 {
+        let negated = i > 0 && NEGATIONS.contains(&words.folded[i - 1].as_str());
+        if len > 0 && !negated {
             matches.push((words.tokens[i].start, words.folded[i..i + len].join(" ")));
         }
         i += len.max(1);

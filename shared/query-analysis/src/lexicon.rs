@@ -53,16 +53,21 @@ pub(crate) const STOP_WORDS: &[&str] = &[
     "a",
     "about",
     "above",
+    "across",
     "after",
     "again",
+    "against",
     "all",
+    "along",
     "also",
     "am",
+    "among",
     "an",
     "and",
     "any",
     "anything",
     "are",
+    "around",
     "as",
     "at",
     "be",
@@ -71,11 +76,13 @@ pub(crate) const STOP_WORDS: &[&str] = &[
     "being",
     "below",
     "between",
+    "beyond",
     "both",
     "but",
     "by",
     "can",
     "could",
+    "despite",
     "did",
     "do",
     "does",
@@ -131,6 +138,7 @@ pub(crate) const STOP_WORDS: &[&str] = &[
     "same",
     "she",
     "should",
+    "since",
     "so",
     "some",
     "something",
@@ -149,11 +157,15 @@ pub(crate) const STOP_WORDS: &[&str] = &[
     "through",
     "to",
     "too",
+    "toward",
+    "towards",
     "under",
     "until",
     "up",
+    "upon",
     "us",
     "very",
+    "via",
     "was",
     "we",
     "were",
@@ -578,6 +590,10 @@ pub(crate) const TEXT_KEYWORDS: &[&str] = &[
     "wiki",
 ];
 
+/// Words that rule out the keyword right after them ("not videos", "without music"): the query
+/// says it does not want that, so the keyword is no cue of what it wants.
+pub(crate) const NEGATIONS: &[&str] = &["never", "no", "non", "not", "without"];
+
 /// Words that open a second clause, making the query complex.
 pub(crate) const CLAUSE_MARKERS: &[&str] =
     &["although", "because", "but", "that", "though", "unless", "whereas", "which", "while"];
@@ -592,6 +608,7 @@ mod tests {
     use super::*;
 
     const ALL_LISTS: &[&[&str]] = &[
+        NEGATIONS,
         STOP_WORDS,
         QUESTION_WORDS,
         REQUEST_WORDS,

@@ -14,6 +14,8 @@
 mod entities;
 mod features;
 mod lexicon;
+#[cfg(any(test, feature = "testing"))]
+pub mod oracle;
 mod selection;
 mod tokens;
 

@@ -6,7 +6,7 @@
 use mesh_storage::SQLITE_MEMORY_URL;
 use mesh_tasks::TaskStore;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -61,18 +61,20 @@ const AGENTS: &[(&str, &str, u64)] = &[
     ("slow", "slow", SLOW_WORK_MS),
 ];
 
-/// A worker: answers after its delay with who answered and the call context it saw.
+/// A worker: answers after its delay with who answered and the call context it saw, and logs
+/// each call it takes up in the run's [`Shared::work`].
 #[derive(Debug)]
 struct Worker {
     name: &'static str,
     delay: Duration,
-    handled: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
 }
 
 impl AgentHandler for Worker {
     async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
-        self.handled.fetch_add(1, Ordering::SeqCst);
+        let work = self.shared.begin_work(self.name, Value::Object(task.data));
         tokio::time::sleep(self.delay).await;
+        self.shared.finish_work(work);
         Ok(AgentReply::data(json!({"answered_by": self.name, "chain": task.call.context().chain})))
     }
 }
@@ -146,13 +148,33 @@ impl mesh_client::Transport for RouterTransport {
     }
 }
 
-/// Something the driver does to the simulated world at a time after the client started.
+/// When the driver does something to the simulated world.
+#[derive(Debug, Clone, Copy)]
+enum When {
+    /// This long after the client started.
+    AfterMs(u64),
+    /// As soon as the agent is working on a call: a crash then interrupts a call for sure,
+    /// whatever timing the seed's latencies give the run.
+    Working(&'static str),
+}
+
+/// Something the driver does to the simulated world.
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     Crash(&'static str),
     Restart(&'static str),
     Partition(&'static str, &'static str),
     Repair(&'static str, &'static str),
+}
+
+/// A call a worker took up.
+#[derive(Debug, Clone, PartialEq)]
+struct Work {
+    agent: &'static str,
+    /// The data part the call carried.
+    data: Value,
+    /// Whether the worker answered it (a crash leaves it unanswered).
+    answered: bool,
 }
 
 /// What one run shares between its hosts, its client and the driver.
@@ -162,20 +184,65 @@ struct Shared {
     /// Simulated time at which the client started, once it has.
     client_started: Mutex<Option<Duration>>,
     trace: Mutex<Vec<String>>,
-    handled: Vec<(&'static str, Arc<AtomicUsize>)>,
+    /// Every call a worker took up, in the order they were taken up.
+    work: Mutex<Vec<Work>>,
+    /// Each crash: the host, and the data of the calls it was working on when it went down.
+    crashes: Mutex<Vec<(&'static str, Vec<Value>)>>,
 }
 
 impl Shared {
     fn new() -> Arc<Self> {
-        Arc::new(Self { handled: AGENTS.iter().map(|(n, ..)| (*n, Arc::default())).collect(), ..Self::default() })
+        Arc::new(Self::default())
     }
 
     fn record(&self, line: String) {
         self.trace.lock().expect("the trace").push(line);
     }
 
+    /// Logs that `agent` took up a call carrying `data`; returns its place in the log.
+    fn begin_work(&self, agent: &'static str, data: Value) -> usize {
+        let mut work = self.work.lock().expect("the work log");
+        work.push(Work { agent, data, answered: false });
+        work.len() - 1
+    }
+
+    fn finish_work(&self, index: usize) {
+        self.work.lock().expect("the work log")[index].answered = true;
+    }
+
+    /// The calls `agent` took up, answered or not.
+    fn work_of(&self, agent: &str) -> Vec<Work> {
+        self.work.lock().expect("the work log").iter().filter(|w| w.agent == agent).cloned().collect()
+    }
+
     fn handled(&self, agent: &str) -> usize {
-        self.handled.iter().find(|(n, _)| *n == agent).map_or(0, |(_, c)| c.load(Ordering::SeqCst))
+        self.work_of(agent).len()
+    }
+
+    /// The data of the calls `agent` has taken up and not answered.
+    fn in_flight(&self, agent: &str) -> Vec<Value> {
+        self.work_of(agent).into_iter().filter(|w| !w.answered).map(|w| w.data).collect()
+    }
+
+    /// What `host` was working on when it crashed, for each of its crashes.
+    fn crashes_of(&self, host: &str) -> Vec<Vec<Value>> {
+        let crashes = self.crashes.lock().expect("the crashes");
+        crashes.iter().filter(|(h, _)| *h == host).map(|(_, in_flight)| in_flight.clone()).collect()
+    }
+
+    /// Simulated time since the client started (zero before it has).
+    fn since_client_started(&self, now: Duration) -> Duration {
+        self.client_started.lock().expect("the start time").map_or(Duration::ZERO, |started| now - started)
+    }
+
+    fn is_due(&self, when: When, now: Duration) -> bool {
+        match when {
+            When::AfterMs(at_ms) => {
+                let started = *self.client_started.lock().expect("the start time");
+                started.is_some_and(|started| now >= started + Duration::from_millis(at_ms))
+            }
+            When::Working(agent) => !self.in_flight(agent).is_empty(),
+        }
     }
 }
 
@@ -349,12 +416,12 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
         if world.agents.is_some_and(|agents| !agents.contains(&name)) {
             continue;
         }
-        let handled = shared.handled.iter().find(|(n, _)| *n == name).map(|(_, c)| c.clone()).unwrap_or_default();
+        let shared = shared.clone();
         // Like the registry's database, opened outside the simulation: its writer commits on the
         // storage runtime, and seed calls do not wait for it.
         let tasks = STORAGE_RUNTIME.block_on(TaskStore::open(SQLITE_MEMORY_URL, name)).expect("open a task store");
         sim.host(name, move || {
-            let (handled, tasks) = (handled.clone(), tasks.clone());
+            let (shared, tasks) = (shared.clone(), tasks.clone());
             async move {
                 let http = HttpClient::new(Arc::new(SimTransport));
                 let registry = RegistryClient::new(REGISTRY_URL, http.clone())?;
@@ -365,7 +432,7 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
                 let circuits = CircuitSettings { open: Duration::ZERO, ..CircuitSettings::default() };
                 let settings = CallerSettings { jitter_seed: Some(seed), circuits, ..CallerSettings::default() };
                 let caller = Arc::new(MeshCaller::new(http, registry, Arc::new(discovery), settings));
-                let worker = Worker { name, delay: Duration::from_millis(delay_ms), handled };
+                let worker = Worker { name, delay: Duration::from_millis(delay_ms), shared };
                 let handler = WithCallAgent::new(worker, caller);
                 let metrics = ServiceMetrics::new(name);
                 let router = agent_router(
@@ -384,18 +451,23 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
     sim
 }
 
-/// Runs `sim` to the end, applying `faults` at their times after the client started.
-fn drive(mut sim: turmoil::Sim<'_>, shared: &Shared, mut faults: Vec<(u64, Fault)>) {
-    faults.sort_by_key(|(at, _)| *at);
+/// Runs `sim` to the end, applying `faults` in the order given, each when it is due. A crash is
+/// traced with the calls the host was working on.
+fn drive(mut sim: turmoil::Sim<'_>, shared: &Shared, faults: Vec<(When, Fault)>) {
     let mut faults = faults.into_iter().peekable();
     loop {
-        let started = *shared.client_started.lock().expect("the start time");
-        if let (Some(started), Some((at_ms, _))) = (started, faults.peek())
-            && sim.elapsed() >= started + Duration::from_millis(*at_ms)
+        if let Some(&(when, fault)) = faults.peek()
+            && shared.is_due(when, sim.elapsed())
         {
-            let (_, fault) = faults.next().expect("a due fault");
+            faults.next();
             match fault {
-                Fault::Crash(host) => sim.crash(host),
+                Fault::Crash(host) => {
+                    let in_flight = shared.in_flight(host);
+                    let at_ms = shared.since_client_started(sim.elapsed()).as_millis();
+                    shared.record(format!("{at_ms:>6} ms crash {host}, working on {in_flight:?}"));
+                    shared.crashes.lock().expect("the crashes").push((host, in_flight));
+                    sim.crash(host);
+                }
                 Fault::Restart(host) => sim.bounce(host),
                 Fault::Partition(a, b) => sim.partition(a, b),
                 Fault::Repair(a, b) => sim.repair(a, b),
@@ -412,7 +484,7 @@ fn drive(mut sim: turmoil::Sim<'_>, shared: &Shared, mut faults: Vec<(u64, Fault
 
 /// Runs one scenario under `seed`: `client` drives the calls, `faults` hit the world meanwhile.
 /// Returns the trace.
-fn run<F, Fut>(seed: u64, world: World, faults: Vec<(u64, Fault)>, client: F) -> Vec<String>
+fn run<F, Fut>(seed: u64, world: World, faults: Vec<(When, Fault)>, client: F) -> Vec<String>
 where
     F: Fn(Client) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -430,7 +502,7 @@ where
 }
 
 /// Runs a scenario under every seed.
-fn under_every_seed<F, Fut>(world: World, faults: &[(u64, Fault)], client: F)
+fn under_every_seed<F, Fut>(world: World, faults: &[(When, Fault)], client: F)
 where
     F: Fn(Client) -> Fut + Clone + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -537,7 +609,7 @@ fn a_call_chain_reaching_depth_five_is_refused() {
 
 #[test]
 fn a_partition_fails_the_call_cleanly_and_repair_restores_it() {
-    let faults = [(1_000, Fault::Partition("a", "b")), (3_000, Fault::Repair("a", "b"))];
+    let faults = [(When::AfterMs(1_000), Fault::Partition("a", "b")), (When::AfterMs(3_000), Fault::Repair("a", "b"))];
     under_every_seed(World::with(&["a", "b"]), &faults, |client| async move {
         let seen = client.send("before", "a", call("agent_id", "b", None, Some(500)), &[]).await;
         assert_eq!(expect_answer(&seen, "before the partition"), "b");
@@ -552,27 +624,58 @@ fn a_partition_fails_the_call_cleanly_and_repair_restores_it() {
     });
 }
 
-/// A replica crashes while it works on a call and restarts later: the call is answered by the
-/// other replica (a retry), and the restarted one answers again.
+/// Calls by capability the crash scenario makes before the restart: enough for round-robin to
+/// reach `w1` (the crash waits for it) and then to keep going with `w1` down.
+const CRASH_ROUNDS: usize = 6;
+/// Pause between those rounds.
+const CRASH_ROUND_PAUSE_MS: u64 = 400;
+/// Each round's deadline: shorter than the time to the restart, so a round `w1` was working on
+/// when it crashed can only be answered by a retry on the other replica.
+const CRASH_ROUND_TIMEOUT_MS: u64 = 8_000;
+/// When `w1` comes back, after the client started: after the last round's deadline.
+const RESTART_AFTER_MS: u64 = 10_000;
+/// When the calls to the restarted replica start.
+const AFTER_RESTART_MS: u64 = 12_000;
+/// Calls by name to the restarted replica.
+const AFTER_RESTART_CALLS: usize = 4;
+
+/// A replica crashes while it works on a call (the driver crashes `w1` as soon as it takes one
+/// up) and restarts later: the interrupted call is retried on the other replica and answered, no
+/// call is lost while `w1` is down, and the restarted replica answers again.
 async fn crash_and_restart(client: Client) {
     let mut answered = Vec::new();
-    for round in 0..6 {
-        let seen =
-            client.send(&format!("round {round}"), "a", call("capability", "work", None, Some(8_000)), &[]).await;
+    for round in 0..CRASH_ROUNDS {
+        let request = call("capability", "work", Some(json!({"round": round})), Some(CRASH_ROUND_TIMEOUT_MS));
+        let seen = client.send(&format!("round {round}"), "a", request, &[]).await;
         answered.push(expect_answer(&seen, &format!("round {round}")));
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(CRASH_ROUND_PAUSE_MS)).await;
     }
-    tokio::time::sleep(Duration::from_millis(12_000).saturating_sub(client.elapsed())).await;
-    let mut after = Vec::new();
-    for round in 0..4 {
-        let seen = client.send(&format!("after restart {round}"), "a", call("agent_id", "w1", None, None), &[]).await;
-        after.push(expect_answer(&seen, "after the restart"));
+    let crashes = client.shared.crashes_of("w1");
+    let [in_flight] = crashes.as_slice() else { panic!("w1 should have crashed once: {crashes:?}") };
+    let [interrupted] = in_flight.as_slice() else {
+        panic!("w1 should have been working on one call when it crashed: {in_flight:?}")
+    };
+    let round = interrupted["round"].as_u64().and_then(|r| usize::try_from(r).ok()).expect("a round");
+    // The restart comes after the round's deadline: only the other replica can have answered.
+    assert_eq!(answered[round], "w2", "round {round}, interrupted by the crash: {answered:?}");
+    let retried = client.shared.work_of("w2").into_iter().any(|work| work.data == *interrupted && work.answered);
+    assert!(retried, "round {round} was retried on w2");
+    assert!(answered[round..].iter().all(|by| by == "w2"), "w1 is down from round {round} on: {answered:?}");
+
+    tokio::time::sleep(Duration::from_millis(AFTER_RESTART_MS).saturating_sub(client.elapsed())).await;
+    let answered_by_w1_before = client.shared.work_of("w1").iter().filter(|work| work.answered).count();
+    for call_number in 0..AFTER_RESTART_CALLS {
+        let seen =
+            client.send(&format!("after restart {call_number}"), "a", call("agent_id", "w1", None, None), &[]).await;
+        assert_eq!(expect_answer(&seen, "after the restart"), "w1");
     }
-    assert!(after.iter().all(|by| by == "w1"), "{after:?}");
+    let answered_by_w1 = client.shared.work_of("w1").iter().filter(|work| work.answered).count();
+    assert_eq!(answered_by_w1 - answered_by_w1_before, AFTER_RESTART_CALLS, "the restarted w1 did the work");
 }
 
 const CRASH_WORLD: World = World { agents: Some(&["a", "w1", "w2"]), storage_fault_after_ms: None };
-const CRASH_FAULTS: [(u64, Fault); 2] = [(50, Fault::Crash("w1")), (10_000, Fault::Restart("w1"))];
+const CRASH_FAULTS: [(When, Fault); 2] =
+    [(When::Working("w1"), Fault::Crash("w1")), (When::AfterMs(RESTART_AFTER_MS), Fault::Restart("w1"))];
 
 #[test]
 fn a_replica_crashing_mid_call_and_restarting_loses_no_call() {
@@ -581,7 +684,7 @@ fn a_replica_crashing_mid_call_and_restarting_loses_no_call() {
 
 #[test]
 fn discovery_keeps_working_from_cache_while_the_registry_is_down() {
-    let faults = [(500, Fault::Crash("registry"))];
+    let faults = [(When::AfterMs(500), Fault::Crash("registry"))];
     under_every_seed(World::with(&["a", "b", "w1", "w2"]), &faults, |client| async move {
         let seen = client.send("registry up", "a", call("capability", "work", None, None), &[]).await;
         expect_answer(&seen, "with the registry up");

@@ -1,5 +1,5 @@
 //! What the task store's tests share: a store on SQLite (always) and on PostgreSQL (when
-//! `MESH_TEST_POSTGRES_URL` is set), for an agent of its own.
+//! `MESH_TEST_POSTGRES_URL` is set; under CI its absence fails), for an agent of its own.
 
 use mesh_tasks::TaskStore;
 
@@ -10,9 +10,8 @@ pub async fn stores(agent_prefix: &str) -> Vec<(String, TaskStore, Option<tempfi
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
     let mut stores = vec![("sqlite".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), Some(dir))];
-    match std::env::var("MESH_TEST_POSTGRES_URL") {
-        Ok(url) => stores.push(("postgres".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), None)),
-        Err(_) => eprintln!("MESH_TEST_POSTGRES_URL unset: the PostgreSQL variant is skipped"),
+    if let Some(url) = mesh_test_support::postgres_url() {
+        stores.push(("postgres".to_owned(), TaskStore::open(&url, &agent).await.unwrap(), None));
     }
     stores
 }

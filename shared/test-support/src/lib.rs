@@ -1,0 +1,95 @@
+//! The real parts some tests need (PostgreSQL, a Kafka broker, SciFact, the embedding model, the
+//! Python virtualenvs, Prometheus, chromium) and one rule for when one is missing: on a
+//! developer's machine the test says what is missing and passes without it; under CI it fails,
+//! naming the part, because there a missing part means a broken install step, and a test that
+//! skipped would hide it behind a green run.
+
+use std::fmt::Display;
+
+/// Whether this is a CI run: `CI` set to anything but empty, `0` or `false` (`.ci/run` and the
+/// usual CI services set `CI=true`).
+pub fn under_ci() -> bool {
+    means_ci(std::env::var("CI").ok().as_deref())
+}
+
+fn means_ci(value: Option<&str>) -> bool {
+    value.is_some_and(|ci| !matches!(ci.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"))
+}
+
+/// The real part `found` is; when it is missing (`Err(why)`), a failure naming `part` and `why`
+/// under CI, and elsewhere the same on stderr and `None`, so the caller skips what needs it.
+#[track_caller]
+pub fn require<T, E: Display>(part: &str, found: Result<T, E>) -> Option<T> {
+    require_as(under_ci(), part, found)
+}
+
+/// The value of the environment variable `var` that names a real part, as [`require`] has it;
+/// `hint` says how to provide it.
+#[track_caller]
+pub fn env_part(part: &str, var: &str, hint: &str) -> Option<String> {
+    require(part, std::env::var(var).map_err(|_| format!("{var} is unset ({hint})")))
+}
+
+/// The PostgreSQL server of the PostgreSQL variants of the storage tests: `MESH_TEST_POSTGRES_URL`.
+#[track_caller]
+pub fn postgres_url() -> Option<String> {
+    env_part(
+        "PostgreSQL",
+        "MESH_TEST_POSTGRES_URL",
+        "e.g. postgres://postgres@127.0.0.1:5432/test; .ci/run starts the server and sets it",
+    )
+}
+
+/// The Kafka-protocol broker of the Kafka tests: `MESH_TEST_KAFKA_BROKERS`.
+#[track_caller]
+pub fn kafka_brokers() -> Option<String> {
+    env_part("a Kafka broker", "MESH_TEST_KAFKA_BROKERS", "scripts/kafka-broker.sh starts one on 127.0.0.1:9092")
+}
+
+#[track_caller]
+fn require_as<T, E: Display>(ci: bool, part: &str, found: Result<T, E>) -> Option<T> {
+    match found {
+        Ok(found) => Some(found),
+        Err(why) if ci => panic!("CI is set but {part} is missing: {why}"),
+        Err(why) => {
+            eprintln!("SKIPPED without {part}: {why}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci_is_any_value_but_empty_zero_or_false() {
+        for (value, ci) in [
+            (None, false),
+            (Some(""), false),
+            (Some("0"), false),
+            (Some("false"), false),
+            (Some(" FALSE "), false),
+            (Some("true"), true),
+            (Some("1"), true),
+            (Some("yes"), true),
+        ] {
+            assert_eq!(means_ci(value), ci, "CI={value:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_part_skips_outside_ci() {
+        assert_eq!(require_as(false, "PostgreSQL", Err::<u8, _>("no server")), None);
+        assert_eq!(require_as(false, "PostgreSQL", Ok::<u8, &str>(7)), Some(7));
+    }
+
+    #[test]
+    fn a_missing_part_fails_under_ci_naming_it() {
+        assert_eq!(require_as(true, "PostgreSQL", Ok::<u8, &str>(7)), Some(7));
+        let failure = std::panic::catch_unwind(|| require_as(true, "PostgreSQL", Err::<u8, _>("no server")))
+            .expect_err("a missing part fails under CI");
+        let message = failure.downcast_ref::<String>().expect("a formatted panic message");
+        assert_eq!(message, "CI is set but PostgreSQL is missing: no server");
+    }
+}
