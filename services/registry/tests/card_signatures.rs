@@ -5,7 +5,7 @@
 //! accepts a card this project signed.
 //!
 //! The SDK runs on the Python named by `MESH_A2A_PYTHON` (`.ci/run` builds its virtualenv with
-//! the `signing` extra); without it the SDK half says why it skips, and under `CI=true` it fails.
+//! the `signing` extra); without it the SDK half says why it skips, and under CI it fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -166,21 +166,6 @@ fn signed_cards_need_keys_and_card_fetches() {
     }
 }
 
-/// The Python with the SDK, or `None` (and a message) where there is none; under `CI=true` its
-/// absence fails.
-fn sdk_python() -> Option<String> {
-    match std::env::var("MESH_A2A_PYTHON") {
-        Ok(python) => Some(python),
-        Err(_) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true but MESH_A2A_PYTHON is unset: .ci/run makes the a2a-sdk virtualenv")
-        }
-        Err(_) => {
-            eprintln!("skipping: MESH_A2A_PYTHON is not set (.ci/run sets it to a virtualenv with a2a-sdk[signing])");
-            None
-        }
-    }
-}
-
 /// Runs `tests/interop/card_signing.py` with `args`, `card` on its standard input; its output
 /// when it succeeds.
 async fn sdk(python: &str, args: &[&str], card: &Value) -> Result<String, String> {
@@ -201,7 +186,7 @@ async fn sdk(python: &str, args: &[&str], card: &Value) -> Result<String, String
 
 #[tokio::test]
 async fn cards_signed_by_the_python_sdk_verify_here_and_ours_verify_there() {
-    let Some(python) = sdk_python() else { return };
+    let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
     let data = tempfile::tempdir().unwrap();
     let registry = start_registry(data.path()).await;
     let host = CardHost::start().await;

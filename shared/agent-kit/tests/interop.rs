@@ -19,7 +19,7 @@ const LONG_RUNNING_PREFIX: &str = "interop-long-running";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_client_works_against_a_kit_agent() {
-    let Some(python) = sdk_python() else { return };
+    let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
     let config = AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() };
     let failures = run_checks(&python, &config, None).await;
     assert!(failures.is_empty(), "the SDK's checks failed for: {failures:?}");
@@ -29,7 +29,7 @@ async fn the_python_sdk_client_works_against_a_kit_agent() {
 /// schemes and sends it; every check passes with it, and nothing passes without it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
-    let Some(python) = sdk_python() else { return };
+    let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
     let mut config =
         AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() };
     config.auth.jwt_hs256_secret = Some(SECRET.into());
@@ -43,16 +43,6 @@ async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
 
 /// The HS256 secret of the protected agent.
 const SECRET: &str = "interop-test-secret-of-32-bytes-at-least";
-
-/// The interpreter with the SDK, or `None` (and a message) where there is none; under CI
-/// a missing one fails.
-fn sdk_python() -> Option<String> {
-    mesh_test_support::env_part(
-        "the A2A Python SDK",
-        "MESH_A2A_PYTHON",
-        "a Python with tests/interop/requirements.txt; .ci/run builds its virtualenv and sets it",
-    )
-}
 
 /// Serves the conformance agent with `config` and runs the SDK's checks on both bindings in
 /// both versions; returns the runs that failed.

@@ -58,6 +58,17 @@ fn require_as<T, E: Display>(ci: bool, part: &str, found: Result<T, E>) -> Optio
     }
 }
 
+/// The Python with the official A2A SDK (`MESH_A2A_PYTHON`), for the interop and card-signature
+/// tests.
+#[track_caller]
+pub fn a2a_sdk_python() -> Option<String> {
+    env_part(
+        "the A2A Python SDK",
+        "MESH_A2A_PYTHON",
+        "a Python with tests/interop/requirements.txt; .ci/run builds its virtualenv and sets it",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
