@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use mesh_embedding::{Encoder, MODEL_ID};
 use mesh_protocol::agents::{Modality, SearchProfile};
@@ -403,13 +404,34 @@ impl SearchIndex {
         modality: Option<Modality>,
         limit: usize,
     ) -> Result<Vec<(String, f64)>, SearchError> {
+        self.rank_timed(profile, query, modality, limit).map(|(hits, _)| hits)
+    }
+
+    /// [`Self::rank`], with the time the query's embedding took when the profile computed one.
+    pub fn rank_timed(
+        &self,
+        profile: &str,
+        query: &str,
+        modality: Option<Modality>,
+        limit: usize,
+    ) -> Result<(Vec<(String, f64)>, Option<Duration>), SearchError> {
         let Some(spec) = PROFILES.iter().find(|p| p.name == profile) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         };
         let weights = match spec.ranker {
             Ranker::Lexical(weights) => weights,
             Ranker::Dense => return self.rank_dense(query, limit),
         };
+        self.rank_lexical(weights, query, modality, limit).map(|hits| (hits, None))
+    }
+
+    fn rank_lexical(
+        &self,
+        weights: FieldWeights,
+        query: &str,
+        modality: Option<Modality>,
+        limit: usize,
+    ) -> Result<Vec<(String, f64)>, SearchError> {
         let Some(query) = self.build_query(weights, query, modality)? else {
             return Ok(Vec::new());
         };
@@ -427,9 +449,9 @@ impl SearchIndex {
         Ok(hits)
     }
 
-    fn rank_dense(&self, query: &str, limit: usize) -> Result<Vec<(String, f64)>, SearchError> {
-        let Some(encoder) = &self.encoder else { return Ok(Vec::new()) };
-        let span = if mesh_telemetry::tracing_enabled() {
+    fn rank_dense(&self, query: &str, limit: usize) -> Result<(Vec<(String, f64)>, Option<Duration>), SearchError> {
+        let Some(encoder) = &self.encoder else { return Ok((Vec::new(), None)) };
+        let span = if mesh_telemetry::recording() {
             tracing::info_span!(
                 "embedding",
                 otel.name = "search.query_embedding",
@@ -438,8 +460,10 @@ impl SearchIndex {
         } else {
             tracing::Span::none()
         };
+        let started = Instant::now();
         let vector = span.in_scope(|| encoder.encode_one(query))?;
-        Ok(self.catalog.read().unwrap_or_else(|e| e.into_inner()).vectors.nearest(&vector, limit))
+        let embedding = started.elapsed();
+        Ok((self.catalog.read().unwrap_or_else(|e| e.into_inner()).vectors.nearest(&vector, limit), Some(embedding)))
     }
 
     fn build_query(

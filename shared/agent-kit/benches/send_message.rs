@@ -15,7 +15,8 @@
 //! INFO log line per request, written to a discarded stderr); only T and T10 have an endpoint.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
-//! [--python PATH] [--python-agent SCRIPT]`
+//! [--python PATH] [--python-agent SCRIPT] [--servers A,T,T10]` (`--servers` picks the servers
+//! measured besides A, which every ratio is over: any of B, C, A', T, T10; all by default).
 //!
 //! Each server runs in its own process (A and C are this binary re-executed), so the load
 //! generator never shares a runtime with the server it measures. Every response is checked;
@@ -116,6 +117,8 @@ struct Options {
     rounds: u32,
     python: PathBuf,
     python_agent: PathBuf,
+    /// The servers measured; A always is.
+    servers: Vec<Kind>,
 }
 
 impl Options {
@@ -126,6 +129,7 @@ impl Options {
             rounds: ROUNDS_DEFAULT,
             python,
             python_agent: PYTHON_AGENT_DEFAULT.into(),
+            servers: Kind::ALL.to_vec(),
         };
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -134,11 +138,20 @@ impl Options {
                 "--rounds" => options.rounds = value()?.parse()?,
                 "--python" => options.python = value()?.into(),
                 "--python-agent" => options.python_agent = value()?.into(),
+                "--servers" => {
+                    let mut servers = vec![Kind::AgentKit];
+                    for name in value()?.split(',') {
+                        let kind = Kind::ALL.into_iter().find(|kind| kind.letter() == name.trim());
+                        servers.push(kind.ok_or_else(|| format!("--servers: unknown server {name:?}"))?);
+                    }
+                    options.servers = servers;
+                }
                 // Cargo passes `--bench` to every bench binary.
                 "--bench" => {}
                 _ => {
                     return Err(format!(
-                        "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT"
+                        "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT, \
+                         --servers A,B,C,A',T,T10"
                     )
                     .into());
                 }
@@ -165,6 +178,20 @@ enum Kind {
 }
 
 impl Kind {
+    const ALL: [Self; 6] = [
+        Self::AgentKit,
+        Self::PythonSdk,
+        Self::BareAxum,
+        Self::AgentKitAuth,
+        Self::AgentKitTraced,
+        Self::AgentKitTraced10,
+    ];
+
+    /// The name `--servers` knows the server by: the first word of its label.
+    fn letter(self) -> &'static str {
+        self.label().split(' ').next().unwrap_or_default()
+    }
+
     fn label(self) -> &'static str {
         match self {
             Self::AgentKit => "A agent kit",
@@ -569,19 +596,23 @@ async fn run(options: Options) -> Result<(), BoxError> {
     let mut a = start_rust(Kind::AgentKit, &[(TASK_STORE_ENV, &tasks_url)], None)?;
     let a_reply = ready(&mut a).await?;
     servers.push(a);
-    // A' keeps its tasks in a file of its own, so the two never contend for one database.
-    let auth_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-auth.db").display());
-    let token = bench_token()?;
-    let settings = [(TASK_STORE_ENV, auth_tasks_url.as_str()), (AUTH_SECRET_ENV, AUTH_SECRET)];
-    let mut a_auth = start_rust(Kind::AgentKitAuth, &settings, Some(token))?;
-    ready(&mut a_auth).await?;
-    servers.push(a_auth);
+    let measured = |kind| options.servers.contains(&kind);
+    if measured(Kind::AgentKitAuth) {
+        // A' keeps its tasks in a file of its own, so the two never contend for one database.
+        let auth_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-auth.db").display());
+        let token = bench_token()?;
+        let settings = [(TASK_STORE_ENV, auth_tasks_url.as_str()), (AUTH_SECRET_ENV, AUTH_SECRET)];
+        let mut a_auth = start_rust(Kind::AgentKitAuth, &settings, Some(token))?;
+        ready(&mut a_auth).await?;
+        servers.push(a_auth);
+    }
     // T and T10 export to a receiver in this process, which counts what it is sent.
     let receiver = OtlpSink::start().await?;
-    for (kind, ratio, file) in [
+    let traced = [
         (Kind::AgentKitTraced, "1.0", "tasks-traced.db"),
         (Kind::AgentKitTraced10, TRACE_RATIO_10, "tasks-traced-10.db"),
-    ] {
+    ];
+    for (kind, ratio, file) in traced.into_iter().filter(|(kind, ..)| measured(*kind)) {
         let store = format!("sqlite://{}", tasks_dir.path().join(file).display());
         let settings = [
             (TASK_STORE_ENV, store.as_str()),
@@ -594,16 +625,20 @@ async fn run(options: Options) -> Result<(), BoxError> {
         ready(&mut traced).await?;
         servers.push(traced);
     }
-    let mut c = start_rust(Kind::BareAxum, &[(BARE_BODY_ENV, std::str::from_utf8(&a_reply)?)], None)?;
-    let c_reply = ready(&mut c).await?;
-    assert_eq!(c_reply, a_reply, "C must answer A's bytes");
-    servers.push(c);
-    match start_python(&options) {
-        Ok(mut b) => {
-            ready(&mut b).await?;
-            servers.push(b);
+    if measured(Kind::BareAxum) {
+        let mut c = start_rust(Kind::BareAxum, &[(BARE_BODY_ENV, std::str::from_utf8(&a_reply)?)], None)?;
+        let c_reply = ready(&mut c).await?;
+        assert_eq!(c_reply, a_reply, "C must answer A's bytes");
+        servers.push(c);
+    }
+    if measured(Kind::PythonSdk) {
+        match start_python(&options) {
+            Ok(mut b) => {
+                ready(&mut b).await?;
+                servers.push(b);
+            }
+            Err(reason) => println!("B (the Python SDK) is not measured: {reason}."),
         }
-        Err(reason) => println!("B (the Python SDK) is not measured: {reason}. Running A and C only."),
     }
     servers.sort_by_key(|server| server.kind);
     println!("C answers A's response, {} bytes: {}", a_reply.len(), String::from_utf8_lossy(&a_reply));
@@ -629,7 +664,7 @@ async fn run(options: Options) -> Result<(), BoxError> {
     report(&mut results);
     let (exports, bytes) = receiver.received();
     println!("The OTLP receiver got {exports} export request(s), {bytes} bytes of spans, from T and T10.");
-    if exports == 0 {
+    if exports == 0 && traced.iter().any(|(kind, ..)| measured(*kind)) {
         return Err("T and T10 exported no spans: their tracing is not on, so T/A measured nothing".into());
     }
     Ok(())

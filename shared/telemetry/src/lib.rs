@@ -24,7 +24,8 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 pub use prometheus::{SERVICE_LABEL, install_metrics, render};
 pub use traces::{
-    Services, TraceSettings, enter_service, extract, flush, inject, span_event, span_ids, trace_id, tracing_enabled,
+    Root, Services, TraceSettings, current_fields, extract, extract_fields, flush, in_current_trace, inject,
+    inject_current, recording, sampled_out, span_event, span_ids, trace_id, tracing_enabled,
 };
 
 /// Log level used when `RUST_LOG` is unset.
