@@ -14,7 +14,7 @@ mod prometheus;
 mod traces;
 
 use tracing::Subscriber;
-use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::filter::{FilterExt, LevelFilter, filter_fn};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
@@ -78,6 +78,11 @@ pub fn init_with(format: LogFormat, traces: Option<TraceSettings>) {
         eprintln!("metrics are off: {error}");
     }
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    // With tracing on, spans go to the trace backend and log lines name their trace: the log
+    // layer keeps events only, rather than format every field of every span into text that
+    // only a line logged inside the span would print.
+    let traced = traces.is_some();
+    let filter = filter.and(filter_fn(move |metadata| !traced || metadata.is_event()));
     // Logs on stderr: stdout is for what a command prints (`up`'s URLs, `ask`'s answer).
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => {
@@ -103,6 +108,9 @@ pub fn init_with(format: LogFormat, traces: Option<TraceSettings>) {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_tracked_inactivity(false)
+            // The context is not made current on every poll of a span's future: the mesh reads a
+            // span's context from the span itself ([`traces::current_context`]).
+            .with_context_activation(false)
             .with_target(false)
             .with_filter(TRACE_LEVEL_MIN)
     });

@@ -293,11 +293,19 @@ pub fn recording() -> bool {
 /// and passes its trace context on with [`inject_current`].
 pub fn sampled_out() -> bool {
     tracing_enabled() && {
+        // An unsampled trace has no span: its context is the one attached ([`Root::instrument`]).
         let current = Context::current();
         let span = current.span();
         let ids = span.span_context();
         ids.is_valid() && !ids.is_sampled()
     }
+}
+
+/// The context of the work under way: the entered span's, or, with no span recorded, the
+/// attached one (an unsampled trace's).
+pub(crate) fn current_context() -> Context {
+    let span = tracing::Span::current();
+    if span.is_disabled() { Context::current() } else { span.context() }
 }
 
 static TRACERS: OnceLock<Arc<ServiceTracers>> = OnceLock::new();
@@ -373,7 +381,7 @@ fn inject_current_into(carrier: &mut dyn opentelemetry::propagation::Injector) {
     if !tracing_enabled() {
         return;
     }
-    let context = Context::current();
+    let context = current_context();
     if context.span().span_context().is_valid() {
         opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, carrier));
     }
