@@ -46,6 +46,11 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpStream;
 
+#[path = "support/otlp_sink.rs"]
+mod otlp_sink;
+
+use otlp_sink::OtlpSink;
+
 type BoxError = Box<dyn Error + Send + Sync>;
 
 /// The allocator the services run with (`a2a-mesh` links the search agent, which sets it), so A
@@ -620,6 +625,8 @@ async fn run(options: Options) -> Result<(), BoxError> {
             ("OTEL_SERVICE_NAME", "send-message-bench"),
             ("OTEL_TRACES_SAMPLER", "traceidratio"),
             ("OTEL_TRACES_SAMPLER_ARG", ratio),
+            // Tracing alone is measured: the OTLP metrics the same endpoint would turn on stay off.
+            ("OTEL_METRICS_EXPORTER", "none"),
         ];
         let mut traced = start_rust(kind, &settings, None)?;
         ready(&mut traced).await?;
@@ -668,39 +675,6 @@ async fn run(options: Options) -> Result<(), BoxError> {
         return Err("T and T10 exported no spans: their tracing is not on, so T/A measured nothing".into());
     }
     Ok(())
-}
-
-/// A local OTLP/HTTP trace receiver for T and T10: answers every export `200` and counts it, so
-/// the exporters do their whole work (encoding, batching, sending) and the run can show they did.
-struct OtlpSink {
-    url: String,
-    exports: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl OtlpSink {
-    async fn start() -> Result<Self, BoxError> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        let (exports, bytes) = (std::sync::Arc::new(AtomicU64::new(0)), std::sync::Arc::new(AtomicU64::new(0)));
-        let (counted, sized) = (exports.clone(), bytes.clone());
-        let router = Router::new().route(
-            "/v1/traces",
-            post(move |body: Bytes| {
-                counted.fetch_add(1, Ordering::Relaxed);
-                sized.fetch_add(body.len() as u64, Ordering::Relaxed);
-                async { [(CONTENT_TYPE, "application/x-protobuf")] }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok(Self { url, exports, bytes })
-    }
-
-    fn received(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering;
-        (self.exports.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
-    }
 }
 
 fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {

@@ -8,8 +8,11 @@
 //! `OTEL_RESOURCE_ATTRIBUTES`); off, with no OpenTelemetry layer at all, when no endpoint is set.
 //! Every service's spans carry its own `service.name`, even when services share a process.
 //!
-//! Metrics: the `metrics` facade, rendered as Prometheus text per service ([`render`]).
+//! Metrics: the `metrics` facade, rendered as Prometheus text per service ([`render`]), and
+//! pushed over OTLP/HTTP too when an endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, unless `OTEL_METRICS_EXPORTER=none`).
 
+mod otlp_metrics;
 mod prometheus;
 mod traces;
 
@@ -22,10 +25,11 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-pub use prometheus::{SERVICE_LABEL, install_metrics, render};
+pub use otlp_metrics::MetricsSettings;
+pub use prometheus::{SERVICE_LABEL, install_metrics, install_metrics_with, render};
 pub use traces::{
-    Root, Services, TraceSettings, current_fields, extract, extract_fields, flush, in_current_trace, inject,
-    inject_current, recording, sampled_out, span_event, span_ids, trace_id, tracing_enabled,
+    Root, Services, TraceSettings, current_fields, extract, extract_fields, in_current_trace, inject, inject_current,
+    recording, sampled_out, span_event, span_ids, trace_id, tracing_enabled,
 };
 
 /// Log level used when `RUST_LOG` is unset.
@@ -60,21 +64,21 @@ impl LogFormat {
     }
 }
 
-/// Installs logging, tracing (from the environment) and metrics for a process serving one
-/// service. Later calls (tests) keep the first installation, which is why nothing is returned:
-/// a failure is printed and the process goes on without what failed.
+/// Installs logging, tracing and OTLP metrics (from the environment) and Prometheus metrics for
+/// a process serving one service. Later calls (tests) keep the first installation, which is
+/// why nothing is returned: a failure is printed and the process goes on without what failed.
 pub fn init(format: LogFormat) {
-    init_with(format, TraceSettings::from_env(Services::One));
+    init_with(format, TraceSettings::from_env(Services::One), MetricsSettings::from_env());
 }
 
 /// [`init`] for a process serving several services (`up`).
 pub fn init_suite(format: LogFormat) {
-    init_with(format, TraceSettings::from_env(Services::Several));
+    init_with(format, TraceSettings::from_env(Services::Several), MetricsSettings::from_env());
 }
 
-/// [`init`] with explicit trace settings (`None`: no tracing), for tests and benchmarks.
-pub fn init_with(format: LogFormat, traces: Option<TraceSettings>) {
-    if let Err(error) = install_metrics() {
+/// [`init`] with explicit settings (`None`: no tracing, no OTLP metrics), for tests and benchmarks.
+pub fn init_with(format: LogFormat, traces: Option<TraceSettings>, otlp_metrics: Option<MetricsSettings>) {
+    if let Err(error) = install_metrics_with(otlp_metrics) {
         eprintln!("metrics are off: {error}");
     }
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
@@ -115,6 +119,13 @@ pub fn init_with(format: LogFormat, traces: Option<TraceSettings>) {
             .with_filter(TRACE_LEVEL_MIN)
     });
     let _already_installed = tracing_subscriber::registry().with(logs).with(spans).try_init();
+}
+
+/// Exports every span ended so far and pushes every OTLP metric (tests, and before a process
+/// exits).
+pub fn flush() {
+    traces::flush_traces();
+    prometheus::flush_metrics();
 }
 
 /// A JSON event format that puts the current span's `trace_id` and `span_id` first, when the

@@ -326,8 +326,8 @@ pub fn tracing_enabled() -> bool {
     TRACERS.get().is_some()
 }
 
-/// Exports every span ended so far (tests, and before a process exits).
-pub fn flush() {
+/// Exports every span ended so far.
+pub(crate) fn flush_traces() {
     if let Some(tracers) = TRACERS.get() {
         for provider in tracers.providers() {
             if let Err(error) = provider.force_flush() {
