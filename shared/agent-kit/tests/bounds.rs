@@ -337,7 +337,8 @@ async fn without_its_task_database_an_agent_is_unhealthy_and_not_ready_but_alive
     // A database of its own, dropped under the running agent: the outage a probe must notice.
     let name = format!("agent_health_{}", uuid::Uuid::new_v4().simple());
     let admin = sqlx::PgPool::connect(&server_url).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
+    // The name is ours: a fixed prefix and a UUID's hex digits.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
     let (base, _) = server_url.rsplit_once('/').unwrap();
     let config = AgentConfig { task_store_url: Some(format!("{base}/{name}")), ..AgentConfig::default() };
     let agent = Served::start(
@@ -349,7 +350,7 @@ async fn without_its_task_database_an_agent_is_unhealthy_and_not_ready_but_alive
     assert_eq!((status, health["components"]["database"]["status"].as_str()), (StatusCode::OK, Some("ok")), "{health}");
     assert_eq!(agent.get_json("/health/ready").await.0, StatusCode::OK);
 
-    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&admin).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)"))).execute(&admin).await.unwrap();
     let deadline = Instant::now() + TIMEOUT;
     while agent.health().await != StatusCode::SERVICE_UNAVAILABLE {
         assert!(Instant::now() < deadline, "the agent never noticed its database gone");
