@@ -162,6 +162,9 @@ impl std::fmt::Debug for SearchIndex {
     }
 }
 
+/// Document ids with their scores, best first.
+type Hits = Vec<(String, f64)>;
+
 impl SearchIndex {
     /// Opens the index at `location` (creating it when new) and loads its documents and vectors.
     /// With an `encoder`, documents stored without a vector of that model get one now.
@@ -414,7 +417,7 @@ impl SearchIndex {
         query: &str,
         modality: Option<Modality>,
         limit: usize,
-    ) -> Result<(Vec<(String, f64)>, Option<Duration>), SearchError> {
+    ) -> Result<(Hits, Option<Duration>), SearchError> {
         let Some(spec) = PROFILES.iter().find(|p| p.name == profile) else {
             return Ok((Vec::new(), None));
         };
@@ -449,7 +452,7 @@ impl SearchIndex {
         Ok(hits)
     }
 
-    fn rank_dense(&self, query: &str, limit: usize) -> Result<(Vec<(String, f64)>, Option<Duration>), SearchError> {
+    fn rank_dense(&self, query: &str, limit: usize) -> Result<(Hits, Option<Duration>), SearchError> {
         let Some(encoder) = &self.encoder else { return Ok((Vec::new(), None)) };
         let span = if mesh_telemetry::recording() {
             tracing::info_span!(
