@@ -1,7 +1,10 @@
 //! End to end: the whole suite exports its spans over OTLP/HTTP to a real receiver (a small
 //! Python server decoding with the official `opentelemetry-proto` definitions,
 //! `tests/otlp/receiver.py`), and one query sent with a known `traceparent` is one trace across
-//! all five services, over the seed binding and over A2A JSON-RPC.
+//! all five services, over the seed binding and over A2A JSON-RPC; a query whose caller did not
+//! sample it leaves no span in any service; a streamed answer's server span lasts as long as the
+//! stream; a bus record carrying a `traceparent` starts a turn in that trace, and the answer's
+//! record carries the trace on.
 //!
 //! The receiver runs on the Python named by `MESH_OTLP_PYTHON` (`.ci/run` builds its
 //! virtualenv); without it the test says why it skips, and under `CI=true` it fails.
@@ -12,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use a2a_mesh::{RunningSuite, SuiteConfig};
-use mesh_telemetry::{LogFormat, TraceSettings};
+use mesh_telemetry::{LogFormat, MetricsSettings, TraceSettings};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -183,26 +186,19 @@ async fn one_query_is_one_trace_across_all_five_services_on_both_bindings() {
             traces_endpoint: Some(format!("{}/v1/traces", receiver.url)),
             ..TraceSettings::default()
         }),
+        Some(MetricsSettings { metrics_endpoint: Some(format!("{}/v1/metrics", receiver.url)) }),
     );
     assert!(mesh_telemetry::tracing_enabled());
     let data = tempfile::tempdir().unwrap();
+    let bus = SuiteConfig::ephemeral(data.path()).ui_agent.bus;
     let suite = start_suite(&data).await;
     let http = reqwest::Client::new();
 
     // The seed binding.
     let (trace_id, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let request_id = "observability-seed-1";
-    let task = json!({"id": "q-trace", "messages": [{"role": "user", "parts": [{"type": "text", "text": "show me robots playing soccer"}]}]});
-    let response = http
-        .post(format!("{}/tasks/send", suite.urls.orchestrator))
-        .header("traceparent", format!("00-{trace_id}-{parent}-01"))
-        .header("x-request-id", request_id)
-        .json(&task)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let answer: Value = response.json().await.unwrap();
+    let traceparent = format!("00-{trace_id}-{parent}-01");
+    let answer = ask_orchestrator(&http, &suite, "show me robots playing soccer", traceparent, request_id).await;
     assert_eq!(find_trace_id(&answer).as_deref(), Some(trace_id), "the answer names its trace: {answer}");
     let spans = trace(&receiver, trace_id).await;
     check_query_trace(&spans, parent, request_id);
@@ -214,10 +210,8 @@ async fn one_query_is_one_trace_across_all_five_services_on_both_bindings() {
     let rpc = json!({"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {
         "messageId": "m-trace", "role": "ROLE_USER", "parts": [{"text": "jazz piano"}]
     }}});
-    let response = http
-        .post(format!("{}/", suite.urls.orchestrator))
+    let response = traced_post(&http, format!("{}/", suite.urls.orchestrator), format!("00-{trace_id}-{parent}-01"))
         .header("A2A-Version", "1.0")
-        .header("traceparent", format!("00-{trace_id}-{parent}-01"))
         .header("x-request-id", request_id)
         .json(&rpc)
         .send()
@@ -233,5 +227,164 @@ async fn one_query_is_one_trace_across_all_five_services_on_both_bindings() {
     assert_eq!(root.and_then(|s| s.attributes.get("a2a.method")), Some(&json!("SendMessage")));
     check_one_trace(&receiver, trace_id, request_id).await;
 
+    check_an_unsampled_query_leaves_no_span(&receiver, &http, &suite).await;
+    check_a_stream_span_lasts_as_long_as_the_stream(&receiver, &http, &suite).await;
+    check_a_bus_turn_continues_the_record_trace(&receiver, &bus).await;
+    check_the_metrics_pushed_over_otlp(&receiver).await;
     suite.stop().await.unwrap();
+}
+
+/// The same series as `/metrics`, pushed over OTLP: the orchestrator's request histogram counts
+/// the two seed queries sent above (its data points are cumulative: the latest export holds
+/// them all), and the in-flight gauge is there.
+async fn check_the_metrics_pushed_over_otlp(receiver: &Receiver) {
+    mesh_telemetry::flush();
+    let points: Vec<Value> = reqwest::get(format!("{}/points", receiver.url)).await.unwrap().json().await.unwrap();
+    let orchestrator = |name: &str| {
+        points
+            .iter()
+            .filter(|p| p["name"] == name && p["service_name"] == "orchestrator")
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    let seed_requests = orchestrator("http_server_request_duration_seconds")
+        .into_iter()
+        .filter(|p| p["kind"] == "histogram" && p["attributes"]["route"] == "/tasks/send")
+        .filter(|p| p["attributes"]["status"] == "200" && p["attributes"]["method"] == "POST")
+        .filter_map(|p| p["count"].as_u64())
+        .max();
+    assert_eq!(seed_requests, Some(2), "the orchestrator's seed requests, pushed: {points:?}");
+    let in_flight = orchestrator("http_server_active_requests");
+    assert!(in_flight.iter().any(|p| p["kind"] == "gauge"), "the in-flight gauge, pushed: {in_flight:?}");
+}
+
+/// Routes polled by the registry meanwhile (health checks, card fetches): other traces.
+const POLLED_ROUTES: [&str; 6] =
+    ["/health", "/health/live", "/health/ready", "/metrics", "/.well-known/agent-card.json", "/agent.json"];
+
+/// Server spans of the agents a query goes through, on any route but the polled ones.
+fn task_server_spans(spans: &[Span]) -> usize {
+    spans
+        .iter()
+        .filter(|s| s.kind == SPAN_KIND_SERVER && s.service_name.as_deref().is_some_and(|n| n != "registry"))
+        .filter(|s| s.attributes.get("http.route").and_then(Value::as_str).is_some_and(|r| !POLLED_ROUTES.contains(&r)))
+        .count()
+}
+
+/// Head sampling honours the caller's decision: a query sent with the sampled flag off is not
+/// recorded by the orchestrator, and its calls carry the flag on, so no agent records it either
+/// (an agent that lost the context would start a sampled trace of its own).
+async fn check_an_unsampled_query_leaves_no_span(receiver: &Receiver, http: &reqwest::Client, suite: &RunningSuite) {
+    mesh_telemetry::flush();
+    let before = task_server_spans(&spans(receiver).await);
+    let trace_id = "5e1f0c2b7a9d4e3f8a6b1c0d2e4f6a8b";
+    let traceparent = format!("00-{trace_id}-00f067aa0ba902b7-00");
+    let answer = ask_orchestrator(http, suite, "jazz piano", traceparent, "observability-unsampled-1").await;
+    assert_eq!(find_trace_id(&answer), None, "an unsampled query names no trace: {answer}");
+    mesh_telemetry::flush();
+    let after = spans(receiver).await;
+    assert!(after.iter().all(|s| s.trace_id != trace_id), "spans of the unsampled trace were exported");
+    assert_eq!(task_server_spans(&after), before, "an agent recorded a call of the unsampled query");
+}
+
+/// A seed query to the orchestrator, carrying `traceparent` and `request_id`: its answer.
+async fn ask_orchestrator(
+    http: &reqwest::Client,
+    suite: &RunningSuite,
+    text: &str,
+    traceparent: String,
+    request_id: &str,
+) -> Value {
+    let task = json!({"id": request_id, "messages": [{"role": "user", "parts": [{"type": "text", "text": text}]}]});
+    let response = traced_post(http, format!("{}/tasks/send", suite.urls.orchestrator), traceparent)
+        .header("x-request-id", request_id)
+        .json(&task)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// A POST carrying the W3C `traceparent` given.
+fn traced_post(http: &reqwest::Client, url: String, traceparent: String) -> reqwest::RequestBuilder {
+    http.post(url).header("traceparent", traceparent)
+}
+
+/// `SendStreamingMessage` to the orchestrator: its server span ends with the stream, hence after
+/// the search agent answered the turn's call (the answer's headers went out before that call).
+async fn check_a_stream_span_lasts_as_long_as_the_stream(
+    receiver: &Receiver,
+    http: &reqwest::Client,
+    suite: &RunningSuite,
+) {
+    let (trace_id, parent) = ("7c3d9e1f2a4b6c8d0e1f3a5b7c9d1e2f", "a1b2c3d4e5f60718");
+    let rpc = json!({"jsonrpc": "2.0", "id": 9, "method": "SendStreamingMessage", "params": {"message": {
+        "messageId": "m-stream", "role": "ROLE_USER", "parts": [{"text": "cooking pasta"}]
+    }}});
+    let mut response = traced_post(http, format!("{}/", suite.urls.orchestrator), format!("00-{trace_id}-{parent}-01"))
+        .header("A2A-Version", "1.0")
+        .json(&rpc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = String::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(body.contains("TASK_STATE_COMPLETED"), "the stream ends with the completed task: {body}");
+    let spans = trace(receiver, trace_id).await;
+    let server = spans
+        .iter()
+        .find(|s| s.kind == SPAN_KIND_SERVER && s.parent_span_id == parent)
+        .unwrap_or_else(|| panic!("no orchestrator server span: {spans:#?}"));
+    assert_eq!(server.attributes.get("a2a.method"), Some(&json!("SendStreamingMessage")));
+    let search = spans
+        .iter()
+        .find(|s| s.kind == SPAN_KIND_SERVER && s.service_name.as_deref() == Some("search"))
+        .unwrap_or_else(|| panic!("no search server span: {spans:#?}"));
+    assert!(
+        server.end_ns >= search.end_ns,
+        "the stream's server span ended {} ms before the search call it streams the answer of",
+        (search.end_ns - server.end_ns) as f64 / 1e6
+    );
+}
+
+/// A record produced on an agent's topic with a `traceparent` header: the agent's turn is a
+/// server span in that trace, named after the conversation, and its answer's record carries the
+/// trace on.
+async fn check_a_bus_turn_continues_the_record_trace(receiver: &Receiver, bus: &mesh_bus::BusConfig) {
+    let (trace_id, parent) = ("2d4f6a8c0e1b3d5f7a9c1e3b5d7f9a1c", "0f1e2d3c4b5a6978");
+    let (log, docmem) = mesh_bus::open_bus(bus).await.unwrap();
+    let topic = mesh_bus::agent_topic(&mesh_bus::agent_id("profile_selection", &bus.instance_id));
+    let root = docmem.create_root(&mesh_bus::conversation_root_context(&topic), "").await.unwrap();
+    let sender = "tester-1";
+    let node = docmem.append_child(&root.id, &mesh_docmem::Context::agent_text(sender), "jazz piano").await.unwrap();
+    let mut record = mesh_bus::BusRecord::message(sender, &root.id, &node.id, mesh_bus::ACTION_CREATE);
+    record.headers.insert("traceparent".into(), format!("00-{trace_id}-{parent}-01"));
+    log.produce(&topic, &record).await.unwrap();
+
+    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    let turn = loop {
+        mesh_telemetry::flush();
+        let turn = spans(receiver).await.into_iter().find(|s| s.trace_id == trace_id && s.name == "bus.turn");
+        if let Some(turn) = turn {
+            break turn;
+        }
+        assert!(Instant::now() < deadline, "no bus turn span in trace {trace_id}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((turn.kind, turn.parent_span_id.as_str()), (SPAN_KIND_SERVER, parent), "{turn:#?}");
+    assert_eq!(turn.service_name.as_deref(), Some("profile_selection"), "{turn:#?}");
+    assert_eq!(turn.attributes.get("a2a.context_id"), Some(&json!(root.id)), "{turn:#?}");
+
+    let mut replay = log.replay(&topic).await.unwrap();
+    let mut answer = None;
+    while let Some(batch) = replay.next_batch().await.unwrap() {
+        answer = answer.or(batch.into_iter().find(|d| d.record.correlation_id.as_deref() == Some(&node.id)));
+    }
+    let answer = answer.expect("the answer's record");
+    let traceparent = answer.record.headers.get("traceparent").map(String::as_str).unwrap_or_default();
+    assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "the answer's record: {:?}", answer.record);
 }

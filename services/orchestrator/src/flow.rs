@@ -130,7 +130,7 @@ impl Orchestrator {
             }
         };
         // Both planning calls are children of one span, side by side in time.
-        let planning = if mesh_telemetry::tracing_enabled() {
+        let planning = if mesh_telemetry::recording() {
             tracing::info_span!(
                 "planning",
                 otel.name = "orchestrator.planning",

@@ -325,7 +325,7 @@ async fn pick(
 
 /// The internal span of a directory lookup by capability.
 fn lookup_span(name: &'static str, capability: &str) -> tracing::Span {
-    if !mesh_telemetry::tracing_enabled() {
+    if !mesh_telemetry::recording() {
         return tracing::Span::none();
     }
     tracing::info_span!("lookup", otel.name = name, mesh.capability = capability)

@@ -2,10 +2,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesh_agent_kit::ServiceMetrics;
 use mesh_agent_kit::auth::AccessControl;
 use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining};
 use mesh_agent_kit::observe::with_observed_layers;
+use mesh_agent_kit::{DatabaseProbe, ServiceMetrics};
 use mesh_client::{AddressPolicy, HttpClient, OutboundGuard, SystemLookup};
 use tokio::net::TcpListener;
 
@@ -22,10 +22,6 @@ use crate::store::AgentStore;
 
 /// The registry's name in traces, metrics and `/health`.
 pub const REGISTRY_SERVICE: &str = "registry";
-/// Between checks that the database answers, for `/health`.
-const DATABASE_PROBE_INTERVAL_MS: u64 = 2_000;
-/// Longest wait for the database's answer to a check before it counts as unreachable.
-const DATABASE_PROBE_TIMEOUT_MS: u64 = 1_500;
 
 /// A registry with its database open, its agents loaded and its listener bound.
 #[derive(Debug)]
@@ -42,8 +38,8 @@ pub struct RegistryService {
     state: Arc<RegistryState>,
     poll: PollSettings,
     shutdown_drain: Duration,
-    /// Why the database did not answer the last check; `None` while it answers.
-    database_down: Arc<std::sync::Mutex<Option<String>>>,
+    /// Whether the database answers, for `/health`.
+    database: DatabaseProbe,
 }
 
 impl RegistryService {
@@ -79,13 +75,8 @@ impl RegistryService {
             access,
         };
         let metrics = ServiceMetrics::new(REGISTRY_SERVICE);
-        let database_down = Arc::new(std::sync::Mutex::new(None::<String>));
-        let probe = database_down.clone();
         // Without its database the registry can neither register nor refresh: it cannot serve.
-        metrics.add_component("database", move || match &*probe.lock().unwrap_or_else(|e| e.into_inner()) {
-            None => serde_json::json!({ "status": "ok" }),
-            Some(reason) => serde_json::json!({ "status": "unhealthy", "reason": reason }),
-        });
+        let database = DatabaseProbe::register(&metrics);
         let routes = router(state.clone(), metrics).merge(crate::dashboard::routes(state.clone()));
         let router = with_observed_layers(routes, limits, REGISTRY_SERVICE);
         let poll = PollSettings {
@@ -93,27 +84,12 @@ impl RegistryService {
             timeout: Duration::from_millis(config.health_check_timeout_ms),
             concurrency_max: config.health_check_concurrency_max,
         };
-        Ok(Self { router, state, poll, shutdown_drain: Duration::from_millis(config.shutdown_drain_ms), database_down })
+        Ok(Self { router, state, poll, shutdown_drain: Duration::from_millis(config.shutdown_drain_ms), database })
     }
 
     /// Checks that the database answers, forever, for `/health`.
     pub async fn probe_database(&self) {
-        let mut ticks = tokio::time::interval(Duration::from_millis(DATABASE_PROBE_INTERVAL_MS));
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            let timeout = Duration::from_millis(DATABASE_PROBE_TIMEOUT_MS);
-            let down = match tokio::time::timeout(timeout, self.state.store.ping()).await {
-                Ok(Ok(())) => None,
-                Ok(Err(error)) => Some(format!("the database does not answer: {error}")),
-                Err(_) => Some(format!("the database did not answer within {DATABASE_PROBE_TIMEOUT_MS} ms")),
-            };
-            let mut state = self.database_down.lock().unwrap_or_else(|e| e.into_inner());
-            if state.is_none() && down.is_some() {
-                tracing::error!(reason = down.as_deref().unwrap_or_default(), "the registry's database is unreachable");
-            }
-            *state = down;
-        }
+        self.database.run(REGISTRY_SERVICE, || self.state.store.ping()).await;
     }
 
     /// The routes, with the shared layers.

@@ -68,7 +68,7 @@ pub async fn check_and_record(
     target: PollTarget,
     timeout: Duration,
 ) {
-    let span = if mesh_telemetry::tracing_enabled() {
+    let span = if mesh_telemetry::recording() {
         tracing::info_span!(
             "health_check",
             otel.name = "registry.health_check",
@@ -132,13 +132,12 @@ pub async fn poll_forever(
     loop {
         ticks.tick().await;
         // Each round is a trace of its own, the registry's, whose children are the checks.
-        let round = if mesh_telemetry::tracing_enabled() {
-            tracing::info_span!(parent: None, "health_round", otel.name = "registry.health_round")
-        } else {
-            tracing::Span::none()
-        };
-        mesh_telemetry::enter_service(&round, crate::app::REGISTRY_SERVICE, None);
-        poll_all(&directory, &store, &events, &http, settings).instrument(round).await;
+        let round = mesh_telemetry::Root::start(
+            crate::app::REGISTRY_SERVICE,
+            None,
+            || tracing::info_span!(parent: None, "health_round", otel.name = "registry.health_round"),
+        );
+        round.instrument(poll_all(&directory, &store, &events, &http, settings)).await;
         counted = count_agents(&directory, counted);
     }
 }

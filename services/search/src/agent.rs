@@ -94,15 +94,24 @@ impl SearchAgent {
                 // Ranking is CPU work on tantivy's blocking API: keep it off the async workers,
                 // one profile per core at a time.
                 crate::spawn_bounded(move || {
-                    let span = if mesh_telemetry::tracing_enabled() {
-                        tracing::info_span!(parent: &parent, "profile", otel.name = %format!("search.profile {profile}"), mesh.profile = %profile, mesh.limit = i64::try_from(limit).unwrap_or(i64::MAX))
-                    } else {
+                    // Not recorded under an unrecorded request: a span without a parent would
+                    // start a trace of its own.
+                    let span = if parent.is_disabled() {
                         tracing::Span::none()
+                    } else {
+                        tracing::info_span!(parent: &parent, "profile", otel.name = ["search.profile", &profile].join(" "), mesh.profile = %profile, mesh.limit = i64::try_from(limit).unwrap_or(i64::MAX))
                     };
                     let _entered = span.enter();
                     let started = Instant::now();
-                    let hits = index.rank(&profile, &query, modality, limit, tenant.as_deref());
+                    let ranked = index.rank_timed(&profile, &query, modality, limit, tenant.as_deref());
                     let elapsed = started.elapsed();
+                    let hits = ranked.map(|(hits, embedding)| {
+                        if let Some(embedding) = embedding {
+                            metrics::histogram!("mesh_search_embedding_duration_seconds", mesh_telemetry::SERVICE_LABEL => service.clone())
+                                .record(embedding.as_secs_f64());
+                        }
+                        hits
+                    });
                     metrics::histogram!("mesh_search_profile_duration_seconds", mesh_telemetry::SERVICE_LABEL => service, "profile" => profile.clone())
                         .record(elapsed.as_secs_f64());
                     (profile, hits, elapsed.as_secs_f64() * 1000.0)
@@ -127,7 +136,7 @@ impl SearchAgent {
             .collect();
         let profiles: Vec<String> = rankings.iter().map(|r| r.profile.clone()).collect();
         let started = Instant::now();
-        let fusion = if mesh_telemetry::tracing_enabled() {
+        let fusion = if mesh_telemetry::recording() {
             tracing::info_span!(
                 "fusion",
                 otel.name = "search.rrf_fusion",

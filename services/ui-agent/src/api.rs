@@ -121,11 +121,3 @@ pub(crate) async fn replay(
         "messages": messages, "matches_docmem": messages == stored,
     })))
 }
-
-/// `GET /health`.
-pub(crate) async fn health(State(state): State<Arc<UiState>>) -> Json<Value> {
-    Json(json!({
-        "status": "healthy", "agent_id": state.agent_id, "bus": state.bus.backend(),
-        "open_conversations": state.sessions().len(),
-    }))
-}

@@ -17,10 +17,10 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use mesh_agent_kit::ErrorResponse;
 use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
-use mesh_agent_kit::http::{HttpLimits, reachable_url, serve};
+use mesh_agent_kit::http::{HttpLimits, health_route, reachable_url, serve};
 use mesh_agent_kit::observe::with_observed_layers;
+use mesh_agent_kit::{DatabaseProbe, ErrorResponse, ServiceMetrics};
 use mesh_bus::{BusConfig, BusError, ConversationBus};
 use mesh_docmem::{Docmem, DocmemError};
 use serde::Deserialize;
@@ -130,6 +130,8 @@ pub struct UiAgent {
     state: Arc<UiState>,
     stop: watch::Sender<bool>,
     retention_days: Option<u64>,
+    /// Whether docmem's database answers, for `/health`.
+    database: DatabaseProbe,
 }
 
 impl UiAgent {
@@ -150,6 +152,18 @@ impl UiAgent {
             topics: Mutex::default(),
             stop: stopped,
         });
+        let metrics = ServiceMetrics::new(SERVICE_NAME);
+        let bus_state = state.clone();
+        metrics.add_component("bus", move || {
+            serde_json::json!({
+                "status": "ok",
+                "backend": bus_state.bus.backend(),
+                "agent_id": bus_state.agent_id,
+                "open_conversations": bus_state.sessions().len(),
+            })
+        });
+        // Without docmem the agent can neither show nor continue a conversation: it cannot serve.
+        let database = DatabaseProbe::register(&metrics);
         // Conversing and reading conversations is for users, agents and admins; replay is the
         // operators' (admin).
         let conversations = Router::new()
@@ -160,10 +174,10 @@ impl UiAgent {
         let replay = Router::new().route("/conversations/{id}/replay", post(api::replay));
         let routes = require(conversations, TASK_ROLES)
             .merge(require(replay, ADMIN_ROLES))
-            .route("/health", get(api::health))
-            .with_state(state.clone());
+            .with_state(state.clone())
+            .merge(health_route(metrics));
         let router = with_observed_layers(routes, HttpLimits { access, ..HttpLimits::default() }, SERVICE_NAME);
-        Ok(Self { listener, router, url, state, stop, retention_days: config.retention_days })
+        Ok(Self { listener, router, url, state, stop, retention_days: config.retention_days, database })
     }
 
     pub fn url(&self) -> &str {
@@ -182,7 +196,10 @@ impl UiAgent {
     /// Serves until `shutdown` resolves; then stops consuming.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), UiError> {
         let sweeper = self.retention_days.map(|days| tokio::spawn(sweep_retention(self.state.docmem.clone(), days)));
+        let (database, docmem) = (self.database, self.state.docmem.clone());
+        let probe = tokio::spawn(async move { database.run(SERVICE_NAME, || docmem.ping()).await });
         let served = serve(self.listener, self.router, shutdown).await.map_err(UiError::Serve);
+        probe.abort();
         let _ = self.stop.send(true);
         if let Some(sweeper) = sweeper {
             sweeper.abort();

@@ -112,8 +112,12 @@ fn ensure_forwarding(state: &Arc<UiState>, topic: &str) {
             return;
         }
     };
-    let settings =
-        ParticipantSettings { agent_id: state.agent_id.clone(), topic: topic.to_owned(), cache_conversations_max };
+    let settings = ParticipantSettings {
+        agent_id: state.agent_id.clone(),
+        topic: topic.to_owned(),
+        service: crate::SERVICE_NAME.to_owned(),
+        cache_conversations_max,
+    };
     let participant = Participant::new(
         settings,
         state.bus.clone(),

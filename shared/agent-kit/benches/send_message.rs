@@ -15,7 +15,8 @@
 //! INFO log line per request, written to a discarded stderr); only T and T10 have an endpoint.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
-//! [--python PATH] [--python-agent SCRIPT]`
+//! [--python PATH] [--python-agent SCRIPT] [--servers A,T,T10]` (`--servers` picks the servers
+//! measured besides A, which every ratio is over: any of B, C, A', T, T10; all by default).
 //!
 //! Each server runs in its own process (A and C are this binary re-executed), so the load
 //! generator never shares a runtime with the server it measures. Every response is checked;
@@ -44,6 +45,11 @@ use mesh_protocol::seed::Part;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpStream;
+
+#[path = "support/otlp_sink.rs"]
+mod otlp_sink;
+
+use otlp_sink::OtlpSink;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -116,6 +122,8 @@ struct Options {
     rounds: u32,
     python: PathBuf,
     python_agent: PathBuf,
+    /// The servers measured; A always is.
+    servers: Vec<Kind>,
 }
 
 impl Options {
@@ -126,6 +134,7 @@ impl Options {
             rounds: ROUNDS_DEFAULT,
             python,
             python_agent: PYTHON_AGENT_DEFAULT.into(),
+            servers: Kind::ALL.to_vec(),
         };
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -134,11 +143,20 @@ impl Options {
                 "--rounds" => options.rounds = value()?.parse()?,
                 "--python" => options.python = value()?.into(),
                 "--python-agent" => options.python_agent = value()?.into(),
+                "--servers" => {
+                    let mut servers = vec![Kind::AgentKit];
+                    for name in value()?.split(',') {
+                        let kind = Kind::ALL.into_iter().find(|kind| kind.letter() == name.trim());
+                        servers.push(kind.ok_or_else(|| format!("--servers: unknown server {name:?}"))?);
+                    }
+                    options.servers = servers;
+                }
                 // Cargo passes `--bench` to every bench binary.
                 "--bench" => {}
                 _ => {
                     return Err(format!(
-                        "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT"
+                        "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT, \
+                         --servers A,B,C,A',T,T10"
                     )
                     .into());
                 }
@@ -165,6 +183,20 @@ enum Kind {
 }
 
 impl Kind {
+    const ALL: [Self; 6] = [
+        Self::AgentKit,
+        Self::PythonSdk,
+        Self::BareAxum,
+        Self::AgentKitAuth,
+        Self::AgentKitTraced,
+        Self::AgentKitTraced10,
+    ];
+
+    /// The name `--servers` knows the server by: the first word of its label.
+    fn letter(self) -> &'static str {
+        self.label().split(' ').next().unwrap_or_default()
+    }
+
     fn label(self) -> &'static str {
         match self {
             Self::AgentKit => "A agent kit",
@@ -569,19 +601,23 @@ async fn run(options: Options) -> Result<(), BoxError> {
     let mut a = start_rust(Kind::AgentKit, &[(TASK_STORE_ENV, &tasks_url)], None)?;
     let a_reply = ready(&mut a).await?;
     servers.push(a);
-    // A' keeps its tasks in a file of its own, so the two never contend for one database.
-    let auth_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-auth.db").display());
-    let token = bench_token()?;
-    let settings = [(TASK_STORE_ENV, auth_tasks_url.as_str()), (AUTH_SECRET_ENV, AUTH_SECRET)];
-    let mut a_auth = start_rust(Kind::AgentKitAuth, &settings, Some(token))?;
-    ready(&mut a_auth).await?;
-    servers.push(a_auth);
+    let measured = |kind| options.servers.contains(&kind);
+    if measured(Kind::AgentKitAuth) {
+        // A' keeps its tasks in a file of its own, so the two never contend for one database.
+        let auth_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-auth.db").display());
+        let token = bench_token()?;
+        let settings = [(TASK_STORE_ENV, auth_tasks_url.as_str()), (AUTH_SECRET_ENV, AUTH_SECRET)];
+        let mut a_auth = start_rust(Kind::AgentKitAuth, &settings, Some(token))?;
+        ready(&mut a_auth).await?;
+        servers.push(a_auth);
+    }
     // T and T10 export to a receiver in this process, which counts what it is sent.
     let receiver = OtlpSink::start().await?;
-    for (kind, ratio, file) in [
+    let traced = [
         (Kind::AgentKitTraced, "1.0", "tasks-traced.db"),
         (Kind::AgentKitTraced10, TRACE_RATIO_10, "tasks-traced-10.db"),
-    ] {
+    ];
+    for (kind, ratio, file) in traced.into_iter().filter(|(kind, ..)| measured(*kind)) {
         let store = format!("sqlite://{}", tasks_dir.path().join(file).display());
         let settings = [
             (TASK_STORE_ENV, store.as_str()),
@@ -589,21 +625,27 @@ async fn run(options: Options) -> Result<(), BoxError> {
             ("OTEL_SERVICE_NAME", "send-message-bench"),
             ("OTEL_TRACES_SAMPLER", "traceidratio"),
             ("OTEL_TRACES_SAMPLER_ARG", ratio),
+            // Tracing alone is measured: the OTLP metrics the same endpoint would turn on stay off.
+            ("OTEL_METRICS_EXPORTER", "none"),
         ];
         let mut traced = start_rust(kind, &settings, None)?;
         ready(&mut traced).await?;
         servers.push(traced);
     }
-    let mut c = start_rust(Kind::BareAxum, &[(BARE_BODY_ENV, std::str::from_utf8(&a_reply)?)], None)?;
-    let c_reply = ready(&mut c).await?;
-    assert_eq!(c_reply, a_reply, "C must answer A's bytes");
-    servers.push(c);
-    match start_python(&options) {
-        Ok(mut b) => {
-            ready(&mut b).await?;
-            servers.push(b);
+    if measured(Kind::BareAxum) {
+        let mut c = start_rust(Kind::BareAxum, &[(BARE_BODY_ENV, std::str::from_utf8(&a_reply)?)], None)?;
+        let c_reply = ready(&mut c).await?;
+        assert_eq!(c_reply, a_reply, "C must answer A's bytes");
+        servers.push(c);
+    }
+    if measured(Kind::PythonSdk) {
+        match start_python(&options) {
+            Ok(mut b) => {
+                ready(&mut b).await?;
+                servers.push(b);
+            }
+            Err(reason) => println!("B (the Python SDK) is not measured: {reason}."),
         }
-        Err(reason) => println!("B (the Python SDK) is not measured: {reason}. Running A and C only."),
     }
     servers.sort_by_key(|server| server.kind);
     println!("C answers A's response, {} bytes: {}", a_reply.len(), String::from_utf8_lossy(&a_reply));
@@ -629,43 +671,10 @@ async fn run(options: Options) -> Result<(), BoxError> {
     report(&mut results);
     let (exports, bytes) = receiver.received();
     println!("The OTLP receiver got {exports} export request(s), {bytes} bytes of spans, from T and T10.");
-    if exports == 0 {
+    if exports == 0 && traced.iter().any(|(kind, ..)| measured(*kind)) {
         return Err("T and T10 exported no spans: their tracing is not on, so T/A measured nothing".into());
     }
     Ok(())
-}
-
-/// A local OTLP/HTTP trace receiver for T and T10: answers every export `200` and counts it, so
-/// the exporters do their whole work (encoding, batching, sending) and the run can show they did.
-struct OtlpSink {
-    url: String,
-    exports: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl OtlpSink {
-    async fn start() -> Result<Self, BoxError> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        let (exports, bytes) = (std::sync::Arc::new(AtomicU64::new(0)), std::sync::Arc::new(AtomicU64::new(0)));
-        let (counted, sized) = (exports.clone(), bytes.clone());
-        let router = Router::new().route(
-            "/v1/traces",
-            post(move |body: Bytes| {
-                counted.fetch_add(1, Ordering::Relaxed);
-                sized.fetch_add(body.len() as u64, Ordering::Relaxed);
-                async { [(CONTENT_TYPE, "application/x-protobuf")] }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Ok(Self { url, exports, bytes })
-    }
-
-    fn received(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering;
-        (self.exports.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
-    }
 }
 
 fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {

@@ -23,7 +23,7 @@ use crate::card::CardDocument;
 use crate::card::sign_card;
 use crate::graph::AgentGraph;
 use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining};
-use crate::metrics::{RegistrationState, ServiceMetrics, track};
+use crate::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics, track};
 use crate::observe::with_observed_layers;
 use crate::registration::{deregister, register_until_accepted};
 
@@ -191,6 +191,8 @@ pub struct AgentApp {
     bus: Option<crate::bus::BusRunner>,
     /// The task store's retention job, stopped with the agent.
     purger: tokio::task::JoinHandle<()>,
+    /// Checks that the task store's database answers, for `/health`.
+    database_probe: tokio::task::JoinHandle<()>,
     shutdown_drain: Duration,
 }
 
@@ -309,6 +311,11 @@ impl AgentApp {
         for (name, probe) in extras.components {
             metrics.add_component(name, probe);
         }
+        // Every answer waits for a task-store commit: without its database the agent cannot serve.
+        let database = DatabaseProbe::register(&metrics);
+        let probed = store.clone();
+        let probe_name = metrics.name().to_owned();
+        let database_probe = tokio::spawn(async move { database.run(&probe_name, || probed.ping()).await });
         let mut router = routes(CardDocument::new(card)?, metrics.clone(), store, task_limits);
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
@@ -332,6 +339,7 @@ impl AgentApp {
             graph,
             bus: None,
             purger,
+            database_probe,
             shutdown_drain,
         })
     }
@@ -398,6 +406,7 @@ impl AgentApp {
             .await
             .map_err(KitError::Serve);
         self.purger.abort();
+        self.database_probe.abort();
         if let Some(bus) = bus {
             bus.stop().await;
         }

@@ -54,6 +54,7 @@ impl BusRunner {
         let settings = ParticipantSettings {
             agent_id: id.clone(),
             topic: mesh_bus::agent_topic(&id),
+            service: agent_name.to_owned(),
             cache_conversations_max: config.cache_conversations_max()?,
         };
         let join = ConversationJoin::new(bus.clone(), docmem.clone(), &id, &settings.topic);

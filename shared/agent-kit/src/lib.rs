@@ -37,5 +37,7 @@ pub use app::{AgentApp, AgentConfig, AgentExtras, KitError};
 pub use card::{CardDocument, sign_card};
 pub use cli::{AgentArgs, MainError};
 pub use error::{AgentError, ErrorResponse};
-pub use metrics::{HEALTH_DEGRADED, HEALTH_HEALTHY, HEALTH_UNHEALTHY, HealthReport, RegistrationState, ServiceMetrics};
+pub use metrics::{
+    DatabaseProbe, HEALTH_DEGRADED, HEALTH_HEALTHY, HEALTH_UNHEALTHY, HealthReport, RegistrationState, ServiceMetrics,
+};
 pub use registration::{deregister, register_until_accepted};

@@ -38,6 +38,25 @@ const RATE_LIMIT_TENANTS_MAX: usize = 10_000;
 /// Requests between two sweeps of idle rate-limit buckets.
 const RATE_LIMIT_SWEEP_EVERY_REQUESTS: u64 = 4_096;
 
+/// Why a request was refused before its handler ran: put on the refusal's response, where the
+/// observe layer, which knows the service, counts it (`mesh_requests_rejected_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rejection {
+    /// The per-tenant rate limit (`429`).
+    RateLimited,
+    /// The concurrency limit: shed at once (`503`).
+    Overloaded,
+}
+
+impl Rejection {
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Self::RateLimited => "rate_limited",
+            Self::Overloaded => "overloaded",
+        }
+    }
+}
+
 /// Paths that stay reachable whatever the load: liveness and discovery.
 const UNLIMITED_PATHS: &[&str] = &["/health", "/.well-known/agent-card.json", "/agent.json"];
 
@@ -138,7 +157,10 @@ pub async fn limit_rate(State(limit): State<Arc<TenantRateLimit>>, request: Requ
                 "" => "too many requests; slow down".to_owned(),
                 tenant => format!("too many requests for tenant {tenant}; slow down"),
             };
-            with_retry_after(ErrorResponse::new(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", message), wait_s)
+            let mut response =
+                with_retry_after(ErrorResponse::new(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", message), wait_s);
+            response.extensions_mut().insert(Rejection::RateLimited);
+            response
         }
     }
 }
@@ -166,6 +188,7 @@ pub async fn shed_load(State(permits): State<Arc<Semaphore>>, request: Request, 
         if let Some(id) = request_id {
             response.headers_mut().insert(REQUEST_ID_HEADER, id);
         }
+        response.extensions_mut().insert(Rejection::Overloaded);
         return response;
     };
     next.run(request).await

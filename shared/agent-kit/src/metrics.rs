@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -36,6 +36,59 @@ pub const HEALTH_UNHEALTHY: &str = "unhealthy";
 /// service degraded, and those that make it unhealthy.
 const COMPONENT_DEGRADED_WORDS: [&str; 3] = ["unavailable", "degraded", "unreachable"];
 const COMPONENT_UNHEALTHY_WORDS: [&str; 1] = ["unhealthy"];
+
+/// Between checks that a service's database answers, for `/health`.
+const DATABASE_PROBE_INTERVAL_MS: u64 = 2_000;
+/// Longest wait for the database's answer to a check before it counts as unreachable.
+const DATABASE_PROBE_TIMEOUT_MS: u64 = 1_500;
+
+/// The database a service cannot serve without (an agent's task store, the registry's store),
+/// shown as the component `database` of its health: `unhealthy`, hence not ready, while the
+/// database does not answer.
+#[derive(Debug, Clone, Default)]
+pub struct DatabaseProbe {
+    /// Why the database did not answer the last check; `None` while it answers.
+    down: Arc<Mutex<Option<String>>>,
+}
+
+impl DatabaseProbe {
+    /// A probe shown in `metrics`' health reports from now on.
+    pub fn register(metrics: &ServiceMetrics) -> Self {
+        let probe = Self::default();
+        let down = probe.down.clone();
+        metrics.add_component("database", move || match &*down.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => serde_json::json!({ "status": "ok" }),
+            Some(reason) => serde_json::json!({ "status": "unhealthy", "reason": reason }),
+        });
+        probe
+    }
+
+    /// Checks that the database answers `ping`, forever, starting at once.
+    pub async fn run<F, E>(&self, service: &str, ping: impl Fn() -> F)
+    where
+        F: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        let mut ticks = tokio::time::interval(Duration::from_millis(DATABASE_PROBE_INTERVAL_MS));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let timeout = Duration::from_millis(DATABASE_PROBE_TIMEOUT_MS);
+            let down = match tokio::time::timeout(timeout, ping()).await {
+                Ok(Ok(())) => None,
+                Ok(Err(error)) => Some(format!("the database does not answer: {error}")),
+                Err(_) => Some(format!("the database did not answer within {DATABASE_PROBE_TIMEOUT_MS} ms")),
+            };
+            let mut state = self.down.lock().unwrap_or_else(|e| e.into_inner());
+            if state.is_none() && down.is_some() {
+                tracing::error!(%service, reason = down.as_deref().unwrap_or_default(), "the database is unreachable");
+            } else if state.is_some() && down.is_none() {
+                tracing::info!(%service, "the database answers again");
+            }
+            *state = down;
+        }
+    }
+}
 
 /// Reads the current state of one part of an agent for `/health`.
 type ComponentProbe = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;

@@ -3,21 +3,24 @@
 //! Prometheus text at `GET /metrics`, one INFO log line per request, and the health endpoints
 //! (`/health`, and `/health/live` and `/health/ready` with Kubernetes semantics).
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
+use axum::body::{Body, Bytes};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use mesh_protocol::call::{CALL_DEPTH_HEADER, CONTEXT_ID_HEADER, CORRELATION_ID_HEADER, TENANT_HEADER};
 use mesh_telemetry::SERVICE_LABEL;
-use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::http::{HttpLimits, REQUEST_ID_HEADER, with_common_layers};
+use crate::limits::Rejection;
 use crate::metrics::{HEALTH_UNHEALTHY, ServiceMetrics};
 
 /// Paths polled by machines (probes, scrapers): their log line is DEBUG, not INFO, so a quiet
@@ -94,18 +97,20 @@ impl Drop for InFlight {
 async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().clone();
-    let matched = request.extensions().get::<MatchedPath>().map(|path| path.as_str().to_owned());
-    let route = matched.clone().unwrap_or_else(|| UNMATCHED_ROUTE.to_owned());
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or(UNMATCHED_ROUTE, MatchedPath::as_str).to_owned();
     let headers = request.headers();
     let tenant = header(headers, TENANT_HEADER).map(str::to_owned);
-    let span = if mesh_telemetry::tracing_enabled() {
-        let span = tracing::info_span!(
+    // Sampled at the head: an unsampled request builds no span, only carries its trace context on.
+    let root = mesh_telemetry::Root::start(&service, mesh_telemetry::extract(headers), || {
+        let name = [method.as_str(), route.as_str()].join(" ");
+        tracing::info_span!(
             "request",
-            otel.name = %format!("{method} {route}"),
+            otel.name = name,
             otel.kind = "server",
             otel.status_code = Empty,
-            http.request.method = %method,
-            http.route = matched.as_deref(),
+            http.request.method = method.as_str(),
+            http.route = matched.as_ref().map(MatchedPath::as_str),
             url.path = request.uri().path(),
             http.response.status_code = Empty,
             error.type = Empty,
@@ -119,17 +124,14 @@ async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) 
             a2a.method = Empty,
             a2a.task_id = Empty,
             gen_ai.operation.name = Empty,
-        );
-        mesh_telemetry::enter_service(&span, &service, mesh_telemetry::extract(headers));
-        span
-    } else {
-        tracing::Span::none()
-    };
+        )
+    });
+    let span = root.span().clone();
     let in_flight = metrics::gauge!("http_server_active_requests", SERVICE_LABEL => service.to_string());
     in_flight.increment(1.0);
     let in_flight = InFlight(in_flight);
 
-    let response = next.run(request).instrument(span.clone()).await;
+    let response = root.instrument(next.run(request)).await;
     drop(in_flight);
 
     let status = response.status();
@@ -142,14 +144,22 @@ async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) 
         "status" => status.as_str().to_owned(),
     )
     .record(elapsed.as_secs_f64());
-    let request_id = header(response.headers(), REQUEST_ID_HEADER.as_str()).unwrap_or_default();
-    span.record("http.response.status_code", i64::from(status.as_u16()));
-    span.record("mesh.request_id", request_id);
-    if status.is_server_error() {
-        span.record("error.type", status.as_str());
-        span.record("otel.status_code", "ERROR");
+    if let Some(rejection) = response.extensions().get::<Rejection>() {
+        metrics::counter!("mesh_requests_rejected_total", SERVICE_LABEL => service.to_string(), "reason" => rejection.reason())
+            .increment(1);
     }
-    let trace_id = mesh_telemetry::trace_id(&span);
+    let request_id = header(response.headers(), REQUEST_ID_HEADER.as_str()).unwrap_or_default();
+    let trace_id = if span.is_disabled() {
+        None
+    } else {
+        span.record("http.response.status_code", i64::from(status.as_u16()));
+        span.record("mesh.request_id", request_id);
+        if status.is_server_error() {
+            span.record("error.type", status.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
+        mesh_telemetry::trace_id(&span)
+    };
     let duration_ms = elapsed.as_secs_f64() * 1000.0;
     let tenant = tenant.as_deref().unwrap_or_default();
     let trace_id = trace_id.as_deref().unwrap_or_default();
@@ -158,7 +168,44 @@ async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) 
     } else {
         tracing::info!(target: "mesh::request", %service, %method, %route, status = status.as_u16(), duration_ms, request_id, tenant, trace_id, "request");
     }
-    response.into_response()
+    if span.is_disabled() || !is_event_stream(&response) {
+        return response;
+    }
+    // A stream's server span lasts as long as the stream: its body is polled inside the span,
+    // whose end is its last exit.
+    response.map(|body| Body::new(InSpan { body, span }))
+}
+
+fn is_event_stream(response: &Response) -> bool {
+    response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
+}
+
+/// A response body polled inside a span, so the span ends when the body does.
+struct InSpan {
+    body: Body,
+    span: tracing::Span,
+}
+
+impl http_body::Body for InSpan {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        let _entered = this.span.enter();
+        Pin::new(&mut this.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Names the A2A method (`SendMessage`, `message/send`, ...) a request calls on its server span.

@@ -2,7 +2,9 @@
 //! limit is shed (503), a tenant over its rate is refused (429), both with `Retry-After` and the
 //! mesh JSON error body while `/health` stays up; header values with control characters are
 //! refused; shutdown ends within its drain deadline with an SSE stream open; tasks a crash left
-//! working are failed at start; a task whose artifacts outgrow the cap fails saying why.
+//! working are failed at start; a task whose artifacts outgrow the cap fails saying why; every
+//! refusal is counted in `/metrics` by reason; an agent whose task database stops answering is
+//! unhealthy and not ready, yet alive.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -111,6 +113,16 @@ impl Served {
         self.http.get(format!("{}/health", self.url)).send().await.unwrap().status()
     }
 
+    async fn get_json(&self, path: &str) -> (StatusCode, Value) {
+        let response = self.http.get(format!("{}{path}", self.url)).send().await.unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    /// The agent's Prometheus text.
+    async fn metrics(&self) -> String {
+        self.http.get(format!("{}/metrics", self.url)).send().await.unwrap().text().await.unwrap()
+    }
+
     async fn rpc(&self, method: &str, params: Value) -> Value {
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let response = self.http.post(format!("{}/", self.url)).header("A2A-Version", "1.0").json(&request);
@@ -148,6 +160,7 @@ fn message(text: &str) -> Value {
 
 #[tokio::test]
 async fn load_beyond_the_concurrency_limit_is_shed_with_503_and_health_stays_up() {
+    mesh_telemetry::install_metrics().unwrap();
     let started = Arc::new(AtomicUsize::new(0));
     let config = AgentConfig { concurrency_max: 2, ..config() };
     let handler = Sleeper { started: started.clone() };
@@ -175,11 +188,14 @@ async fn load_beyond_the_concurrency_limit_is_shed_with_503_and_health_stays_up(
     }
     // Once the slots are free the agent serves again.
     assert_eq!(agent.seed_task("quick", None).await.status(), StatusCode::OK);
+    let metrics = agent.metrics().await;
+    assert!(metrics.contains(r#"mesh_requests_rejected_total{service="sleeper",reason="overloaded"} 1"#), "{metrics}");
     Arc::into_inner(agent).expect("no other holder").stop().await;
 }
 
 #[tokio::test]
 async fn a_tenant_over_its_rate_gets_429_and_other_tenants_are_served() {
+    mesh_telemetry::install_metrics().unwrap();
     let config = AgentConfig { rate_limit_per_s: 1, rate_limit_burst: 3, ..config() };
     let agent = Served::start(
         AgentApp::build(&config, card("limited"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
@@ -198,6 +214,12 @@ async fn a_tenant_over_its_rate_gets_429_and_other_tenants_are_served() {
     for _ in 0..10 {
         assert_eq!(agent.health().await, StatusCode::OK, "health is not rate limited");
     }
+    let metrics = agent.metrics().await;
+    assert!(
+        metrics.contains(r#"mesh_requests_rejected_total{service="limited",reason="rate_limited"} 1"#),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("overloaded"), "{metrics}");
     agent.stop().await;
 }
 
@@ -303,5 +325,42 @@ async fn a_task_whose_artifacts_outgrow_the_cap_fails_saying_why() {
     assert!(task["artifacts"].as_array().is_none_or(Vec::is_empty), "the oversize artifact is not stored: {big}");
     let reason = task["status"]["message"]["parts"][0]["text"].as_str().unwrap();
     assert!(reason.contains("at most 200"), "{reason}");
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn without_its_task_database_an_agent_is_unhealthy_and_not_ready_but_alive() {
+    let Ok(server_url) = std::env::var("MESH_TEST_POSTGRES_URL") else {
+        eprintln!("skipping: set MESH_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test) to run it");
+        return;
+    };
+    // A database of its own, dropped under the running agent: the outage a probe must notice.
+    let name = format!("agent_health_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(&server_url).await.unwrap();
+    // The name is ours: a fixed prefix and a UUID's hex digits.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
+    let (base, _) = server_url.rsplit_once('/').unwrap();
+    let config = AgentConfig { task_store_url: Some(format!("{base}/{name}")), ..AgentConfig::default() };
+    let agent = Served::start(
+        AgentApp::build(&config, card("stored"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
+            .await
+            .unwrap(),
+    );
+    let (status, health) = agent.get_json("/health").await;
+    assert_eq!((status, health["components"]["database"]["status"].as_str()), (StatusCode::OK, Some("ok")), "{health}");
+    assert_eq!(agent.get_json("/health/ready").await.0, StatusCode::OK);
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)"))).execute(&admin).await.unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while agent.health().await != StatusCode::SERVICE_UNAVAILABLE {
+        assert!(Instant::now() < deadline, "the agent never noticed its database gone");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, health) = agent.get_json("/health").await;
+    assert_eq!(health["status"], "unhealthy", "{health}");
+    assert_eq!(health["components"]["database"]["status"], "unhealthy", "{health}");
+    let (status, ready) = agent.get_json("/health/ready").await;
+    assert_eq!((status, ready["status"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready")), "{ready}");
+    assert_eq!(agent.get_json("/health/live").await.0, StatusCode::OK, "alive: a restart would not bring it back");
     agent.stop().await;
 }

@@ -67,6 +67,7 @@ async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: us
     let settings = ParticipantSettings {
         agent_id: ECHO_AGENT.into(),
         topic: topic.clone(),
+        service: ECHO_AGENT.into(),
         cache_conversations_max: CACHE_CONVERSATIONS_MAX.try_into().unwrap(),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -23,6 +23,25 @@ const ANSWER_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6d65_7368_2d62_7
 /// Wait before a participant that failed (bus or docmem unreachable) starts over.
 const RESTART_DELAY_MS: u64 = 1_000;
 
+/// The server-like root span of the turn a record starts, continuing the trace its producer
+/// carried (sampled at its head like a request).
+fn turn_root(settings: &ParticipantSettings, record: &BusRecord) -> mesh_telemetry::Root {
+    mesh_telemetry::Root::start(&settings.service, mesh_telemetry::extract_fields(&record.headers), || {
+        tracing::info_span!(
+            "bus_turn",
+            otel.name = "bus.turn",
+            otel.kind = "server",
+            a2a.context_id = %record.conversation_id,
+            messaging.destination.name = %settings.topic,
+            messaging.message.id = %record.node_id,
+            mesh.correlation_id = record.correlation_id.as_deref(),
+            mesh.sender = %record.agent_id,
+            gen_ai.agent.name = %settings.service,
+            gen_ai.operation.name = "invoke_agent",
+        )
+    })
+}
+
 /// The id of `agent_id`'s answer to the message node `node_id`.
 pub fn answer_node_id(agent_id: &str, node_id: &str) -> String {
     uuid::Uuid::new_v5(&ANSWER_ID_NAMESPACE, format!("{agent_id}\n{node_id}").as_bytes()).to_string()
@@ -47,6 +66,8 @@ pub struct ParticipantSettings {
     pub agent_id: String,
     /// The topic it consumes and answers on.
     pub topic: String,
+    /// The service whose turns these are, in traces (`service.name`).
+    pub service: String,
     /// Conversations cached at most.
     pub cache_conversations_max: NonZeroUsize,
 }
@@ -159,12 +180,22 @@ impl<A: Answerer> Participant<A> {
             return Ok(None);
         }
         let messages = cache.message_list(&me);
+        let mut turn_headers = HashMap::new();
         let (content, new) = match written.get(&answer_id) {
             // Written before a crash, perhaps not produced: produce it (a duplicate record is
             // harmless, every reader applies a node once).
             Some(existing) => (existing.content.clone(), None),
             None => {
-                let Some(text) = self.answerer.answer(record, node, messages).await? else { return Ok(None) };
+                let answerer = self.answerer.clone();
+                let answered = turn_root(&self.settings, record)
+                    .instrument(async move {
+                        let text = answerer.answer(record, node, messages).await?;
+                        // The answer's record carries the turn's trace on.
+                        Ok::<_, BusError>(text.map(|text| (text, mesh_telemetry::current_fields())))
+                    })
+                    .await?;
+                let Some((text, headers)) = answered else { return Ok(None) };
+                turn_headers = headers;
                 let child = NewChild {
                     id: answer_id.clone(),
                     parent_id: record.docmem_node_id.clone(),
@@ -177,6 +208,7 @@ impl<A: Answerer> Participant<A> {
         let mut reply = BusRecord::message(&me, &record.docmem_node_id, &answer_id, ACTION_APPEND);
         reply.conversation_id.clone_from(&record.conversation_id);
         reply.correlation_id = Some(node.id.clone());
+        reply.headers = turn_headers;
         // Cached at once, so the next message of the conversation sees it and a redelivered
         // record later in the batch finds it answered.
         self.cache(&record.conversation_id).await?.append(&answer_id, &me, &content);

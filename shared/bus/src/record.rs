@@ -1,3 +1,5 @@
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::BusError;
@@ -31,11 +33,17 @@ pub struct BusRecord {
     pub action: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// The W3C trace context (`traceparent`, `tracestate`, `baggage`) of the work that produced
+    /// the record, so the turn it starts continues that trace; empty with tracing off. In the
+    /// record itself, so both backends carry it alike.
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    pub headers: HashMap<String, String>,
 }
 
 impl BusRecord {
     /// A record of a message node `node_id` in the conversation rooted at `root_id` (whose id is
-    /// the conversation id, so that the A2A `contextId`, the conversation and its root agree).
+    /// the conversation id, so that the A2A `contextId`, the conversation and its root agree),
+    /// carrying the current trace context.
     pub fn message(agent_id: &str, root_id: &str, node_id: &str, action: &str) -> Self {
         Self {
             version: RECORD_VERSION.into(),
@@ -47,6 +55,7 @@ impl BusRecord {
             node_id: node_id.into(),
             action: action.into(),
             command: None,
+            headers: mesh_telemetry::current_fields(),
         }
     }
 

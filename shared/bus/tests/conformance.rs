@@ -93,6 +93,7 @@ fn participant(backend: &Backend, agent_id: &str, topic: &str) -> Participant<Ec
     let settings = ParticipantSettings {
         agent_id: agent_id.into(),
         topic: topic.into(),
+        service: agent_id.into(),
         cache_conversations_max: 100.try_into().unwrap(),
     };
     Participant::new(settings, backend.bus.clone(), backend.docmem.clone(), Arc::new(Echo))

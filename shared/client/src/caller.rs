@@ -381,11 +381,15 @@ impl MeshCaller {
         context_id: Option<&str>,
         timeout_ms: Option<u64>,
     ) -> Result<Answered<R>, CallError> {
-        let _permit = self
-            .bulkhead
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| CallError::Busy { limit: self.settings.outbound_calls_max })?;
+        let _permit = self.bulkhead.clone().try_acquire_owned().map_err(|_| {
+            metrics::counter!(
+                "mesh_outbound_bulkhead_rejections_total",
+                mesh_telemetry::SERVICE_LABEL => scope.agent().to_owned(),
+                "capability" => capability_label(target),
+            )
+            .increment(1);
+            CallError::Busy { limit: self.settings.outbound_calls_max }
+        })?;
         let budget_ms = call_timeout_ms(timeout_ms, scope.left_ms());
         if budget_ms == 0 {
             return Err(CallError::NoTimeLeft);
@@ -601,17 +605,18 @@ fn is_transient(error: &ClientError) -> bool {
 
 /// The internal span of one call to another agent (its attempts' client spans are its children).
 fn call_span(scope: &CallScope, target: &Target, method: &'static str, context_id: Option<&str>) -> tracing::Span {
-    if !mesh_telemetry::tracing_enabled() {
+    if !mesh_telemetry::tracing_enabled() || mesh_telemetry::sampled_out() {
         return tracing::Span::none();
     }
     let context = scope.context();
+    let capability = capability_label(target);
     tracing::info_span!(
         "call",
-        otel.name = %format!("call {}", capability_label(target)),
+        otel.name = ["call", capability.as_str()].join(" "),
         otel.status_code = tracing::field::Empty,
         error.type = tracing::field::Empty,
         mesh.caller = scope.agent(),
-        mesh.capability = capability_label(target),
+        mesh.capability = capability.as_str(),
         mesh.callee = tracing::field::Empty,
         mesh.attempts = tracing::field::Empty,
         mesh.call_depth = i64::from(context.depth) + 1,

@@ -82,7 +82,9 @@ impl HttpClient {
             request.headers_mut().insert(header::AUTHORIZATION, authorization.clone());
         }
         let url = request.uri().to_string();
-        if !mesh_telemetry::tracing_enabled() {
+        if !mesh_telemetry::tracing_enabled() || mesh_telemetry::sampled_out() {
+            // An unsampled trace still travels on, its sampled flag off, so the callee drops it too.
+            mesh_telemetry::inject_current(request.headers_mut());
             return self
                 .transport
                 .send(request, timeout)

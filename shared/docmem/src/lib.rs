@@ -158,6 +158,12 @@ impl Docmem {
         Ok(Self { pool: database.pool().clone(), database })
     }
 
+    /// Whether the database answers a trivial query, for `/health`.
+    pub async fn ping(&self) -> Result<(), DocmemError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// Creates a root (a new document); its id is a fresh UUID.
     pub async fn create_root(&self, context: &Context, content: &str) -> Result<Node, DocmemError> {
         let id = uuid::Uuid::new_v4().to_string();

@@ -129,7 +129,7 @@ impl TaskStore {
 
     /// Saves the task and returns once it is committed.
     pub async fn save(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
-        let span = if mesh_telemetry::tracing_enabled() {
+        let span = if mesh_telemetry::recording() {
             tracing::info_span!(
                 "task_store.write",
                 otel.name = "task_store.write",

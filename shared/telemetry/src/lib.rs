@@ -8,13 +8,16 @@
 //! `OTEL_RESOURCE_ATTRIBUTES`); off, with no OpenTelemetry layer at all, when no endpoint is set.
 //! Every service's spans carry its own `service.name`, even when services share a process.
 //!
-//! Metrics: the `metrics` facade, rendered as Prometheus text per service ([`render`]).
+//! Metrics: the `metrics` facade, rendered as Prometheus text per service ([`render`]), and
+//! pushed over OTLP/HTTP too when an endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, unless `OTEL_METRICS_EXPORTER=none`).
 
+mod otlp_metrics;
 mod prometheus;
 mod traces;
 
 use tracing::Subscriber;
-use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::filter::{FilterExt, LevelFilter, filter_fn};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
@@ -22,9 +25,11 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-pub use prometheus::{SERVICE_LABEL, install_metrics, render};
+pub use otlp_metrics::MetricsSettings;
+pub use prometheus::{SERVICE_LABEL, install_metrics, install_metrics_with, render};
 pub use traces::{
-    Services, TraceSettings, enter_service, extract, flush, inject, span_event, span_ids, trace_id, tracing_enabled,
+    Root, Services, TraceSettings, current_fields, extract, extract_fields, in_current_trace, inject, inject_current,
+    recording, sampled_out, span_event, span_ids, trace_id, tracing_enabled,
 };
 
 /// Log level used when `RUST_LOG` is unset.
@@ -59,24 +64,29 @@ impl LogFormat {
     }
 }
 
-/// Installs logging, tracing (from the environment) and metrics for a process serving one
-/// service. Later calls (tests) keep the first installation, which is why nothing is returned:
-/// a failure is printed and the process goes on without what failed.
+/// Installs logging, tracing and OTLP metrics (from the environment) and Prometheus metrics for
+/// a process serving one service. Later calls (tests) keep the first installation, which is
+/// why nothing is returned: a failure is printed and the process goes on without what failed.
 pub fn init(format: LogFormat) {
-    init_with(format, TraceSettings::from_env(Services::One));
+    init_with(format, TraceSettings::from_env(Services::One), MetricsSettings::from_env());
 }
 
 /// [`init`] for a process serving several services (`up`).
 pub fn init_suite(format: LogFormat) {
-    init_with(format, TraceSettings::from_env(Services::Several));
+    init_with(format, TraceSettings::from_env(Services::Several), MetricsSettings::from_env());
 }
 
-/// [`init`] with explicit trace settings (`None`: no tracing), for tests and benchmarks.
-pub fn init_with(format: LogFormat, traces: Option<TraceSettings>) {
-    if let Err(error) = install_metrics() {
+/// [`init`] with explicit settings (`None`: no tracing, no OTLP metrics), for tests and benchmarks.
+pub fn init_with(format: LogFormat, traces: Option<TraceSettings>, otlp_metrics: Option<MetricsSettings>) {
+    if let Err(error) = install_metrics_with(otlp_metrics) {
         eprintln!("metrics are off: {error}");
     }
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    // With tracing on, spans go to the trace backend and log lines name their trace: the log
+    // layer keeps events only, rather than format every field of every span into text that
+    // only a line logged inside the span would print.
+    let traced = traces.is_some();
+    let filter = filter.and(filter_fn(move |metadata| !traced || metadata.is_event()));
     // Logs on stderr: stdout is for what a command prints (`up`'s URLs, `ask`'s answer).
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => {
@@ -102,10 +112,20 @@ pub fn init_with(format: LogFormat, traces: Option<TraceSettings>) {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_tracked_inactivity(false)
+            // The context is not made current on every poll of a span's future: the mesh reads a
+            // span's context from the span itself ([`traces::current_context`]).
+            .with_context_activation(false)
             .with_target(false)
             .with_filter(TRACE_LEVEL_MIN)
     });
     let _already_installed = tracing_subscriber::registry().with(logs).with(spans).try_init();
+}
+
+/// Exports every span ended so far and pushes every OTLP metric (tests, and before a process
+/// exits).
+pub fn flush() {
+    traces::flush_traces();
+    prometheus::flush_metrics();
 }
 
 /// A JSON event format that puts the current span's `trace_id` and `span_id` first, when the

@@ -17,6 +17,7 @@ mod schema;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use mesh_embedding::{Encoder, MODEL_ID};
 use mesh_protocol::agents::{Modality, SearchProfile};
@@ -90,6 +91,9 @@ impl std::fmt::Debug for SearchIndex {
             .finish_non_exhaustive()
     }
 }
+
+/// Document keys with their scores, best first.
+type Hits = Vec<(String, f64)>;
 
 impl SearchIndex {
     /// Opens the index at `location` (creating it when new) and loads its documents and vectors.
@@ -318,14 +322,37 @@ impl SearchIndex {
         modality: Option<Modality>,
         limit: usize,
         tenant: Option<&str>,
-    ) -> Result<Vec<(String, f64)>, SearchError> {
+    ) -> Result<Hits, SearchError> {
+        self.rank_timed(profile, query, modality, limit, tenant).map(|(hits, _)| hits)
+    }
+
+    /// [`Self::rank`], with the time the query's embedding took when the profile computed one.
+    pub fn rank_timed(
+        &self,
+        profile: &str,
+        query: &str,
+        modality: Option<Modality>,
+        limit: usize,
+        tenant: Option<&str>,
+    ) -> Result<(Hits, Option<Duration>), SearchError> {
         let Some(spec) = PROFILES.iter().find(|p| p.name == profile) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         };
         let weights = match spec.ranker {
             Ranker::Lexical(weights) => weights,
             Ranker::Dense => return self.rank_dense(query, limit, tenant),
         };
+        self.rank_lexical(weights, query, modality, limit, tenant).map(|hits| (hits, None))
+    }
+
+    fn rank_lexical(
+        &self,
+        weights: FieldWeights,
+        query: &str,
+        modality: Option<Modality>,
+        limit: usize,
+        tenant: Option<&str>,
+    ) -> Result<Hits, SearchError> {
         let Some(query) = self.build_query(weights, query, modality, tenant)? else {
             return Ok(Vec::new());
         };
@@ -343,9 +370,14 @@ impl SearchIndex {
         Ok(hits)
     }
 
-    fn rank_dense(&self, query: &str, limit: usize, tenant: Option<&str>) -> Result<Vec<(String, f64)>, SearchError> {
-        let Some(encoder) = &self.encoder else { return Ok(Vec::new()) };
-        let span = if mesh_telemetry::tracing_enabled() {
+    fn rank_dense(
+        &self,
+        query: &str,
+        limit: usize,
+        tenant: Option<&str>,
+    ) -> Result<(Hits, Option<Duration>), SearchError> {
+        let Some(encoder) = &self.encoder else { return Ok((Vec::new(), None)) };
+        let span = if mesh_telemetry::recording() {
             tracing::info_span!(
                 "embedding",
                 otel.name = "search.query_embedding",
@@ -354,9 +386,11 @@ impl SearchIndex {
         } else {
             tracing::Span::none()
         };
+        let started = Instant::now();
         let vector = span.in_scope(|| encoder.encode_one(query))?;
+        let embedding = started.elapsed();
         let catalog = self.catalog.read().unwrap_or_else(|e| e.into_inner());
-        Ok(catalog.vectors.nearest(&vector, limit, |key| visible_to(tenant, key)))
+        Ok((catalog.vectors.nearest(&vector, limit, |key| visible_to(tenant, key)), Some(embedding)))
     }
 
     fn build_query(

@@ -331,7 +331,8 @@ impl<H: TaskHandler> TaskEngine<H> {
             turn: turn_number,
         };
         let handler = self.handler.clone();
-        // The turn runs on its own task, inside the request's span: its spans join the request's trace.
+        // The turn runs on its own task, in the request's trace: its spans join it, and its calls
+        // carry it on.
         let turn_task = async move {
             let run = std::panic::AssertUnwindSafe(handler.run(turn, sink.clone())).catch_unwind().await;
             let reason = match run {
@@ -340,7 +341,7 @@ impl<H: TaskHandler> TaskEngine<H> {
             };
             sink.end_turn(reason).await;
         };
-        tokio::spawn(tracing::Instrument::instrument(turn_task, tracing::Span::current()));
+        tokio::spawn(mesh_telemetry::in_current_trace(turn_task));
         Ok(events)
     }
 
