@@ -49,8 +49,11 @@ async fn start_agent(llm: LlmConfig) -> RunningAgent {
 
 /// Sends a one-message task holding `query` and expects a 2xx answer.
 async fn extract(agent: &RunningAgent, query: &str) -> (TaskResponse, EntityExtraction) {
-    let response = agent.send(&TaskRequest::from_text(Some("task-1".into()), query, None)).await;
-    assert_eq!(response.id, "task-1");
+    // A seed task id names one task: each send chooses a fresh one.
+    static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = format!("task-{}", SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let response = agent.send(&TaskRequest::from_text(Some(id.clone()), query, None)).await;
+    assert_eq!(response.id, id);
     assert_eq!(response.metadata.agent, "entity_extraction");
     let extraction = reply_data(agent.url(), &response).unwrap();
     (response, extraction)

@@ -65,8 +65,11 @@ async fn start_agent(llm: LlmConfig) -> RunningAgent {
 
 /// Sends `query` with the three profiles and expects a 2xx answer.
 async fn select(agent: &RunningAgent, query: &str) -> (TaskResponse, ProfileSelection) {
-    let response = agent.send(&TaskRequest::from_text(Some("task-1".into()), query, Some(profiles_data()))).await;
-    assert_eq!(response.id, "task-1");
+    // A seed task id names one task: each send chooses a fresh one.
+    static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = format!("task-{}", SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let response = agent.send(&TaskRequest::from_text(Some(id.clone()), query, Some(profiles_data()))).await;
+    assert_eq!(response.id, id);
     assert_eq!(response.metadata.agent, "profile_selection");
     let selection = reply_data(agent.url(), &response).unwrap();
     (response, selection)
@@ -175,16 +178,20 @@ async fn rules_pick_the_profile_a_person_would_pick() {
 #[tokio::test]
 async fn rules_answer_the_same_request_identically() {
     let agent = rules_agent().await;
-    let task = TaskRequest::from_text(Some("same".into()), SOCCER_QUERY, Some(profiles_data()));
+    // No id: a seed id names one task, so the agent picks a fresh one for each.
+    let task = TaskRequest::from_text(None, SOCCER_QUERY, Some(profiles_data()));
     let mut answers = Vec::new();
     for _ in 0..2 {
         let response = agent.send(&task).await;
         let mut answer = serde_json::to_value(&response).unwrap();
-        // Only the timing and the generated request id may differ.
+        // Only the timing and the generated task and request ids may differ.
         let metadata = answer["metadata"].as_object_mut().unwrap();
         assert!(metadata.remove("processing_time_ms").is_some_and(|t| t.as_f64().is_some_and(|t| t >= 0.0)));
         metadata.remove("request_id");
         answer.as_object_mut().unwrap().remove("request_id");
+        assert!(
+            answer.as_object_mut().unwrap().remove("id").is_some_and(|id| id.as_str().is_some_and(|id| !id.is_empty()))
+        );
         answers.push(answer);
     }
     assert_eq!(answers[0], answers[1]);
