@@ -313,20 +313,8 @@ impl SearchIndex {
 
     /// The best `limit` documents for `query` under `profile` that a search for `tenant` sees
     /// (the shared corpus, and the tenant's own documents): document keys with the profile's
-    /// scores, best first, equal scores by key. An unknown profile or a query of stop words only
-    /// yields an empty list.
-    pub fn rank(
-        &self,
-        profile: &str,
-        query: &str,
-        modality: Option<Modality>,
-        limit: usize,
-        tenant: Option<&str>,
-    ) -> Result<Hits, SearchError> {
-        self.rank_timed(profile, query, modality, limit, tenant).map(|(hits, _)| hits)
-    }
-
-    /// [`Self::rank`], with the time the query's embedding took when the profile computed one.
+    /// scores, best first, equal scores by key, and the time the query's embedding took when the
+    /// profile computed one. An unknown profile or a query of stop words only yields an empty list.
     pub fn rank_timed(
         &self,
         profile: &str,
@@ -485,6 +473,20 @@ mod tests {
         let index = SearchIndex::open(&IndexLocation::Memory, None, 1).unwrap();
         index.upsert(None, documents, &|_| {}).unwrap();
         index
+    }
+
+    impl SearchIndex {
+        /// [`SearchIndex::rank_timed`] without the timing.
+        fn rank(
+            &self,
+            profile: &str,
+            query: &str,
+            modality: Option<Modality>,
+            limit: usize,
+            tenant: Option<&str>,
+        ) -> Result<Hits, SearchError> {
+            self.rank_timed(profile, query, modality, limit, tenant).map(|(hits, _)| hits)
+        }
     }
 
     /// The ids of ranked keys, all of which must be of the shared corpus.

@@ -115,9 +115,10 @@ pub(super) struct StoredFields {
 impl StoredFields {
     pub(super) fn of(schema: &Schema) -> Result<Self, SearchError> {
         let field = |name: &str| {
-            schema.get_field(name).map_err(|_| SearchError::IndexDirectory {
-                path: String::new(),
-                reason: format!("the index has no field {name:?}: not an index of this agent"),
+            schema.get_field(name).map_err(|_| {
+                SearchError::Index(tantivy::TantivyError::SchemaError(format!(
+                    "no field {name:?}: not an index of this agent"
+                )))
             })
         };
         Ok(Self {
