@@ -69,7 +69,8 @@ impl SuiteConfig {
     /// Each service's defaults (its own port), overridden by its `MESH_<SERVICE>_*` variables;
     /// every agent on the conversation bus of `MESH_BUS_*` (the embedded log by default, Kafka
     /// with `MESH_BUS_KAFKA_BROKERS`) unless its own `MESH_<SERVICE>_BUS__*` says otherwise.
-    pub fn from_env() -> anyhow::Result<Self> {
+    /// Authentication as `MESH_AUTH_*` says, with `local_keys` too when given (`up --auth`).
+    pub fn from_env(local_keys: Option<&mesh_auth::LocalKeys>) -> anyhow::Result<Self> {
         let agent = AgentArgs::default();
         let bus: BusConfig = mesh_config::ConfigLoader::new(BUS_ENV_PREFIX, None).load()?;
         let mut suite = Self {
@@ -83,17 +84,15 @@ impl SuiteConfig {
                 .load(profile_selection::ENV_PREFIX, profile_selection::PROFILE_SELECTION_PORT_DEFAULT)?,
             ui_agent: mesh_config::ConfigLoader::new(ui_agent::ENV_PREFIX, None).load()?,
         };
-        for agent in [
-            &mut suite.orchestrator.agent,
-            &mut suite.search.agent,
-            &mut suite.entity_extraction.agent,
-            &mut suite.profile_selection.agent,
-        ] {
+        for agent in suite.agents_mut() {
             agent.bus.get_or_insert_with(|| bus.clone());
         }
         suite.ui_agent.bus = bus;
         let auth: AuthConfig = mesh_config::ConfigLoader::new(AUTH_ENV_PREFIX, None).load()?;
-        suite.share_auth(&auth)?;
+        match local_keys {
+            Some(keys) => suite.use_local_keys(keys, &auth)?,
+            None => suite.share_auth(&auth)?,
+        }
         Ok(suite)
     }
 
@@ -137,10 +136,43 @@ impl SuiteConfig {
         }
         Ok(())
     }
+
+    /// `up --auth`: authentication on with the keys `up` generates on this machine (see
+    /// [`mesh_auth::LocalKeys`]), besides what `configured` says. Every service verifies tokens
+    /// signed with the local secret, unless `configured` or its own section names a secret
+    /// already (the configured one wins); every agent signs its card with the local key, and the registry requires cards
+    /// signed by it (or by a key it was configured to trust).
+    pub fn use_local_keys(&mut self, keys: &mesh_auth::LocalKeys, configured: &AuthConfig) -> anyhow::Result<()> {
+        let mut auth = configured.clone();
+        if auth.jwt_hs256_secret.is_none() && auth.jwt_hs256_secret_file.is_none() {
+            auth.jwt_hs256_secret_file = Some(keys.secret_file());
+        }
+        self.share_auth(&auth)?;
+        self.registry.trusted_card_keys.push(keys.card_public_key());
+        self.registry.require_signed_cards = true;
+        for agent in self.agents_mut() {
+            agent.auth.card_signing_key.get_or_insert_with(|| keys.card_signing_key());
+        }
+        Ok(())
+    }
+
+    fn agents_mut(&mut self) -> [&mut AgentConfig; 4] {
+        [
+            &mut self.orchestrator.agent,
+            &mut self.search.agent,
+            &mut self.entity_extraction.agent,
+            &mut self.profile_selection.agent,
+        ]
+    }
 }
+
+/// Where `up --auth` keeps the keys it generates, and where the command line finds them: beside
+/// the services' other data (`data/`, relative to where `up` runs).
+pub const LOCAL_AUTH_DIR: &str = "data/auth";
 
 /// Prefix of the suite-wide authentication settings (`MESH_AUTH_API_KEYS_FILE`, ...).
 pub const AUTH_ENV_PREFIX: &str = "MESH_AUTH";
+
 /// How long the tokens `up` mints for its own agents stay valid: a year, since they never leave
 /// the machine's loopback calls between the suite's own services.
 pub const SUITE_AGENT_TOKEN_TTL_S: u64 = 365 * 24 * 3600;

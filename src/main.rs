@@ -13,12 +13,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use a2a_mesh::{SuiteConfig, start};
+use a2a_mesh::{AUTH_ENV_PREFIX, LOCAL_AUTH_DIR, SuiteConfig, start};
 use clap::{Parser, Subcommand};
 use http::Method;
 use indicatif::{ProgressBar, ProgressStyle};
 use mesh_agent_kit::AgentArgs;
 use mesh_agent_kit::http::shutdown_signal;
+use mesh_auth::Role;
 use mesh_client::{ClientError, HttpClient, reply_data, send_task};
 use mesh_protocol::agents::{QueryAnswer, QueryOptions};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
@@ -27,6 +28,9 @@ use search::{
     DENSE_PROFILE, DenseStatus, IngestAnswer, IngestReport, SearchConfig, SearchIndex, open_index, read_corpus,
 };
 
+/// How long the tokens the command line mints for itself stay valid: one command's run (a chat
+/// may last a while; the socket is authenticated once, when it opens).
+const CLI_TOKEN_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Time `ask` waits for the orchestrator; above its own planning and search timeouts.
 const ASK_TIMEOUT_MS: u64 = 60_000;
 const ORCHESTRATOR_URL_DEFAULT: &str = "http://127.0.0.1:8001";
@@ -53,7 +57,13 @@ enum Command {
     /// and profile-selection (:8011), and the UI agent (:8020), until Ctrl-C. Each service reads
     /// its MESH_<SERVICE>_* environment variables, e.g. MESH_SEARCH_CORPUS_PATH=corpus.jsonl or
     /// MESH_REGISTRY_PORT=9000; MESH_BUS_KAFKA_BROKERS=HOST:PORT puts conversations on Kafka.
-    Up,
+    Up {
+        /// Turn authentication on with keys generated into data/auth (kept for the next run):
+        /// every call then needs a token, which `token` mints and `ask`, `chat` and `ingest`
+        /// mint for themselves; agents sign their cards and the registry requires it.
+        #[arg(long)]
+        auth: bool,
+    },
     /// Ask the orchestrator a question and print the fused answer.
     Ask {
         /// The query, e.g. "show me robots playing soccer".
@@ -120,8 +130,21 @@ enum Command {
         #[arg(long, default_value = a2a_mesh::chat::UI_AGENT_URL_DEFAULT, value_name = "URL")]
         ui_url: String,
     },
-    /// Make credentials: an API key (printed once, with the hashed entry for the keys file), or
-    /// an HS256 token signed with the suite's secret.
+    /// Mint a token (HS256) with the configured secret (MESH_AUTH_JWT_HS256_SECRET_FILE or
+    /// MESH_AUTH_JWT_HS256_SECRET), else the one `up --auth` generated in data/auth.
+    Token {
+        #[arg(long)]
+        subject: String,
+        #[arg(long, default_value = "")]
+        tenant: String,
+        /// admin, agent or user; repeat or comma-separate for several.
+        #[arg(long = "role", value_delimiter = ',', required = true)]
+        roles: Vec<String>,
+        /// How long it stays valid, e.g. 1h, 30m, 7d.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+    },
+    /// Make an API key (printed once, with the hashed entry for the keys file).
     #[command(subcommand)]
     Auth(AuthCommand),
 }
@@ -138,19 +161,6 @@ enum AuthCommand {
         #[arg(long, default_value = "")]
         tenant: String,
     },
-    /// An HS256 token for SUBJECT, signed with the secret in FILE (MESH_AUTH_JWT_HS256_SECRET_FILE).
-    Token {
-        subject: String,
-        #[arg(long, value_delimiter = ',', required = true)]
-        roles: Vec<String>,
-        #[arg(long, default_value = "")]
-        tenant: String,
-        #[arg(long, env = "MESH_AUTH_JWT_HS256_SECRET_FILE", value_name = "FILE")]
-        secret_file: PathBuf,
-        /// Seconds until it expires.
-        #[arg(long, default_value_t = 3600)]
-        ttl_s: u64,
-    },
 }
 
 #[tokio::main]
@@ -159,15 +169,23 @@ async fn main() -> anyhow::Result<()> {
     let format = mesh_telemetry::LogFormat::from_env();
     // `up` serves every service in this process: each names its own spans.
     match cli.command {
-        Command::Up => mesh_telemetry::init_suite(format),
+        Command::Up { .. } => mesh_telemetry::init_suite(format),
         _ => mesh_telemetry::init(format),
     }
-    let credential = cli.credential.as_deref();
+    // Without --credential, a command calling the suite mints a short-lived token of its own when
+    // it can (`up --auth` generated the keys here, or MESH_AUTH_* names a secret): the operator
+    // holding the keys can mint any token anyway.
+    let own_credential = |role: Role| -> anyhow::Result<Option<String>> {
+        match &cli.credential {
+            Some(credential) => Ok(Some(credential.clone())),
+            None => mint(&local_subject(), "", &[role], CLI_TOKEN_TTL),
+        }
+    };
     match cli.command {
-        Command::Up => up().await,
+        Command::Up { auth } => up(auth).await,
         Command::Ask { query, top_k, profiles, json, orchestrator_url } => {
             let options = QueryOptions { top_k, profiles, tenant_id: None };
-            ask(&orchestrator_url, &query, options, json, credential).await
+            ask(&orchestrator_url, &query, options, json, own_credential(Role::User)?.as_deref()).await
         }
         Command::Ingest { dataset, file, search_url, data_dir, tenant } => {
             let path = match (dataset, file) {
@@ -176,27 +194,60 @@ async fn main() -> anyhow::Result<()> {
                 (None, None) => anyhow::bail!("give --dataset DIR or --file FILE"),
             };
             match search_url {
-                Some(url) => ingest_over_http(&path, &url, tenant.as_deref(), credential).await,
+                Some(url) => {
+                    let credential = own_credential(Role::Admin)?;
+                    ingest_over_http(&path, &url, tenant.as_deref(), credential.as_deref()).await
+                }
                 None => ingest_into_data_dir(&path, data_dir, tenant.as_deref()).await,
             }
         }
         Command::Chat { agent, conversation, ui_url } => {
-            a2a_mesh::chat::run(&ui_url, &agent, conversation.as_deref(), credential).await
+            let credential = own_credential(Role::User)?;
+            a2a_mesh::chat::run(&ui_url, &agent, conversation.as_deref(), credential.as_deref()).await
         }
         Command::Eval { dataset, split, profiles, data_dir } => {
             let data_dir = data_dir.unwrap_or_else(|| eval_data_dir(&dataset));
             eval(&dataset, &split, &profiles, &data_dir).await
         }
+        Command::Token { subject, tenant, roles, ttl } => {
+            let token = mint(&subject, &tenant, &parse_roles(&roles)?, ttl)?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no key to sign with: set MESH_AUTH_JWT_HS256_SECRET_FILE, or run `up --auth` here first \
+                     (it generates {LOCAL_AUTH_DIR})"
+                )
+            })?;
+            println!("{token}");
+            Ok(())
+        }
         Command::Auth(command) => auth(command),
     }
 }
 
-fn parse_roles(names: &[String]) -> anyhow::Result<Vec<mesh_auth::Role>> {
+/// A token signed with the configured HS256 secret (`MESH_AUTH_*`, with its issuer and
+/// audience), else with the one `up --auth` generated; `None` when there is neither.
+fn mint(subject: &str, tenant: &str, roles: &[Role], ttl: Duration) -> anyhow::Result<Option<String>> {
+    let configured: mesh_auth::AuthConfig = mesh_config::ConfigLoader::new(AUTH_ENV_PREFIX, None).load()?;
+    if let Some(secret) = configured.hs256_secret()? {
+        let claims = mesh_auth::Claims {
+            iss: configured.jwt_issuer.clone(),
+            aud: configured.jwt_audience.clone(),
+            ..mesh_auth::Claims::new(subject, tenant, roles, ttl.as_secs())
+        };
+        return Ok(Some(mesh_auth::mint_hs256(&secret, &claims)?));
+    }
+    let Some(keys) = mesh_auth::LocalKeys::find(Path::new(LOCAL_AUTH_DIR)) else { return Ok(None) };
+    Ok(Some(keys.mint(subject, tenant, roles, ttl.as_secs())?))
+}
+
+/// Who the command line's own tokens name: the login name, as a local user.
+fn local_subject() -> String {
+    std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "local-user".to_owned())
+}
+
+fn parse_roles(names: &[String]) -> anyhow::Result<Vec<Role>> {
     names
         .iter()
-        .map(|name| {
-            mesh_auth::Role::parse(name).ok_or_else(|| anyhow::anyhow!("unknown role {name:?}: admin, agent or user"))
-        })
+        .map(|name| Role::parse(name).ok_or_else(|| anyhow::anyhow!("unknown role {name:?}: admin, agent or user")))
         .collect()
 }
 
@@ -213,12 +264,6 @@ fn auth(command: AuthCommand) -> anyhow::Result<()> {
             println!("{key}");
             eprintln!("Keep the key above; append this entry to the keys file (it holds only the hash):");
             eprintln!("{}", toml::to_string(&mesh_auth::ApiKeyFile { keys: vec![entry] })?);
-        }
-        AuthCommand::Token { subject, roles, tenant, secret_file, ttl_s } => {
-            let config = mesh_auth::AuthConfig { jwt_hs256_secret_file: Some(secret_file), ..Default::default() };
-            let secret = config.hs256_secret()?.ok_or_else(|| anyhow::anyhow!("no secret"))?;
-            let claims = mesh_auth::Claims::new(&subject, &tenant, &parse_roles(&roles)?, ttl_s);
-            println!("{}", mesh_auth::mint_hs256(&secret, &claims)?);
         }
     }
     Ok(())
@@ -344,8 +389,9 @@ fn progress_bar(total: usize, verb: &str) -> ProgressBar {
     bar
 }
 
-async fn up() -> anyhow::Result<()> {
-    let suite = start(SuiteConfig::from_env()?).await?;
+async fn up(auth: bool) -> anyhow::Result<()> {
+    let local_keys = auth.then(|| mesh_auth::LocalKeys::ensure(Path::new(LOCAL_AUTH_DIR))).transpose()?;
+    let suite = start(SuiteConfig::from_env(local_keys.as_ref())?).await?;
     let urls = suite.urls.clone();
     println!("a2a-mesh is up (Ctrl-C stops it)");
     println!("  registry           {}   (API description: {}/openapi.json)", urls.registry, urls.registry);
@@ -364,6 +410,14 @@ async fn up() -> anyhow::Result<()> {
     );
     println!("  curl -s {}/capabilities/search", urls.registry);
     println!("  cargo run --release -- chat orchestrator    (then type a query)");
+    if auth {
+        let admin = mint(&local_subject(), "", &[Role::Admin], CLI_TOKEN_TTL)?.unwrap_or_default();
+        println!();
+        println!("Authentication is on (keys in {LOCAL_AUTH_DIR}): `ask`, `chat` and `ingest` mint their own tokens;");
+        println!("  cargo run --release -- token --subject alice --tenant acme --role user --ttl 1h");
+        println!("mints one for curl (-H \"authorization: Bearer $TOKEN\"). The dashboard, signed in as an admin:");
+        println!("  {}/dashboard/#token={admin}", urls.registry);
+    }
     let stopped = suite.run_until(shutdown_signal()).await;
     // The spans of the last moments, still in the exporters' queues.
     mesh_telemetry::flush();

@@ -1,6 +1,7 @@
-//! The registry's dashboard in a real browser: the whole suite on port 0, then
-//! `tests/browser/dashboard.mjs` (playwright-core driving Debian's chromium) checks the page
-//! against the registry's API, edits links through it, sends a query and waits for its calls.
+//! The registry's dashboard in a real browser: the whole suite on port 0 with authentication on,
+//! as it runs in production, then `tests/browser/dashboard.mjs` (playwright-core driving
+//! Debian's chromium) signs in, checks the page against the registry's API, edits links through
+//! it, sends a query and waits for its calls.
 //!
 //! Needs `node`, chromium (`MESH_CHROMIUM`, else `/usr/bin/chromium`) and the script's packages
 //! (`npm ci` in `tests/browser`; `.ci/run` does all three). Under CI a missing one
@@ -35,17 +36,29 @@ fn prerequisites(root: &Path) -> Result<(PathBuf, PathBuf), String> {
     Ok((chromium, script_dir))
 }
 
-async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
-    common::start_healthy(SuiteConfig::ephemeral(data.path())).await
+/// The suite's HS256 secret, as `MESH_AUTH_JWT_HS256_SECRET` gives `up`.
+const SECRET: &str = "a-browser-test-secret-of-32-bytes-or-more";
+
+/// An operator's token: the page signs in with it, and the script calls the API with it.
+fn admin_token() -> String {
+    let claims = mesh_auth::Claims::new("operator", "", &[mesh_auth::Role::Admin], 3600);
+    mesh_auth::mint_hs256(SECRET.as_bytes(), &claims).unwrap()
+}
+
+async fn start_suite(data: &tempfile::TempDir, token: &str) -> RunningSuite {
+    let mut config = SuiteConfig::ephemeral(data.path());
+    let auth = mesh_auth::AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..mesh_auth::AuthConfig::default() };
+    config.share_auth(&auth).unwrap();
+    common::start_healthy(config, Some(token)).await
 }
 
 /// The links `deploy/` gives the suite: the orchestrator is superior to its three workers, so the
 /// page has edges to draw and the query's calls cross links. A suite that loads them from its
 /// configuration has them already; only missing ones are created.
-async fn link_the_suite_as_deployed(registry: &str) {
+async fn link_the_suite_as_deployed(registry: &str, token: &str) {
     let http = reqwest::Client::new();
     let existing: serde_json::Value =
-        http.get(format!("{registry}/api/links")).send().await.unwrap().json().await.unwrap();
+        http.get(format!("{registry}/api/links")).bearer_auth(token).send().await.unwrap().json().await.unwrap();
     let linked = |worker: &str| {
         existing["links"]
             .as_array()
@@ -59,6 +72,7 @@ async fn link_the_suite_as_deployed(registry: &str) {
         }
         let response = http
             .post(format!("{registry}/api/links"))
+            .bearer_auth(token)
             .json(&serde_json::json!({
                 "from_agent_id": "orchestrator", "to_agent_id": worker,
                 "direction": "one_way", "relationship": "superior",
@@ -81,14 +95,16 @@ async fn the_dashboard_shows_and_edits_the_live_graph_in_chromium() {
         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"));
 
     let data = tempfile::tempdir().unwrap();
-    let suite = start_suite(&data).await;
-    link_the_suite_as_deployed(&suite.urls.registry).await;
+    let token = admin_token();
+    let suite = start_suite(&data, &token).await;
+    link_the_suite_as_deployed(&suite.urls.registry, &token).await;
     let run = tokio::process::Command::new("node")
         .arg(script_dir.join("dashboard.mjs"))
         .current_dir(&script_dir)
         .env("MESH_REGISTRY_URL", &suite.urls.registry)
         .env("MESH_ORCHESTRATOR_URL", &suite.urls.orchestrator)
         .env("MESH_CHROMIUM", &chromium)
+        .env("MESH_TOKEN", &token)
         .env("MESH_SCREENSHOT_DIR", &screenshots)
         .stdin(Stdio::null())
         .kill_on_drop(true)

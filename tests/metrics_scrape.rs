@@ -102,7 +102,7 @@ async fn prometheus_scrapes_the_request_counts_of_every_service() {
     let Some(binary) = prometheus_binary() else { return };
     mesh_telemetry::install_metrics().unwrap();
     let data = tempfile::tempdir().unwrap();
-    let suite = common::start_healthy(a2a_mesh::SuiteConfig::ephemeral(data.path())).await;
+    let suite = common::start_healthy(a2a_mesh::SuiteConfig::ephemeral(data.path()), None).await;
     let urls = &suite.urls;
     let targets = [
         urls.registry.clone(),

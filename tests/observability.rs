@@ -174,7 +174,7 @@ async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
     let mut config = SuiteConfig::ephemeral(data.path());
     // Every query asks the registry afresh, so the registry is in every query's trace.
     config.orchestrator.discovery_cache_ttl_ms = 0;
-    common::start_healthy(config).await
+    common::start_healthy(config, None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -358,7 +358,7 @@ async fn check_a_bus_turn_continues_the_record_trace(receiver: &Receiver, bus: &
     let (trace_id, parent) = ("2d4f6a8c0e1b3d5f7a9c1e3b5d7f9a1c", "0f1e2d3c4b5a6978");
     let (log, docmem) = mesh_bus::open_bus(bus).await.unwrap();
     let topic = mesh_bus::agent_topic(&mesh_bus::agent_id("profile_selection", &bus.instance_id));
-    let root = docmem.create_root(&mesh_bus::conversation_root_context(&topic), "").await.unwrap();
+    let root = docmem.create_root("", &mesh_bus::conversation_root_context(&topic), "").await.unwrap();
     let sender = "tester-1";
     let node = docmem.append_child(&root.id, &mesh_docmem::Context::agent_text(sender), "jazz piano").await.unwrap();
     let mut record = mesh_bus::BusRecord::message(sender, &root.id, &node.id, mesh_bus::ACTION_CREATE);

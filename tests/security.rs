@@ -3,7 +3,7 @@
 //! credentials (the registry's routes are read from its own OpenAPI document, so a route added
 //! there is checked too), and a caller with the wrong role; tenants never see each other's tasks
 //! on any binding; nobody takes another agent's name; the agents still call each other, each as
-//! itself. Also protected mode: no service starts open on a non-loopback address.
+//! itself; tenants never see each other's conversations. Also protected mode: no service starts open on a non-loopback address.
 
 use std::time::{Duration, Instant};
 
@@ -239,6 +239,82 @@ async fn tenants_never_see_each_others_tasks() {
     assert!(kept.to_string().contains("Berlin") && !kept.to_string().contains("Rome"), "{kept}");
     let (status, _) = mesh.call(Method::POST, &format!("{agent}/tasks/send"), Some(&bob), Some(reuse)).await;
     assert_eq!(status, StatusCode::OK, "another tenant's seed-1 is its own");
+    mesh.suite.stop().await.unwrap();
+}
+
+/// Opens a WebSocket conversation with the orchestrator through the UI agent as `bearer`
+/// (`query` appended to the URL), says one line and waits for the answer; returns the
+/// conversation id, or the refusal's status.
+async fn converse(mesh: &Mesh, bearer: &str, query: &str) -> Result<String, StatusCode> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!("{}/ws?agent=orchestrator{query}", mesh.suite.urls.ui_agent.replacen("http://", "ws://", 1));
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {bearer}").parse().unwrap());
+    let (mut socket, response) = match tokio_tungstenite::connect_async(request).await {
+        Ok(connected) => connected,
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            return Err(StatusCode::from_u16(response.status().as_u16()).unwrap());
+        }
+        Err(error) => panic!("cannot open the socket: {error}"),
+    };
+    let id = response.headers()[ui_agent::WS_CONVERSATION_HEADER].to_str().unwrap().to_owned();
+    socket.send(tokio_tungstenite::tungstenite::Message::Text("robots playing soccer".into())).await.unwrap();
+    let answer = tokio::time::timeout(WAIT_DEADLINE, socket.next()).await.expect("an answer in time");
+    assert!(matches!(answer, Some(Ok(tokio_tungstenite::tungstenite::Message::Text(_)))), "{answer:?}");
+    Ok(id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_never_see_each_others_conversations() {
+    let (mesh, _data) = Mesh::start().await;
+    let ui = mesh.suite.urls.ui_agent.clone();
+    let conversation = converse(&mesh, &mesh.alice, "").await.unwrap();
+    let listed = |body: &Value| -> Vec<String> {
+        let conversations = body["conversations"].as_array().cloned().unwrap_or_default();
+        conversations.iter().filter_map(|c| c["id"].as_str().map(str::to_owned)).collect()
+    };
+
+    // Alice lists and reads her conversation, in her tenant.
+    let (status, body) = mesh.call(Method::GET, &format!("{ui}/conversations"), Some(&mesh.alice), None).await;
+    assert_eq!((status, listed(&body)), (StatusCode::OK, vec![conversation.clone()]), "{body}");
+    assert_eq!(body["conversations"][0]["tenant"], "acme");
+    for path in [format!("/conversations/{conversation}"), format!("/conversations/{conversation}/messages?as=x")] {
+        let (status, body) = mesh.call(Method::GET, &format!("{ui}{path}"), Some(&mesh.alice), None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
+
+    // Bob neither lists, reads, replays nor resumes it: it does not exist for him.
+    let (status, body) = mesh.call(Method::GET, &format!("{ui}/conversations"), Some(&mesh.bob), None).await;
+    assert_eq!((status, listed(&body)), (StatusCode::OK, vec![]), "{body}");
+    let message = {
+        let (_, tree) =
+            mesh.call(Method::GET, &format!("{ui}/conversations/{conversation}"), Some(&mesh.alice), None).await;
+        tree["nodes"][1]["id"].as_str().unwrap().to_owned()
+    };
+    for path in [
+        format!("/conversations/{conversation}"),
+        format!("/conversations/{conversation}/messages?as=x"),
+        format!("/conversations/{message}"),
+    ] {
+        let (status, body) = mesh.call(Method::GET, &format!("{ui}{path}"), Some(&mesh.bob), None).await;
+        assert_eq!((status, body["error_code"].as_str()), (StatusCode::NOT_FOUND, Some("CONVERSATION_NOT_FOUND")));
+    }
+    assert_eq!(converse(&mesh, &mesh.bob, &format!("&conversation={conversation}")).await, Err(StatusCode::NOT_FOUND));
+    // Naming Alice's tenant does not help him.
+    let (status, _) = mesh.call(Method::GET, &format!("{ui}/conversations?tenant=acme"), Some(&mesh.bob), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(converse(&mesh, &mesh.bob, "&tenant=acme").await, Err(StatusCode::FORBIDDEN));
+
+    // Alice resumes it; an operator sees every tenant's, or one tenant's.
+    assert_eq!(converse(&mesh, &mesh.alice, &format!("&conversation={conversation}")).await, Ok(conversation.clone()));
+    let (_, body) = mesh.call(Method::GET, &format!("{ui}/conversations"), Some(&mesh.admin), None).await;
+    assert!(listed(&body).contains(&conversation), "{body}");
+    let (_, body) = mesh.call(Method::GET, &format!("{ui}/conversations?tenant=globex"), Some(&mesh.admin), None).await;
+    assert!(listed(&body).is_empty(), "{body}");
+    let (status, body) =
+        mesh.call(Method::POST, &format!("{ui}/conversations/{conversation}/replay"), Some(&mesh.admin), None).await;
+    assert_eq!((status, body["matches_docmem"].as_bool()), (StatusCode::OK, Some(true)), "{body}");
     mesh.suite.stop().await.unwrap();
 }
 

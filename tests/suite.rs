@@ -20,7 +20,7 @@ async fn start_suite(data: &tempfile::TempDir) -> RunningSuite {
 }
 
 async fn start_suite_with(config: SuiteConfig) -> RunningSuite {
-    common::start_healthy(config).await
+    common::start_healthy(config, None).await
 }
 
 async fn ask(suite: &RunningSuite, query: &str) -> (ResponseStatus, QueryAnswer) {

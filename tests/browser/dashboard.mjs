@@ -5,6 +5,9 @@
 //   MESH_REGISTRY_URL=http://127.0.0.1:8000 MESH_ORCHESTRATOR_URL=http://127.0.0.1:8001 \
 //   MESH_CHROMIUM=/usr/bin/chromium MESH_SCREENSHOT_DIR=/tmp/shots node tests/browser/dashboard.mjs
 //
+// With MESH_TOKEN (an admin token: the suite requires authentication), the script calls the API
+// with it, checks the page's sign-in, and opens the page signed in through its address fragment.
+//
 // Every check runs even when an earlier one failed (each says what it saw); the script exits 1
 // when any failed, and always prints the screenshots' paths.
 
@@ -16,6 +19,8 @@ const registry = required('MESH_REGISTRY_URL').replace(/\/$/, '');
 const orchestrator = required('MESH_ORCHESTRATOR_URL').replace(/\/$/, '');
 const executablePath = process.env.MESH_CHROMIUM || '/usr/bin/chromium';
 const shots = process.env.MESH_SCREENSHOT_DIR || join(process.cwd(), 'dashboard-screenshots');
+const token = process.env.MESH_TOKEN || '';
+const authorization = token ? { authorization: `Bearer ${token}` } : {};
 // How long the page may take to show what the API says (it learns changes from the event stream).
 const SETTLE_MS = 10_000;
 // How long a query's call may take to reach the page: the agents report calls in batches.
@@ -69,7 +74,7 @@ async function eventually(what, probe, timeoutMs = SETTLE_MS) {
 }
 
 async function getJson(url, init) {
-  const response = await fetch(url, init);
+  const response = await fetch(url, { ...init, headers: { ...authorization, ...init?.headers } });
   const text = await response.text();
   if (!response.ok) throw new Error(`${init?.method || 'GET'} ${url} answered ${response.status}: ${text.slice(0, 300)}`);
   return JSON.parse(text);
@@ -106,16 +111,43 @@ page.on('pageerror', (error) => consoleErrors.push(`uncaught: ${error.message}`)
 
 let created = null;
 
+if (token) {
+  await check('without a token the page asks for one, and a token signs it in', async () => {
+    // A tab of its own: its refusals are expected, and its session must not sign the main page in.
+    const guest = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+    const tab = await guest.newPage();
+    try {
+      await tab.goto(`${registry}/dashboard`);
+      await tab.waitForSelector('#signin:not([hidden])', { timeout: SETTLE_MS });
+      const reason = await tab.textContent('#signin-reason');
+      assert(reason.includes('authentication required'), `sign-in reason: ${reason}`);
+      assert(!(await tab.getAttribute('body', 'data-ready')), 'the page shows data without a token');
+      await screenshot(tab, '00-sign-in.png');
+      await tab.getByLabel('Access token', { exact: true }).fill(token);
+      await tab.getByRole('button', { name: 'Sign in' }).click();
+      await tab.waitForSelector('body[data-ready="true"]', { timeout: SETTLE_MS });
+      assert(await tab.isHidden('#signin'), 'the sign-in form stays after signing in');
+      await tab.waitForSelector('body[data-stream="live"]', { timeout: SETTLE_MS });
+    } finally {
+      await guest.close();
+    }
+  });
+}
+
 await check('the dashboard loads, with its assets from the registry only', async () => {
   const foreign = [];
   page.on('request', (request) => {
     if (!request.url().startsWith(registry) && !request.url().startsWith('data:')) foreign.push(request.url());
   });
-  const response = await page.goto(`${registry}/dashboard`);
+  // Signed in as `a2a-mesh up --auth` prints the address: the token in the fragment.
+  const response = await page.goto(`${registry}/dashboard${token ? `#token=${encodeURIComponent(token)}` : ''}`);
   assert(response.ok(), `GET /dashboard answered ${response.status()}`);
   const csp = response.headers()['content-security-policy'] || '';
   assert(csp.includes("default-src 'self'"), `Content-Security-Policy: ${csp || 'none'}`);
   await page.waitForSelector('body[data-ready="true"]', { timeout: SETTLE_MS });
+  const address = page.url();
+  assert(!address.includes('token='), `the token stays in the address bar: ${address}`);
+  await page.waitForSelector('body[data-stream="live"]', { timeout: SETTLE_MS });
   assert(foreign.length === 0, `requests outside the registry: ${foreign.join(', ')}`);
 });
 
@@ -297,7 +329,7 @@ await check('a link deleted in the editor is gone from the API and the graph', a
   await page.locator(`#link-table tr[data-link-id="${created.id}"]`).getByRole('button', { name: /^Edit/ }).click();
   await page.getByRole('button', { name: 'Delete link' }).click();
   await page.waitForFunction(() => document.getElementById('link-status').textContent.startsWith('Deleted'), null, { timeout: SETTLE_MS });
-  const response = await fetch(`${registry}/api/links/${created.id}`);
+  const response = await fetch(`${registry}/api/links/${created.id}`, { headers: authorization });
   assert(response.status === 404, `GET the deleted link answered ${response.status}`);
   await eventually('the edge gone from the graph', () =>
     page.evaluate((id) => !window.meshDashboard.graph().edges.some((e) => e.id === id), created.id),

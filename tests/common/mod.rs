@@ -11,10 +11,12 @@ pub const WAIT_DEADLINE_MS: u64 = 10_000;
 /// The agents of the suite: orchestrator, search, entity extraction, profile selection.
 pub const SUITE_AGENTS: usize = 4;
 
-/// Starts the suite and waits until the registry reports all its agents healthy.
-pub async fn start_healthy(config: SuiteConfig) -> RunningSuite {
+/// Starts the suite and waits until the registry reports all its agents healthy, asking it with
+/// `bearer` when the suite requires authentication.
+pub async fn start_healthy(config: SuiteConfig, bearer: Option<&str>) -> RunningSuite {
     let suite = start(config).await.unwrap();
-    let registry = RegistryClient::new(&suite.urls.registry, HttpClient::with_reqwest().unwrap()).unwrap();
+    let http = HttpClient::with_reqwest().unwrap().with_bearer(bearer).unwrap();
+    let registry = RegistryClient::new(&suite.urls.registry, http).unwrap();
     let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
     while registry.stats().await.map(|s| s.healthy_agents).unwrap_or(0) < SUITE_AGENTS {
         assert!(Instant::now() < deadline, "the agents never all registered as healthy");

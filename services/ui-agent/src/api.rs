@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
+use mesh_agent_kit::auth::RequestCaller;
 use mesh_agent_kit::http::{PathParam, QueryParams};
 use mesh_bus::{ChatMessage, Conversations, message_list};
 use mesh_docmem::DocmemError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::{UiError, UiState};
+use crate::{UiError, UiState, visible_root, visible_tenant};
 
 /// Conversations per page when the request names no limit.
 const LIST_PAGE_SIZE_DEFAULT: usize = 50;
@@ -23,31 +24,38 @@ pub(crate) struct ListParams {
     /// A previous page's `next_before`.
     before: Option<String>,
     limit: Option<usize>,
+    /// Only this tenant's (an admin's choice; a user sees only its own anyway).
+    tenant: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
 struct ConversationSummary {
     id: String,
+    /// The tenant it belongs to ('' for the default tenant).
+    tenant: String,
     /// The topic it lives on, for conversations opened through the UI agent.
     topic: Option<String>,
     created_at: String,
     updated_at: String,
 }
 
-/// `GET /conversations?agent=&before=&limit=`: newest first, a bounded page.
+/// `GET /conversations?agent=&before=&limit=&tenant=`: newest first, a bounded page, of the
+/// tenants the caller sees.
 pub(crate) async fn list(
     State(state): State<Arc<UiState>>,
+    RequestCaller(caller): RequestCaller,
     QueryParams(params): QueryParams<ListParams>,
 ) -> Result<Json<Value>, UiError> {
-    let page = state
-        .docmem
-        .list_roots(params.agent.as_deref(), params.before.as_deref(), params.limit.unwrap_or(LIST_PAGE_SIZE_DEFAULT))
-        .await?;
+    let tenant = visible_tenant(&caller, params.tenant.as_deref())?;
+    let limit = params.limit.unwrap_or(LIST_PAGE_SIZE_DEFAULT);
+    let page =
+        state.docmem.list_roots(tenant.as_deref(), params.agent.as_deref(), params.before.as_deref(), limit).await?;
     let conversations: Vec<ConversationSummary> = page
         .roots
         .iter()
         .map(|root| ConversationSummary {
             id: root.id.clone(),
+            tenant: root.tenant.clone(),
             topic: mesh_bus::conversation_topic(root).map(str::to_owned),
             created_at: root.created_at.clone(),
             updated_at: root.updated_at.clone(),
@@ -59,8 +67,10 @@ pub(crate) async fn list(
 /// `GET /conversations/{id}`: the docmem tree, root first.
 pub(crate) async fn tree(
     State(state): State<Arc<UiState>>,
+    RequestCaller(caller): RequestCaller,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<Value>, UiError> {
+    visible_root(&state, &id, visible_tenant(&caller, None)?.as_deref()).await?;
     let nodes = state.docmem.read_tree(&id).await?;
     let nodes: Vec<Value> = nodes
         .into_iter()
@@ -85,9 +95,11 @@ pub(crate) struct MessagesParams {
 /// `GET /conversations/{id}/messages?as=AGENT_ID`: the role-relative list, chat-completion format.
 pub(crate) async fn messages(
     State(state): State<Arc<UiState>>,
+    RequestCaller(caller): RequestCaller,
     PathParam(id): PathParam<String>,
     QueryParams(params): QueryParams<MessagesParams>,
 ) -> Result<Json<Value>, UiError> {
+    visible_root(&state, &id, visible_tenant(&caller, None)?.as_deref()).await?;
     let nodes = state.docmem.read_conversation(&id).await?;
     let messages: Vec<ChatMessage> = message_list(&nodes, &params.viewer);
     Ok(Json(json!({ "conversation_id": id, "as": params.viewer, "messages": messages })))
@@ -103,10 +115,11 @@ pub(crate) struct ReplayParams {
 /// an agent does after a restart, and says whether the log and docmem agree.
 pub(crate) async fn replay(
     State(state): State<Arc<UiState>>,
+    RequestCaller(caller): RequestCaller,
     PathParam(id): PathParam<String>,
     QueryParams(params): QueryParams<ReplayParams>,
 ) -> Result<Json<Value>, UiError> {
-    let root = state.docmem.get(&id).await?;
+    let root = visible_root(&state, &id, visible_tenant(&caller, None)?.as_deref()).await?;
     let topic = mesh_bus::conversation_topic(&root).map(str::to_owned).ok_or_else(|| {
         DocmemError::Invalid(format!("{id} was not opened through the UI agent: its topic is unknown"))
     })?;

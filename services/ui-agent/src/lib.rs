@@ -5,6 +5,10 @@
 //! It also serves the conversations API for the whole mesh (one place holding docmem and the
 //! bus, so agents keep only their A2A surface): `GET /conversations`, `GET /conversations/{id}`,
 //! `GET /conversations/{id}/messages?as=AGENT_ID` and `POST /conversations/{id}/replay`.
+//!
+//! Every conversation belongs to the tenant of whoever opened it (the credential's, see
+//! [`visible_tenant`]); a user sees and resumes only its own tenant's, and another tenant's
+//! answers "not found" as if it did not exist.
 
 mod api;
 mod ws;
@@ -21,8 +25,9 @@ use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
 use mesh_agent_kit::http::{HttpLimits, health_route, reachable_url, serve};
 use mesh_agent_kit::observe::with_observed_layers;
 use mesh_agent_kit::{DatabaseProbe, ErrorResponse, ServiceMetrics};
+use mesh_auth::{Caller, Role};
 use mesh_bus::{BusConfig, BusError, ConversationBus};
-use mesh_docmem::{Docmem, DocmemError};
+use mesh_docmem::{Docmem, DocmemError, Node};
 use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -84,6 +89,7 @@ pub enum UiError {
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         let (status, code) = match &self {
+            Self::Auth(error) => return mesh_agent_kit::auth::auth_error_response(error).into_response(),
             Self::Docmem(DocmemError::NotFound(_)) => (StatusCode::NOT_FOUND, "CONVERSATION_NOT_FOUND"),
             Self::Docmem(DocmemError::Conflict { .. }) => (StatusCode::CONFLICT, "VERSION_CONFLICT"),
             Self::Docmem(DocmemError::Invalid(_)) | Self::Bus(BusError::InvalidRecord(_)) => {
@@ -93,7 +99,6 @@ impl IntoResponse for UiError {
                 (StatusCode::GATEWAY_TIMEOUT, "BUS_TIMEOUT")
             }
             Self::Bus(BusError::UnknownTopic(_)) => (StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND"),
-            Self::Auth(_) => (StatusCode::INTERNAL_SERVER_ERROR, "AUTH_MISCONFIGURED"),
             _ => (StatusCode::SERVICE_UNAVAILABLE, "BUS_UNAVAILABLE"),
         };
         ErrorResponse::new(status, code, self.to_string()).into_response()
@@ -220,6 +225,30 @@ async fn sweep_retention(docmem: Docmem, days: u64) {
             Err(error) => tracing::warn!(%error, "docmem retention failed"),
         }
     }
+}
+
+/// The tenants whose conversations a caller sees: those of the tenant it names, or every
+/// tenant's, for an operator (admin) or on an open service; otherwise only its own tenant's
+/// (an agent's: the one it names for its user, as for tasks). `None`: every tenant's.
+pub(crate) fn visible_tenant(caller: &Caller, named: Option<&str>) -> Result<Option<String>, UiError> {
+    if matches!(caller, Caller::Open) || caller.principal().is_some_and(|p| p.has(Role::Admin)) {
+        return Ok(named.map(str::to_owned));
+    }
+    Ok(Some(caller.tenant(named.unwrap_or_default(), None)?))
+}
+
+/// The conversation `id`, when `visible` (see [`visible_tenant`]) lets the caller see it.
+/// Another tenant's is "not found", exactly like one that does not exist.
+pub(crate) async fn visible_root(state: &UiState, id: &str, visible: Option<&str>) -> Result<Node, UiError> {
+    let root = state.docmem.get(id).await?;
+    // The tenant first: another tenant's message must not show as one.
+    if visible.is_some_and(|tenant| tenant != root.tenant) {
+        return Err(DocmemError::NotFound(id.to_owned()).into());
+    }
+    if root.parent_id.is_some() {
+        return Err(DocmemError::Invalid(format!("{id} is a message, not a conversation")).into());
+    }
+    Ok(root)
 }
 
 pub(crate) fn session_channel() -> (mpsc::Sender<String>, mpsc::Receiver<String>) {

@@ -9,14 +9,16 @@ use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::HeaderValue;
 use axum::response::Response;
+use mesh_agent_kit::auth::RequestCaller;
 use mesh_agent_kit::http::QueryParams;
 use mesh_bus::{
     ACTION_APPEND, ACTION_CREATE, Answerer, BusError, BusRecord, ChatMessage, Participant, ParticipantSettings,
 };
 use mesh_docmem::{Context, DocmemError, Node};
+use mesh_protocol::call::validate_tenant_id;
 use serde::Deserialize;
 
-use crate::{UiError, UiState, session_channel};
+use crate::{UiError, UiState, session_channel, visible_root, visible_tenant};
 
 /// The upgrade response names the conversation here, so a client can resume it later
 /// (`&conversation=`) or read it through the API; the socket itself carries only text.
@@ -30,26 +32,28 @@ pub(crate) struct WsParams {
     agent: String,
     instance: Option<String>,
     conversation: Option<String>,
+    /// The tenant a new conversation belongs to: an admin's or an agent's choice; a user's is
+    /// always its credential's.
+    tenant: Option<String>,
 }
 
 pub(crate) async fn open(
     State(state): State<Arc<UiState>>,
+    RequestCaller(caller): RequestCaller,
     QueryParams(params): QueryParams<WsParams>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, UiError> {
+    let tenant = caller.tenant(params.tenant.as_deref().unwrap_or_default(), None)?;
+    if !tenant.is_empty() {
+        validate_tenant_id(&tenant).map_err(DocmemError::Invalid)?;
+    }
     let instance = params.instance.as_deref().unwrap_or(&state.config.instance_id);
     let topic = mesh_bus::agent_topic(&mesh_bus::agent_id(&params.agent, instance));
     state.bus.ensure_topic(&topic).await?;
     ensure_forwarding(&state, &topic);
     let root = match params.conversation {
-        Some(id) => {
-            let root = state.docmem.get(&id).await?;
-            if root.parent_id.is_some() {
-                return Err(DocmemError::Invalid(format!("{id} is a message, not a conversation")).into());
-            }
-            root.id
-        }
-        None => state.docmem.create_root(&mesh_bus::conversation_root_context(&topic), "").await?.id,
+        Some(id) => visible_root(&state, &id, visible_tenant(&caller, None)?.as_deref()).await?.id,
+        None => state.docmem.create_root(&tenant, &mesh_bus::conversation_root_context(&topic), "").await?.id,
     };
     let header = HeaderValue::from_str(&root).map_err(|e| DocmemError::Invalid(e.to_string()))?;
     let session_root = root.clone();

@@ -112,7 +112,12 @@ impl<H: AgentHandler> Answerer for HandlerAnswerer<H> {
             text: node.content.clone(),
             data: Map::new(),
             messages: messages.into_iter().map(seed_message).collect(),
-            call: CallScope::received(self.agent.as_str(), CallContext::default()),
+            // The conversation's tenant (the user's who opened it) goes on with every call made
+            // for this answer, as it does for a user's HTTP task.
+            call: CallScope::received(
+                self.agent.as_str(),
+                CallContext { tenant: Some(node.tenant.clone()).filter(|t| !t.is_empty()), ..CallContext::default() },
+            ),
             // Bus conversations are not link messages: no link context travels in their records.
             link: None,
         };

@@ -38,6 +38,16 @@ impl AgentHandler for Transcript {
     }
 }
 
+/// Answers with the tenant its calls would carry on.
+struct TenantEcho;
+
+impl AgentHandler for TenantEcho {
+    async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        let tenant = task.call.context().tenant.clone().unwrap_or_else(|| "(none)".into());
+        Ok(AgentReply { parts: vec![Part::Text { text: format!("tenant {tenant}") }], ..AgentReply::default() })
+    }
+}
+
 fn card() -> AgentCard {
     serde_json::from_value(json!({
         "name": "transcriber", "description": "repeats the conversation", "version": "1.0.0",
@@ -94,21 +104,31 @@ impl Conversation {
 
 /// Serves a transcriber on port 0 with `bus` until the test ends; returns its URL.
 async fn start_agent(bus: &BusConfig) -> String {
+    start(bus, Transcript).await
+}
+
+/// Serves `handler` as the transcriber on port 0 with `bus` until the test ends; returns its URL.
+async fn start(bus: &BusConfig, handler: impl AgentHandler) -> String {
     let config = AgentConfig {
         bus: Some(bus.clone()),
         task_store_url: Some("sqlite::memory:".into()),
         ..AgentConfig::default()
     };
-    let app = AgentApp::build(&config, card(), Transcript, HttpClient::with_reqwest().unwrap()).await.unwrap();
+    let app = AgentApp::build(&config, card(), handler, HttpClient::with_reqwest().unwrap()).await.unwrap();
     let url = app.url().to_owned();
     tokio::spawn(app.run_until_stopped(std::future::pending()));
     url
 }
 
 async fn send_message(agent: &str, context_id: &str, message_id: &str, text: &str) -> Value {
+    send_message_in(agent, None, context_id, message_id, text).await
+}
+
+/// `SendMessage` in `tenant` (an open agent takes the tenant a request names).
+async fn send_message_in(agent: &str, tenant: Option<&str>, context_id: &str, message_id: &str, text: &str) -> Value {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-        "params": {"message": {
+        "params": {"tenant": tenant, "message": {
             "messageId": message_id, "contextId": context_id, "role": "ROLE_USER", "parts": [{"text": text}]
         }}
     });
@@ -137,7 +157,7 @@ async fn http_and_bus_turns_share_one_history() {
     let (bus, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
     let topic = mesh_bus::agent_topic(&me);
     bus.ensure_topic(&topic).await.unwrap();
-    let root = docmem.create_root(&conversation_root_context(&topic), "").await.unwrap().id;
+    let root = docmem.create_root("", &conversation_root_context(&topic), "").await.unwrap().id;
     let conversation = Conversation { bus, docmem, topic, root: root.clone() };
 
     // A bus turn: the agent's participant answers it.
@@ -194,11 +214,58 @@ async fn a_context_that_is_no_conversation_on_the_topic_stays_an_a2a_context() {
     let agent = start_agent(&bus_config).await;
     let (_, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
     // A conversation on another agent's topic is not this agent's to join.
-    let elsewhere = docmem.create_root(&conversation_root_context("search-1"), "").await.unwrap().id;
+    let elsewhere = docmem.create_root("", &conversation_root_context("search-1"), "").await.unwrap().id;
 
     for context in ["an-a2a-context", elsewhere.as_str()] {
         let response = send_message(&agent, context, &format!("m-{context}"), "hello").await;
         assert_eq!(answer_of(&response), "user: hello");
     }
     assert!(docmem.read_conversation(&elsewhere).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_is_joined_only_from_its_own_tenant() {
+    let data = tempfile::tempdir().unwrap();
+    let bus_config = BusConfig {
+        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
+        instance_id: "3".into(),
+        ..BusConfig::default()
+    };
+    let agent = start_agent(&bus_config).await;
+    let (_, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
+    let topic = mesh_bus::agent_topic(&mesh_bus::agent_id("transcriber", "3"));
+    let root = docmem.create_root("acme", &conversation_root_context(&topic), "").await.unwrap().id;
+    docmem.append_child(&root, &Context::agent_text(UI_AGENT_ID), "acme's secret").await.unwrap();
+
+    // Another tenant naming the conversation gets a context of its own: no history, nothing written.
+    for tenant in [None, Some("globex")] {
+        let response = send_message_in(&agent, tenant, &root, &format!("m-{tenant:?}"), "hello").await;
+        assert_eq!(answer_of(&response), "user: hello", "{tenant:?} must not see acme's history");
+    }
+    assert_eq!(docmem.read_conversation(&root).await.unwrap().len(), 1);
+
+    // The conversation's own tenant joins it, history included.
+    let response = send_message_in(&agent, Some("acme"), &root, "m-acme", "hello").await;
+    assert_eq!(answer_of(&response), "user: acme's secret | user: hello");
+    assert_eq!(docmem.read_conversation(&root).await.unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_turn_carries_its_conversations_tenant_on() {
+    let data = tempfile::tempdir().unwrap();
+    let bus_config = BusConfig {
+        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
+        instance_id: "4".into(),
+        ..BusConfig::default()
+    };
+    start(&bus_config, TenantEcho).await;
+    let (bus, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
+    let topic = mesh_bus::agent_topic(&mesh_bus::agent_id("transcriber", "4"));
+    bus.ensure_topic(&topic).await.unwrap();
+    for (tenant, expected) in [("acme", "tenant acme"), ("", "tenant (none)")] {
+        let root = docmem.create_root(tenant, &conversation_root_context(&topic), "").await.unwrap().id;
+        let conversation = Conversation { bus: bus.clone(), docmem: docmem.clone(), topic: topic.clone(), root };
+        conversation.say("who am I working for?").await;
+        assert_eq!(conversation.messages(2).await[1].1, expected);
+    }
 }

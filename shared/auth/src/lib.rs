@@ -15,6 +15,7 @@
 mod card_signature;
 mod config;
 mod keys;
+mod local;
 mod token;
 
 use std::net::IpAddr;
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use card_signature::{CardSigner, CardSigningKey, CardVerifier, SIGNATURES_FIELD, canonical_form};
 pub use config::{AuthConfig, JwtPublicKey, KeyAlgorithm};
 pub use keys::{ApiKeyEntry, ApiKeyFile, hash_api_key, new_api_key};
+pub use local::{LOCAL_CARD_KEY_ID, LocalKeys};
 pub use token::{Claims, mint_hs256};
 
 use keys::ApiKeys;

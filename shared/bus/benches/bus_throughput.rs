@@ -77,7 +77,7 @@ async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: us
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let mut roots = Vec::new();
     for _ in 0..CONVERSATIONS {
-        roots.push(docmem.create_root(&Context::default(), "").await.unwrap().id);
+        roots.push(docmem.create_root("", &Context::default(), "").await.unwrap().id);
     }
     // The client consumer: counts answers, one warm-up answer first (a Kafka group join).
     let (answered_tx, mut answered) = tokio::sync::mpsc::channel::<f64>(messages + 1);
@@ -154,7 +154,7 @@ async fn replay(bus: &dyn ConversationBus, docmem: &Docmem, records: usize) -> f
     bus.ensure_topic(&topic).await.unwrap();
     let conversations = records.div_ceil(REPLAY_CONVERSATION_MESSAGES);
     for _ in 0..conversations {
-        let root = docmem.create_root(&Context::default(), "").await.unwrap().id;
+        let root = docmem.create_root("", &Context::default(), "").await.unwrap().id;
         let children: Vec<(Context, String)> = (0..REPLAY_CONVERSATION_MESSAGES)
             .map(|i| {
                 let sender = if i % 2 == 0 { CLIENT_AGENT } else { ECHO_AGENT };

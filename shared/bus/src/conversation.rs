@@ -215,6 +215,7 @@ mod tests {
             version: 1,
             created_at: String::new(),
             updated_at: String::new(),
+            tenant: String::new(),
         }
     }
 

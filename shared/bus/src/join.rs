@@ -67,11 +67,14 @@ impl ConversationJoin {
         Self { bus, docmem, agent_id: agent_id.to_owned(), topic: topic.to_owned() }
     }
 
-    /// The turn that the message `message_id` (its plain text `text`, sent by `sender`) makes in
-    /// the conversation `context_id`, with the history so far; `None` when `context_id` is no
-    /// conversation on this agent's topic (an A2A context of its own). Nothing is written yet.
+    /// The turn that the message `message_id` (its plain text `text`, sent by `sender` acting in
+    /// `tenant`) makes in the conversation `context_id`, with the history so far; `None` when
+    /// `context_id` is no conversation of that tenant on this agent's topic (an A2A context of its
+    /// own). Another tenant's conversation is not joined, nor is its history read: that it exists
+    /// shows nowhere. Nothing is written yet.
     pub async fn begin(
         &self,
+        tenant: &str,
         context_id: &str,
         sender: &str,
         message_id: &str,
@@ -82,7 +85,7 @@ impl ConversationJoin {
             Err(DocmemError::NotFound(_)) => return Ok(None),
             Err(error) => return Err(error.into()),
         };
-        if conversation_topic(&root) != Some(self.topic.as_str()) {
+        if conversation_topic(&root) != Some(self.topic.as_str()) || root.tenant != tenant {
             return Ok(None);
         }
         let message_node_id =
@@ -145,6 +148,7 @@ mod tests {
             version: 1,
             created_at: String::new(),
             updated_at: String::new(),
+            tenant: String::new(),
         };
         assert_eq!(conversation_topic(&root), Some("orchestrator-1"));
         assert_eq!(root.context.to_string(), "conversation:topic:orchestrator-1");

@@ -65,7 +65,7 @@ async fn say(backend: &Backend, topic: &str, root: &str, sender: &str, text: &st
 }
 
 async fn new_conversation(backend: &Backend) -> String {
-    backend.docmem.create_root(&Context::default(), "").await.unwrap().id
+    backend.docmem.create_root("", &Context::default(), "").await.unwrap().id
 }
 
 /// Reads `count` records of `topic` for `group`, without committing.

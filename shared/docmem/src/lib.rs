@@ -6,6 +6,11 @@
 //! `version`; an edit names the version it read, and a stale one is refused with
 //! [`DocmemError::Conflict`] (optimistic locking).
 //!
+//! Tenants: a document belongs to the tenant its root was created for, and every node appended
+//! under it carries that tenant, so whoever reads a node knows whose conversation it is in
+//! (the UI agent shows a caller only its tenant's conversations; an agent answering one carries
+//! the tenant on to the calls it makes).
+//!
 //! Retention: every node belongs to a root, and [`Docmem::delete`] of a root removes its whole
 //! tree; [`Docmem::prune_roots_older_than`] removes trees untouched since a cutoff, which a
 //! deployment runs on a schedule (the UI agent does, by its `retention_days` setting).
@@ -111,6 +116,9 @@ pub struct Node {
     pub version: i64,
     pub created_at: String,
     pub updated_at: String,
+    /// The tenant the document belongs to, the same on every node of it ('' for the default
+    /// tenant): a conversation is read only within its tenant.
+    pub tenant: String,
 }
 
 /// A node to append with [`Docmem::append_many`].
@@ -141,7 +149,7 @@ pub fn now_timestamp() -> String {
 }
 
 const NODE_COLUMNS: &str = "id, root_id, parent_id, position, context_type, context_name, context_value, content, \
-                            version, created_at, updated_at";
+                            version, created_at, updated_at, tenant";
 
 /// The docmem store; clones share one pool.
 #[derive(Debug, Clone)]
@@ -164,8 +172,9 @@ impl Docmem {
         Ok(())
     }
 
-    /// Creates a root (a new document); its id is a fresh UUID.
-    pub async fn create_root(&self, context: &Context, content: &str) -> Result<Node, DocmemError> {
+    /// Creates a root (a new document) of `tenant`; its id is a fresh UUID. Every node appended
+    /// under it belongs to the same tenant.
+    pub async fn create_root(&self, tenant: &str, context: &Context, content: &str) -> Result<Node, DocmemError> {
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_timestamp();
         let node = Node {
@@ -178,6 +187,7 @@ impl Docmem {
             version: 1,
             created_at: now.clone(),
             updated_at: now,
+            tenant: tenant.to_owned(),
         };
         bounded(async {
             let _turn = self.database.write_turn().await;
@@ -267,10 +277,10 @@ impl Docmem {
         for child in children {
             let row = sqlx::query(
                 "INSERT INTO docmem_nodes (id, root_id, parent_id, position, context_type, context_name, \
-                 context_value, content, version, created_at, updated_at) \
+                 context_value, content, version, created_at, updated_at, tenant) \
                  SELECT $1, p.root_id, p.id, (SELECT COALESCE(MAX(c.position) + 1, 0) FROM docmem_nodes c \
-                 WHERE c.root_id = p.root_id AND c.parent_id = p.id), $2, $3, $4, $5, 1, $6, $6 \
-                 FROM docmem_nodes p WHERE p.id = $7 RETURNING root_id, position",
+                 WHERE c.root_id = p.root_id AND c.parent_id = p.id), $2, $3, $4, $5, 1, $6, $6, p.tenant \
+                 FROM docmem_nodes p WHERE p.id = $7 RETURNING root_id, position, tenant",
             )
             .bind(&child.id)
             .bind(&child.context.kind)
@@ -292,6 +302,7 @@ impl Docmem {
                 version: 1,
                 created_at: now.clone(),
                 updated_at: now.clone(),
+                tenant: row.try_get("tenant")?,
             });
         }
         let mut roots: Vec<&str> = nodes.iter().map(|n| n.root_id.as_str()).collect();
@@ -340,6 +351,7 @@ impl Docmem {
                     version: 1,
                     created_at: now.clone(),
                     updated_at: now.clone(),
+                    tenant: parent.tenant.clone(),
                 };
                 insert_node(&mut *transaction, &node).await?;
                 nodes.push(node);
@@ -470,10 +482,11 @@ impl Docmem {
     }
 
     /// Roots, most recently changed first, `limit` (at most [`LIST_PAGE_SIZE_MAX`]) per page,
-    /// changed before `before` (a previous page's `next_before`) when given; only those with a
-    /// message from `agent_id` when given.
+    /// changed before `before` (a previous page's `next_before`) when given; only those of
+    /// `tenant` and those with a message from `agent_id`, when given.
     pub async fn list_roots(
         &self,
+        tenant: Option<&str>,
         agent_id: Option<&str>,
         before: Option<&str>,
         limit: usize,
@@ -484,6 +497,10 @@ impl Docmem {
         bounded(async {
             let mut sql = format!("SELECT {NODE_COLUMNS} FROM docmem_nodes WHERE parent_id IS NULL");
             let mut next = 1;
+            if tenant.is_some() {
+                sql.push_str(&format!(" AND tenant = ${next}"));
+                next += 1;
+            }
             if agent_id.is_some() {
                 sql.push_str(&format!(" AND id IN (SELECT root_id FROM docmem_nodes WHERE context_value = ${next})"));
                 next += 1;
@@ -495,6 +512,9 @@ impl Docmem {
             sql.push_str(&format!(" ORDER BY updated_at DESC LIMIT ${next}"));
             // Only placeholders are formatted into the statement, never values.
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            if let Some(tenant) = tenant {
+                query = query.bind(tenant);
+            }
             if let Some(agent_id) = agent_id {
                 query = query.bind(agent_id);
             }
@@ -556,7 +576,7 @@ async fn insert_node<'e>(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO docmem_nodes (id, root_id, parent_id, position, context_type, context_name, context_value, \
-         content, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         content, version, created_at, updated_at, tenant) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(&node.id)
     .bind(&node.root_id)
@@ -569,6 +589,7 @@ async fn insert_node<'e>(
     .bind(node.version)
     .bind(&node.created_at)
     .bind(&node.updated_at)
+    .bind(&node.tenant)
     .execute(executor)
     .await?;
     Ok(())
@@ -596,5 +617,6 @@ fn node_from_row(row: &sqlx::any::AnyRow) -> Result<Node, DocmemError> {
         version: row.try_get("version")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        tenant: row.try_get("tenant")?,
     })
 }

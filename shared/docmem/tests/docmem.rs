@@ -16,7 +16,7 @@ async fn stores() -> Vec<(String, Docmem, Option<tempfile::TempDir>)> {
 #[tokio::test]
 async fn a_conversation_reads_back_in_order_with_its_contexts() {
     for (backend, docmem, _dir) in stores().await {
-        let root = docmem.create_root(&Context::default(), "").await.unwrap();
+        let root = docmem.create_root("", &Context::default(), "").await.unwrap();
         assert_eq!(root.root_id, root.id);
         let texts = [("ui-123", "Hello, how are you?"), ("conv-456", "Fine, thanks."), ("tool", "total 48\n")];
         for (agent, text) in texts {
@@ -37,7 +37,7 @@ async fn a_conversation_reads_back_in_order_with_its_contexts() {
 #[tokio::test]
 async fn a_stale_edit_is_refused_with_a_conflict() {
     for (backend, docmem, _dir) in stores().await {
-        let root = docmem.create_root(&Context::default(), "").await.unwrap();
+        let root = docmem.create_root("", &Context::default(), "").await.unwrap();
         let node = docmem.append_child(&root.id, &Context::agent_text("ui-1"), "draft").await.unwrap();
         let edited = docmem.edit(&node.id, node.version, &node.context, "final").await.unwrap();
         assert_eq!((edited.version, edited.content.as_str()), (2, "final"), "{backend}");
@@ -51,7 +51,7 @@ async fn a_stale_edit_is_refused_with_a_conflict() {
 #[tokio::test]
 async fn of_two_concurrent_edits_of_one_version_exactly_one_wins() {
     for (backend, docmem, _dir) in stores().await {
-        let root = docmem.create_root(&Context::default(), "").await.unwrap();
+        let root = docmem.create_root("", &Context::default(), "").await.unwrap();
         let node = docmem.append_child(&root.id, &Context::agent_text("ui-1"), "v1").await.unwrap();
         let edits = (0..8).map(|i| {
             let (docmem, node) = (docmem.clone(), node.clone());
@@ -74,7 +74,7 @@ async fn of_two_concurrent_edits_of_one_version_exactly_one_wins() {
 #[tokio::test]
 async fn concurrent_appends_get_distinct_places_and_ids_are_idempotent() {
     for (backend, docmem, _dir) in stores().await {
-        let root = docmem.create_root(&Context::default(), "").await.unwrap();
+        let root = docmem.create_root("", &Context::default(), "").await.unwrap();
         let appends = (0..16).map(|i| {
             let (docmem, root) = (docmem.clone(), root.id.clone());
             tokio::spawn(async move { docmem.append_child(&root, &Context::agent_text("a"), &i.to_string()).await })
@@ -116,16 +116,16 @@ async fn deletes_remove_subtrees_and_lists_page_and_filter() {
         let agent = format!("agent-{}", uuid::Uuid::new_v4());
         let mut roots = Vec::new();
         for _ in 0..5 {
-            let root = docmem.create_root(&Context::default(), "").await.unwrap();
+            let root = docmem.create_root("", &Context::default(), "").await.unwrap();
             docmem.append_child(&root.id, &Context::agent_text(&agent), "hi").await.unwrap();
             roots.push(root.id);
         }
-        let first = docmem.list_roots(Some(&agent), None, 2).await.unwrap();
+        let first = docmem.list_roots(None, Some(&agent), None, 2).await.unwrap();
         assert_eq!(first.roots.len(), 2, "{backend}");
         let mut seen: Vec<String> = first.roots.iter().map(|r| r.id.clone()).collect();
         let mut before = first.next_before;
         while let Some(cursor) = before {
-            let page = docmem.list_roots(Some(&agent), Some(&cursor), 2).await.unwrap();
+            let page = docmem.list_roots(None, Some(&agent), Some(&cursor), 2).await.unwrap();
             seen.extend(page.roots.iter().map(|r| r.id.clone()));
             before = page.next_before;
         }
@@ -133,7 +133,7 @@ async fn deletes_remove_subtrees_and_lists_page_and_filter() {
         let mut expected = roots.clone();
         expected.sort();
         assert_eq!(seen, expected, "{backend}: every root once, newest first by pages");
-        assert!(matches!(docmem.list_roots(None, None, 0).await, Err(DocmemError::Invalid(_))));
+        assert!(matches!(docmem.list_roots(None, None, None, 0).await, Err(DocmemError::Invalid(_))));
 
         let message = docmem.read_conversation(&roots[0]).await.unwrap().remove(0);
         let reply = docmem.append_child(&message.id, &Context::agent_text("x"), "nested").await.unwrap();
@@ -142,5 +142,44 @@ async fn deletes_remove_subtrees_and_lists_page_and_filter() {
         docmem.delete(&roots[1]).await.unwrap();
         assert!(matches!(docmem.read_tree(&roots[1]).await, Err(DocmemError::NotFound(_))), "{backend}");
         assert!(docmem.prune_roots_older_than("0000").await.unwrap() == 0, "{backend}: nothing that old");
+    }
+}
+
+#[tokio::test]
+async fn every_node_carries_its_documents_tenant_and_lists_filter_by_tenant() {
+    for (backend, docmem, _dir) in stores().await {
+        // Tenants of their own, so rows other tests (or runs) left in a shared PostgreSQL do not count.
+        let (acme, globex) = (format!("acme-{}", uuid::Uuid::new_v4()), format!("globex-{}", uuid::Uuid::new_v4()));
+        let root = docmem.create_root(&acme, &Context::default(), "").await.unwrap();
+        assert_eq!(root.tenant, acme, "{backend}");
+        let one = docmem.append_child(&root.id, &Context::agent_text("ui-1"), "hi").await.unwrap();
+        let nested = docmem.append_children(&one.id, &[(Context::agent_text("x"), "n".into())]).await.unwrap();
+        let child = NewChild {
+            id: uuid::Uuid::new_v4().to_string(),
+            parent_id: root.id.clone(),
+            context: Context::agent_text("y"),
+            content: "m".into(),
+        };
+        let many = docmem.append_many(&[child]).await.unwrap();
+        for node in [&one, &nested[0], &many[0]] {
+            assert_eq!(node.tenant, acme, "{backend}: appended nodes take the root's tenant");
+            assert_eq!(docmem.get(&node.id).await.unwrap().tenant, acme, "{backend}: and keep it when read back");
+        }
+        let other = docmem.create_root(&globex, &Context::default(), "").await.unwrap();
+        let listed = |page: mesh_docmem::RootPage| page.roots.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(
+            listed(docmem.list_roots(Some(&acme), None, None, 10).await.unwrap()),
+            std::slice::from_ref(&root.id),
+            "{backend}"
+        );
+        assert_eq!(
+            listed(docmem.list_roots(Some(&globex), None, None, 10).await.unwrap()),
+            std::slice::from_ref(&other.id),
+            "{backend}"
+        );
+        let everyone = listed(docmem.list_roots(None, None, None, 100).await.unwrap());
+        assert!(everyone.contains(&root.id) && everyone.contains(&other.id), "{backend}: no tenant lists all");
+        let by_agent = listed(docmem.list_roots(Some(&globex), Some("ui-1"), None, 10).await.unwrap());
+        assert!(by_agent.is_empty(), "{backend}: both filters apply");
     }
 }

@@ -2,7 +2,7 @@
 // and agent messages. State comes from the registry's API; changes arrive on its event stream
 // (`/api/events`), which also lights the edges calls and messages cross.
 
-import { api, EVENT_KINDS } from './api.js';
+import { api, EVENT_KINDS, session, streamEvents } from './api.js';
 import { OrgChart, TopologyGraph, healthWord } from './graph.js';
 
 // Bounds on what the page keeps: it may stay open for days.
@@ -11,9 +11,9 @@ const MESSAGES_MAX = 100;
 const HEALTH_HISTORY_MAX = 50;
 // Events that change the topology often come in bursts (a link created, then updated): fetch once.
 const REFRESH_DEBOUNCE_MS = 150;
-// The browser reconnects by itself after a dropped stream; after a refused one it gives up, and
-// the page tries again after this long.
+// After the event stream dropped or was refused, the page connects again after this long.
 const EVENTS_RETRY_MS = 5000;
+const HTTP_UNAUTHORIZED = 401;
 // Calls come in bursts (a query fans out): the panel's circuits are read once the burst is over.
 const CIRCUITS_REFRESH_MS = 500;
 
@@ -88,6 +88,7 @@ async function refresh() {
       $('load-error').hidden = true;
       document.body.dataset.ready = 'true';
     } catch (error) {
+      if (error.status === HTTP_UNAUTHORIZED) askToSignIn(error.message);
       $('load-error').textContent = `Cannot load the topology: ${error.message}`;
       $('load-error').hidden = false;
     }
@@ -570,22 +571,56 @@ function setStream(word, text) {
   document.body.dataset.stream = word;
 }
 
-function connectEvents() {
-  const source = new EventSource('/api/events');
-  source.onopen = () => setStream('live', 'events: live');
-  source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED) {
-      setStream('down', 'events: disconnected, retrying');
-      setTimeout(() => {
-        connectEvents();
-        // A new stream starts at the newest event: whatever happened in between is read afresh.
-        scheduleRefresh();
-      }, EVENTS_RETRY_MS);
-    } else {
-      setStream('connecting', 'events: reconnecting…');
+let streaming = false;
+
+// Follows the event stream, connecting again after it drops; a refused stream waits for sign-in.
+async function connectEvents() {
+  if (streaming) return;
+  streaming = true;
+  setStream('connecting', 'events: connecting…');
+  try {
+    await streamEvents({
+      onOpen: () => setStream('live', 'events: live'),
+      onEvent: (kind, data) => {
+        if (EVENT_KINDS.includes(kind)) onEvent(kind, { data });
+      },
+    });
+  } catch (error) {
+    if (error.status === HTTP_UNAUTHORIZED) {
+      streaming = false;
+      setStream('down', 'events: sign in to follow');
+      askToSignIn(error.message);
+      return;
     }
-  };
-  for (const kind of EVENT_KINDS) source.addEventListener(kind, (event) => onEvent(kind, event));
+  }
+  streaming = false;
+  setStream('down', 'events: disconnected, retrying');
+  setTimeout(() => {
+    connectEvents();
+    // A new stream starts at the newest event: whatever happened in between is read afresh.
+    scheduleRefresh();
+  }, EVENTS_RETRY_MS);
+}
+
+// ---------------------------------------------------------------- sign-in
+
+function askToSignIn(reason) {
+  const form = $('signin');
+  if (!form.hidden) return;
+  $('signin-reason').textContent = reason;
+  form.hidden = false;
+  $('signin-token').focus();
+}
+
+function signIn(event) {
+  event.preventDefault();
+  const token = $('signin-token').value.trim();
+  if (!token) return;
+  session.set(token);
+  $('signin-token').value = '';
+  $('signin').hidden = true;
+  refresh();
+  connectEvents();
 }
 
 // ---------------------------------------------------------------- views and keys
@@ -613,6 +648,7 @@ function showView(name) {
 }
 
 function wire() {
+  $('signin').addEventListener('submit', signIn);
   $('refresh').addEventListener('click', refresh);
   $('agent-close').addEventListener('click', closeAgentPanel);
   $('link-messages-close').addEventListener('click', () => {
@@ -652,6 +688,7 @@ window.meshDashboard = {
   eventsSeen: () => state.eventsSeen,
 };
 
+session.adoptFromLocation();
 wire();
 connectEvents();
 refresh();

@@ -110,7 +110,7 @@ impl<H> SeedTasks<H> {
         let Some(join) = &self.join else { return Ok(None) };
         let sender = turn.call.context().chain.last().map_or(A2A_CLIENT_SENDER, String::as_str);
         let text = crate::bus::plain_text(&turn.message.parts.iter().filter_map(seed_part).collect::<Vec<_>>(), &[]);
-        join.begin(&turn.context_id, sender, &turn.message.message_id, &text).await
+        join.begin(&turn.tenant, &turn.context_id, sender, &turn.message.message_id, &text).await
     }
 }
 
