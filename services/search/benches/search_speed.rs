@@ -2,7 +2,9 @@
 //! reference from the same run:
 //!
 //! 1. query latency, p50/p99, of `bm25`, `dense` and `bm25+dense` (the fusion, query embedding
-//!    included), interleaved round by round; ratios against `bm25`;
+//!    included: the query cache is off), interleaved round by round; ratios against `bm25`; then
+//!    `dense` and `bm25+dense` again for queries seen before (their vectors in the query cache),
+//!    with ratios against the same profiles uncached;
 //! 2. indexing throughput in documents/s: BM25 alone, and vectors on one thread against every
 //!    core (the ratio is what the batching across cores buys);
 //! 3. resident memory of the `search` binary serving SciFact against the same binary serving the
@@ -65,21 +67,15 @@ async fn main() {
         println!("index at {}: {report:?}", data_dir.display());
         let settings =
             SearchSettings { rrf_k: 60.0, top_k_default: TOP_K, top_k_max: 100, candidates_per_profile: 100 };
-        let agent = SearchAgent::new(Arc::new(index), settings);
+        let index = Arc::new(index);
+        let agent = SearchAgent::new(index.clone(), settings);
         let runs: [&[&str]; 3] = [&["bm25"], &[DENSE_PROFILE], &["bm25", DENSE_PROFILE]];
+        // Every query is a new one: the cache would otherwise answer rounds after the first.
+        index.set_query_cache_entries(0);
         let mut samples_ms: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
         for _ in 0..rounds {
             for (run, profiles) in runs.iter().enumerate() {
-                let request = SearchRequest {
-                    profiles: profiles.iter().map(|p| p.to_string()).collect(),
-                    top_k: Some(TOP_K),
-                    modality: None,
-                };
-                for (_, text) in &collection.queries {
-                    let started = Instant::now();
-                    agent.search(text, &request, None, None).await.expect("search");
-                    samples_ms[run].push(started.elapsed().as_secs_f64() * 1000.0);
-                }
+                samples_ms[run].extend(query_latencies_ms(&agent, profiles, &collection.queries).await);
             }
         }
         let bm25_p50 = quantile(&mut samples_ms[0].clone(), 0.5);
@@ -94,6 +90,25 @@ async fn main() {
             let p99 = quantile(&mut samples_ms[run], 0.99);
             println!("{:<12} {p50:>10.2} {p99:>10.2} {:>16.2}", profiles.join("+"), p50 / bm25_p50);
         }
+
+        // Queries seen before: one pass fills the cache, the next rounds find their vectors there.
+        index.set_query_cache_entries(mesh_embedding::QUERY_CACHE_ENTRIES_DEFAULT);
+        query_latencies_ms(&agent, &[DENSE_PROFILE], &collection.queries).await;
+        println!();
+        println!("repeated queries (vectors from the query cache), against the same profiles uncached");
+        println!("{:<12} {:>10} {:>10} {:>16}", "profiles", "p50 ms", "p99 ms", "p50 / uncached");
+        for (run, profiles) in runs.iter().enumerate().skip(1) {
+            let mut cached = Vec::new();
+            for _ in 0..rounds {
+                cached.extend(query_latencies_ms(&agent, profiles, &collection.queries).await);
+            }
+            let p50 = quantile(&mut cached, 0.5);
+            let p99 = quantile(&mut cached, 0.99);
+            let uncached_p50 = quantile(&mut samples_ms[run], 0.5);
+            println!("{:<12} {p50:>10.2} {p99:>10.2} {:>16.2}", profiles.join("+"), p50 / uncached_p50);
+        }
+        let stats = index.query_cache();
+        println!("query cache: {} entries, {} hits, {} misses", stats.entries, stats.hits, stats.misses);
     }
 
     // 2. Indexing throughput.
@@ -128,6 +143,22 @@ async fn main() {
     println!("{:<34} {:>10.1} MiB", "bundled sample (311 documents)", small);
     println!("{:<34} {:>10.1} MiB", "SciFact (5,183 documents)", scifact);
     println!("{:<34} {:>10.2}", "SciFact / sample", scifact / small);
+}
+
+/// The latency of each of `queries` searched with `profiles`, in milliseconds.
+async fn query_latencies_ms(agent: &SearchAgent, profiles: &[&str], queries: &[(String, String)]) -> Vec<f64> {
+    let request = SearchRequest {
+        profiles: profiles.iter().map(|p| p.to_string()).collect(),
+        top_k: Some(TOP_K),
+        modality: None,
+    };
+    let mut latencies_ms = Vec::with_capacity(queries.len());
+    for (_, text) in queries {
+        let started = Instant::now();
+        agent.search(text, &request, None, None).await.expect("search");
+        latencies_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    latencies_ms
 }
 
 /// Starts the `search` binary on `data_dir`, asks it 50 queries, and reads its VmRSS in MiB.

@@ -49,11 +49,21 @@ pub struct DenseConfig {
     pub python: String,
     /// Threads computing document vectors while ingesting; every core when 0.
     pub threads: usize,
+    /// Recent queries whose vectors are kept, so a repeated query costs no forward pass
+    /// (about 1.5 KiB each); 0 keeps none.
+    pub query_cache_entries: usize,
 }
 
 impl Default for DenseConfig {
     fn default() -> Self {
-        Self { enabled: true, model_dir: None, download: true, python: "python3".into(), threads: 0 }
+        Self {
+            enabled: true,
+            model_dir: None,
+            download: true,
+            python: "python3".into(),
+            threads: 0,
+            query_cache_entries: mesh_embedding::QUERY_CACHE_ENTRIES_DEFAULT,
+        }
     }
 }
 

@@ -165,8 +165,22 @@ pub fn index_collection(
 }
 
 /// Evaluates each of `profiles` alone over `index` (holding the collection), then their fusion
-/// (when there are several), all through [`SearchAgent::search`].
+/// (when there are several), all through [`SearchAgent::search`]. The latencies are those of
+/// queries seen for the first time: the index's query cache is off while it runs (the fusion
+/// would otherwise reuse the dense run's vectors), and on again, empty, afterwards.
 pub async fn evaluate(
+    index: Arc<SearchIndex>,
+    collection: &Collection,
+    profiles: &[String],
+) -> Result<Vec<RunReport>, SearchError> {
+    let cache_entries = index.query_cache().capacity;
+    index.set_query_cache_entries(0);
+    let reports = evaluate_uncached(index.clone(), collection, profiles).await;
+    index.set_query_cache_entries(cache_entries);
+    reports
+}
+
+async fn evaluate_uncached(
     index: Arc<SearchIndex>,
     collection: &Collection,
     profiles: &[String],

@@ -107,6 +107,7 @@ pub async fn open_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, Dens
     };
     let threads = config.dense.threads();
     let index = on_blocking_thread(move || SearchIndex::open(&location, encoder, threads)).await?;
+    index.set_query_cache_entries(config.dense.query_cache_entries);
     Ok((Arc::new(index), status))
 }
 
@@ -213,9 +214,16 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
             ("dense".to_owned(), Box::new(move || serde_json::to_value(&dense).unwrap_or_default())),
             (
                 "index".to_owned(),
-                Box::new(
-                    move || serde_json::json!({ "documents": probe_index.len(), "embedded": probe_index.embedded() }),
-                ),
+                Box::new(move || {
+                    let cache = probe_index.query_cache();
+                    serde_json::json!({
+                        "documents": probe_index.len(), "embedded": probe_index.embedded(),
+                        "query_cache": {
+                            "entries": cache.entries, "capacity": cache.capacity,
+                            "hits": cache.hits, "misses": cache.misses,
+                        },
+                    })
+                }),
             ),
         ],
         ..AgentExtras::default()

@@ -80,5 +80,19 @@ async fn ranking_stays_above_its_floors_on_the_train_split() {
         assert!(fused.mean.ndcg_at_10 >= FUSED_NDCG_AT_10_FLOOR, "{fused:?}");
         assert!(fused.mean.recall_at_100 >= FUSED_RECALL_AT_100_FLOOR, "{fused:?}");
         assert!(fused.mean.ndcg_at_10 > bm25.mean.ndcg_at_10, "fusion must beat BM25 alone: {fused:?}");
+        a_repeated_query_takes_its_vector_from_the_cache(&index, &collection.queries[0].1);
     }
+}
+
+/// The second search of a query takes its vector from the query cache: no forward pass, the
+/// same ranking.
+fn a_repeated_query_takes_its_vector_from_the_cache(index: &SearchIndex, query: &str) {
+    let before = index.query_cache();
+    assert!(before.capacity > 0, "the cache is on again after the evaluation: {before:?}");
+    let (first, embedding) = index.rank_timed(DENSE_PROFILE, query, None, 10, None).unwrap();
+    assert!(embedding.is_some(), "a new query is encoded");
+    let (again, embedding) = index.rank_timed(DENSE_PROFILE, query, None, 10, None).unwrap();
+    assert_eq!((embedding, &again), (None, &first), "a repeated query is not encoded again");
+    let after = index.query_cache();
+    assert_eq!((after.hits - before.hits, after.misses - before.misses), (1, 1), "{after:?}");
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use mesh_embedding::{Encoder, MODEL_ID};
+use mesh_embedding::{Encoder, MODEL_ID, QUERY_CACHE_ENTRIES_DEFAULT, QueryCache, QueryCacheStats};
 use mesh_protocol::agents::{Modality, SearchProfile};
 use mesh_protocol::call::validate_tenant_id;
 use tantivy::collector::{DocSetCollector, TopDocs};
@@ -80,6 +80,8 @@ pub struct SearchIndex {
     fields: Fields,
     catalog: RwLock<Catalog>,
     encoder: Option<Arc<Encoder>>,
+    /// Vectors of recent queries: a repeated query costs no forward pass.
+    queries: QueryCache,
     embedding_threads: usize,
 }
 
@@ -120,6 +122,7 @@ impl SearchIndex {
             fields,
             catalog: RwLock::new(Catalog { documents: HashMap::new(), vectors: DenseVectors::new(dimensions) }),
             encoder,
+            queries: QueryCache::new(QUERY_CACHE_ENTRIES_DEFAULT),
             embedding_threads: embedding_threads.max(1),
         };
         let stale = this.load()?;
@@ -281,6 +284,16 @@ impl SearchIndex {
         self.catalog.read().unwrap_or_else(|e| e.into_inner()).documents.get(key).cloned()
     }
 
+    /// Keeps the vectors of at most `entries` recent queries (0: none, every query is encoded).
+    pub fn set_query_cache_entries(&self, entries: usize) {
+        self.queries.set_capacity(entries);
+    }
+
+    /// How the query vector cache has served.
+    pub fn query_cache(&self) -> QueryCacheStats {
+        self.queries.stats()
+    }
+
     /// Whether the embedding profile can be served (a model is loaded).
     pub fn has_dense(&self) -> bool {
         self.encoder.is_some()
@@ -314,7 +327,7 @@ impl SearchIndex {
     /// The best `limit` documents for `query` under `profile` that a search for `tenant` sees
     /// (the shared corpus, and the tenant's own documents): document keys with the profile's
     /// scores, best first, equal scores by key, and the time the query's embedding took when the
-    /// profile computed one. An unknown profile or a query of stop words only yields an empty list.
+    /// profile computed one (not when its vector came from the query cache). An unknown profile or a query of stop words only yields an empty list.
     pub fn rank_timed(
         &self,
         profile: &str,
@@ -369,16 +382,19 @@ impl SearchIndex {
             tracing::info_span!(
                 "embedding",
                 otel.name = "search.query_embedding",
-                mesh.query_chars = i64::try_from(query.chars().count()).unwrap_or(i64::MAX)
+                mesh.query_chars = i64::try_from(query.chars().count()).unwrap_or(i64::MAX),
+                mesh.query_cached = tracing::field::Empty
             )
         } else {
             tracing::Span::none()
         };
         let started = Instant::now();
-        let vector = span.in_scope(|| encoder.encode_one(query))?;
-        let embedding = started.elapsed();
+        let (vector, cached) = span.in_scope(|| self.queries.vector(query, |text| encoder.encode_one(text)))?;
+        span.record("mesh.query_cached", cached);
+        // A cached vector took no forward pass: there is no embedding time to report.
+        let embedding = (!cached).then(|| started.elapsed());
         let catalog = self.catalog.read().unwrap_or_else(|e| e.into_inner());
-        Ok((catalog.vectors.nearest(&vector, limit, |key| visible_to(tenant, key)), Some(embedding)))
+        Ok((catalog.vectors.nearest(&vector, limit, |key| visible_to(tenant, key)), embedding))
     }
 
     fn build_query(
