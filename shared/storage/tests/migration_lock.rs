@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mesh_storage::{Database, Row};
+use sqlx::AssertSqlSafe;
 use sqlx::migrate::Migrator;
 
 /// Replicas starting at once, as a Deployment's pods do.
@@ -39,13 +40,14 @@ async fn replicas_migrating_one_postgresql_database_at_once_all_start_and_apply_
     assert_eq!(opened.len(), REPLICAS);
 
     let database = &opened[0];
+    // Every name in these statements is this test's own, made above.
     let count = |sql: String| async move {
-        let row = sqlx::query(&sql).fetch_one(database.pool()).await.unwrap();
+        let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(database.pool()).await.unwrap();
         row.try_get::<i64, _>(0).unwrap()
     };
     assert_eq!(count(format!("SELECT COUNT(*) FROM {migrations_table} WHERE success")).await, 2);
     assert_eq!(count(format!("SELECT COUNT(*) FROM {table}")).await, 1);
     for dropped in [&table, &migrations_table] {
-        sqlx::query(&format!("DROP TABLE {dropped}")).execute(database.pool()).await.unwrap();
+        sqlx::query(AssertSqlSafe(format!("DROP TABLE {dropped}"))).execute(database.pool()).await.unwrap();
     }
 }
