@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mesh_agent_kit::auth::AccessControl;
-use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining};
+use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining, turn_unready};
 use mesh_agent_kit::observe::with_observed_layers;
 use mesh_agent_kit::{DatabaseProbe, ServiceMetrics};
 use mesh_client::{AddressPolicy, HttpClient, OutboundGuard, SystemLookup};
@@ -38,8 +38,11 @@ pub struct RegistryService {
     state: Arc<RegistryState>,
     poll: PollSettings,
     shutdown_drain: Duration,
+    shutdown_unready: Duration,
     /// Whether the database answers, for `/health`.
     database: DatabaseProbe,
+    /// What `/health` reports; shutdown marks it draining.
+    metrics: Arc<ServiceMetrics>,
 }
 
 impl RegistryService {
@@ -77,14 +80,22 @@ impl RegistryService {
         let metrics = ServiceMetrics::new(REGISTRY_SERVICE);
         // Without its database the registry can neither register nor refresh: it cannot serve.
         let database = DatabaseProbe::register(&metrics);
-        let routes = router(state.clone(), metrics).merge(crate::dashboard::routes(state.clone()));
+        let routes = router(state.clone(), metrics.clone()).merge(crate::dashboard::routes(state.clone()));
         let router = with_observed_layers(routes, limits, REGISTRY_SERVICE);
         let poll = PollSettings {
             interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
             timeout: Duration::from_millis(config.health_check_timeout_ms),
             concurrency_max: config.health_check_concurrency_max,
         };
-        Ok(Self { router, state, poll, shutdown_drain: Duration::from_millis(config.shutdown_drain_ms), database })
+        Ok(Self {
+            router,
+            state,
+            poll,
+            shutdown_drain: Duration::from_millis(config.shutdown_drain_ms),
+            shutdown_unready: Duration::from_millis(config.shutdown_unready_ms),
+            database,
+            metrics,
+        })
     }
 
     /// Checks that the database answers, forever, for `/health`.
@@ -163,7 +174,9 @@ impl Application {
         self.service.clone()
     }
 
-    /// Serves and polls health until `shutdown` resolves.
+    /// Serves and polls health until `shutdown` resolves; then answers not ready while still
+    /// serving for `shutdown_unready_ms`, and finishes in-flight requests (for at most
+    /// `shutdown_drain_ms`).
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -174,7 +187,7 @@ impl Application {
         let database_probe = tokio::spawn(async move { service.probe_database().await });
         let service = self.service.clone();
         let shutdown = async move {
-            shutdown.await;
+            turn_unready(shutdown, &service.metrics, service.shutdown_unready, async {}).await;
             service.close_events();
         };
         let served = serve_draining(self.listener, self.service.router(), shutdown, self.service.shutdown_drain).await;

@@ -66,6 +66,9 @@ pub struct RegistryConfig {
     pub rate_limit_burst: u32,
     /// Milliseconds shutdown waits for open requests and streams before closing them.
     pub shutdown_drain_ms: u64,
+    /// Milliseconds a stopping registry keeps accepting requests while it answers not ready,
+    /// before the drain begins (the time its load balancer takes to notice).
+    pub shutdown_unready_ms: u64,
     /// How callers authenticate (see the README's "Authentication"); open when empty.
     pub auth: mesh_auth::AuthConfig,
 }
@@ -96,6 +99,7 @@ impl Default for RegistryConfig {
             rate_limit_per_s: mesh_agent_kit::http::RATE_LIMIT_PER_S_DEFAULT,
             rate_limit_burst: mesh_agent_kit::http::RATE_LIMIT_BURST_DEFAULT,
             shutdown_drain_ms: mesh_agent_kit::http::SHUTDOWN_DRAIN_MS_DEFAULT,
+            shutdown_unready_ms: mesh_agent_kit::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             auth: mesh_auth::AuthConfig::default(),
         }
     }
@@ -112,7 +116,7 @@ snake_case: host, port, database_url, health_check_interval_ms, health_check_tim
 health_check_concurrency_max, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
 body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, allowed_networks, \
 registrations_max, registrations_per_identity_max, require_signed_cards, concurrency_max, rate_limit_per_s, \
-rate_limit_burst, shutdown_drain_ms, [[trusted_card_keys]] tables with kid, algorithm (EdDSA or ES256) and pem_file, \
+rate_limit_burst, shutdown_drain_ms, shutdown_unready_ms, [[trusted_card_keys]] tables with kid, algorithm (EdDSA or ES256) and pem_file, \
 an [auth] table, and [[links]] tables with from, \
 to, direction, relationship, enabled) or from environment variables MESH_REGISTRY_<KEY> (e.g. \
 MESH_REGISTRY_PORT=8000, MESH_REGISTRY_GRAPH_MODE=enforced). Flags win over the environment, which \

@@ -22,7 +22,9 @@ use crate::auth::AccessControl;
 use crate::card::CardDocument;
 use crate::card::sign_card;
 use crate::graph::AgentGraph;
-use crate::http::{BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining};
+use crate::http::{
+    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining, turn_unready,
+};
 use crate::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics, track};
 use crate::observe::with_observed_layers;
 use crate::registration::{deregister, register_until_accepted};
@@ -85,6 +87,9 @@ pub struct AgentConfig {
     pub rate_limit_burst: u32,
     /// Milliseconds shutdown waits for open requests and streams before closing them.
     pub shutdown_drain_ms: u64,
+    /// Milliseconds a stopping agent keeps accepting requests while it answers not ready and
+    /// leaves the registry, before the drain begins (the time its callers take to notice).
+    pub shutdown_unready_ms: u64,
     /// Milliseconds a finished task is kept after its last change (default 7 days), and between
     /// two purges of older ones.
     pub finished_task_ttl_ms: u64,
@@ -129,6 +134,7 @@ impl Default for AgentConfig {
             rate_limit_per_s: crate::http::RATE_LIMIT_PER_S_DEFAULT,
             rate_limit_burst: crate::http::RATE_LIMIT_BURST_DEFAULT,
             shutdown_drain_ms: crate::http::SHUTDOWN_DRAIN_MS_DEFAULT,
+            shutdown_unready_ms: crate::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             finished_task_ttl_ms: mesh_tasks::FINISHED_TASK_TTL_MS_DEFAULT,
             task_purge_interval_ms: mesh_tasks::TASK_PURGE_INTERVAL_MS_DEFAULT,
             live_tasks_max: crate::a2a::LIVE_TASKS_MAX_DEFAULT,
@@ -194,6 +200,7 @@ pub struct AgentApp {
     /// Checks that the task store's database answers, for `/health`.
     database_probe: tokio::task::JoinHandle<()>,
     shutdown_drain: Duration,
+    shutdown_unready: Duration,
 }
 
 impl AgentApp {
@@ -329,6 +336,7 @@ impl AgentApp {
         let router = with_observed_layers(router, limits, metrics.name());
         let registration_refresh = Duration::from_millis(config.registration_refresh_ms.max(1));
         let shutdown_drain = Duration::from_millis(config.shutdown_drain_ms);
+        let shutdown_unready = Duration::from_millis(config.shutdown_unready_ms);
         Ok(Self {
             listener,
             router,
@@ -341,6 +349,7 @@ impl AgentApp {
             purger,
             database_probe,
             shutdown_drain,
+            shutdown_unready,
         })
     }
 
@@ -360,11 +369,13 @@ impl AgentApp {
     }
 
     /// Serves until `shutdown` resolves. Registration runs beside serving, so an agent answers
-    /// even while the registry is down. On shutdown the agent first leaves the registry (still
-    /// answering meanwhile), so callers stop being sent to it, and then finishes in-flight requests.
+    /// even while the registry is down. On shutdown the agent first turns not ready and leaves
+    /// the registry, still answering for `shutdown_unready_ms`, so callers stop being sent to
+    /// it, and then finishes in-flight requests (for at most `shutdown_drain_ms`).
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), KitError> {
         let registration = self.registration;
-        let (refresh, metrics) = (self.registration_refresh, self.metrics);
+        let refresh = self.registration_refresh;
+        let metrics = self.metrics.clone();
         let graph_tasks = self.graph.map(|graph| graph.start()).unwrap_or_default();
         let bus = self.bus.map(crate::bus::BusRunner::spawn);
         let registering = registration.clone().map(|(registry, registration)| {
@@ -389,18 +400,21 @@ impl AgentApp {
                 }
             })
         });
+        let (unready, metrics) = (self.shutdown_unready, self.metrics);
         let leave_then_drain = async move {
-            shutdown.await;
-            if let Some(task) = registering {
-                task.abort();
-            }
-            // Reports not yet posted (at most one flush interval's) are lost with the process anyway.
-            for task in graph_tasks {
-                task.abort();
-            }
-            if let Some((registry, registration)) = &registration {
-                deregister(registry, &registration.name, &registration.url).await;
-            }
+            let leave = async move {
+                if let Some(task) = registering {
+                    task.abort();
+                }
+                // Reports not yet posted (at most one flush interval's) are lost with the process anyway.
+                for task in graph_tasks {
+                    task.abort();
+                }
+                if let Some((registry, registration)) = &registration {
+                    deregister(registry, &registration.name, &registration.url).await;
+                }
+            };
+            turn_unready(shutdown, &metrics, unready, leave).await;
         };
         let served = serve_draining(self.listener, self.router, leave_then_drain, self.shutdown_drain)
             .await

@@ -41,6 +41,11 @@ pub const BODY_LIMIT_BYTES_DEFAULT: usize = 1024 * 1024;
 /// Default time shutdown waits for open requests and streams before it closes them.
 pub const SHUTDOWN_DRAIN_MS_DEFAULT: u64 = 10_000;
 
+/// Default time a stopping server keeps accepting requests while it reports itself not ready.
+/// None on a developer's machine, where Ctrl-C should stop at once; a deployment behind a load
+/// balancer sets it to the time the balancer takes to notice (see `deploy/`).
+pub const SHUTDOWN_UNREADY_MS_DEFAULT: u64 = 0;
+
 /// Header carrying the request id, set when the caller did not send one, echoed on the answer.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -291,6 +296,27 @@ pub async fn serve_draining(
             Ok(())
         }
     }
+}
+
+/// The first phase of a graceful stop, once `shutdown` resolves: the service turns not ready
+/// (`/health` and `/health/ready` answer 503, so readiness probes, load balancers and the
+/// registry's poller stop sending it work), `leave` runs (an agent deregisters), and the server
+/// goes on accepting requests for `unready`, so callers that have not noticed yet are still
+/// answered. Resolves when the server should stop listening: given to [`serve_draining`] as its
+/// shutdown, which then lets the requests in flight finish.
+pub async fn turn_unready(
+    shutdown: impl Future<Output = ()>,
+    metrics: &ServiceMetrics,
+    unready: Duration,
+    leave: impl Future<Output = ()>,
+) {
+    shutdown.await;
+    metrics.start_draining();
+    tracing::info!(
+        unready_ms = unready.as_millis(),
+        "not ready: still accepting requests until the unready time is over"
+    );
+    tokio::join!(leave, tokio::time::sleep(unready));
 }
 
 /// Resolves on Ctrl-C or SIGTERM, the signals an operator or an orchestrator sends.

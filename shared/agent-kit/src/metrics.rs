@@ -1,5 +1,5 @@
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,10 @@ pub struct ServiceMetrics {
     in_flight: AtomicU64,
     served: AtomicU64,
     errors: AtomicU64,
+    /// Set when shutdown begins: from then on the service reports itself unhealthy, so readiness
+    /// probes, load balancers and the registry's poller stop sending it work while it finishes
+    /// what it has.
+    draining: AtomicBool,
     registration: Mutex<Option<RegistrationState>>,
     components: Mutex<BTreeMap<String, ComponentProbe>>,
     circuits: Mutex<Option<CircuitsProbe>>,
@@ -36,6 +40,8 @@ pub const HEALTH_UNHEALTHY: &str = "unhealthy";
 /// service degraded, and those that make it unhealthy.
 const COMPONENT_DEGRADED_WORDS: [&str; 3] = ["unavailable", "degraded", "unreachable"];
 const COMPONENT_UNHEALTHY_WORDS: [&str; 1] = ["unhealthy"];
+/// The reason a stopping service gives for being unhealthy.
+pub const DRAINING_REASON: &str = "draining: the service is stopping and finishes the requests it has";
 
 /// Between checks that a service's database answers, for `/health`.
 const DATABASE_PROBE_INTERVAL_MS: u64 = 2_000;
@@ -103,6 +109,9 @@ pub struct HealthReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
     pub metrics: HealthMetrics,
+    /// True once shutdown has begun (then `status` is `unhealthy`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
     /// Where this agent stands with the registry; absent when no registry is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registration: Option<RegistrationState>,
@@ -150,6 +159,7 @@ impl ServiceMetrics {
             in_flight: AtomicU64::new(0),
             served: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
             registration: Mutex::new(None),
             components: Mutex::new(BTreeMap::new()),
             circuits: Mutex::new(None),
@@ -186,7 +196,12 @@ impl ServiceMetrics {
             .collect();
         let circuits =
             self.circuits.lock().unwrap_or_else(|e| e.into_inner()).clone().map(|probe| probe()).unwrap_or_default();
-        let (status, reasons) = judge(&components, &circuits);
+        let (mut status, mut reasons) = judge(&components, &circuits);
+        let draining = self.draining.load(Ordering::Relaxed);
+        if draining {
+            status = HEALTH_UNHEALTHY;
+            reasons.insert(0, DRAINING_REASON.to_owned());
+        }
         HealthReport {
             status: status.into(),
             service: self.name.clone(),
@@ -197,10 +212,17 @@ impl ServiceMetrics {
                 served: self.served.load(Ordering::Relaxed),
                 errors: self.errors.load(Ordering::Relaxed),
             },
+            draining,
             registration: *self.registration.lock().unwrap_or_else(|e| e.into_inner()),
             components,
             circuits,
         }
+    }
+
+    /// Marks the service as stopping: every health report from now on is `unhealthy` (503 on
+    /// `/health` and `/health/ready`) while `/health/live` still answers 200.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
     }
 
     pub fn set_registration(&self, state: RegistrationState) {

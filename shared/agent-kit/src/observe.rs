@@ -71,6 +71,7 @@ pub fn health_routes(metrics: Arc<ServiceMetrics>) -> Router {
                 let body = serde_json::json!({
                     "status": if ready { "ready" } else { "not_ready" },
                     "health": report.status,
+                    "draining": report.draining,
                     "reasons": report.reasons,
                     "registration": report.registration,
                 });

@@ -596,3 +596,57 @@ async fn configured_name_overrides_the_card_name_everywhere() {
     agent.stop().await.expect("the agent stops cleanly");
     assert_eq!(registry.log().deregistered, ["echo-2"]);
 }
+
+/// How long the rolling-restart test's agent keeps accepting once stopped: long enough to observe
+/// the not-ready answers and the deregistration before it stops listening.
+const UNREADY: Duration = Duration::from_millis(1_500);
+
+#[tokio::test]
+async fn on_shutdown_readiness_turns_false_while_requests_are_still_served_then_the_drain_ends() {
+    let registry = FakeRegistry::start(0).await;
+    let config = AgentConfig {
+        registry_url: Some(registry.url.clone()),
+        shutdown_unready_ms: UNREADY.as_millis() as u64,
+        ..Default::default()
+    };
+    let agent = Agent::start(config).await;
+    eventually("an accepted registration", async || !registry.log().registered.is_empty()).await;
+    assert_eq!(agent.get("/health/ready").await.status(), StatusCode::OK);
+    let pending = tokio::spawn(agent.task_request(&task("nap")).send());
+    eventually("the nap to be in flight", async || agent.health().await.metrics.in_flight == 1).await;
+
+    let url = agent.url.clone();
+    let stopped_at = Instant::now();
+    let stopped = tokio::spawn(agent.stop());
+    eventually("readiness to turn false", async || {
+        HTTP.get(format!("{url}/health/ready"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == StatusCode::SERVICE_UNAVAILABLE)
+    })
+    .await;
+    let ready: Value = HTTP.get(format!("{url}/health/ready")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((ready["status"].as_str(), ready["draining"].as_bool()), (Some("not_ready"), Some(true)), "{ready}");
+    let health = HTTP.get(format!("{url}/health")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::SERVICE_UNAVAILABLE, "the registry's poller must see it too");
+    let health: HealthReport = health.json().await.unwrap();
+    assert!(health.draining && health.reasons[0].starts_with("draining"), "{health:?}");
+    assert_eq!(
+        HTTP.get(format!("{url}/health/live")).send().await.unwrap().status(),
+        StatusCode::OK,
+        "no restart asked"
+    );
+    eventually("the deregistration", async || !registry.log().deregistered.is_empty()).await;
+
+    // A caller that has not noticed yet is still answered, on a new connection.
+    let late = HTTP.post(format!("{url}{TASKS}")).json(&task("echo late")).send().await.expect("still accepting");
+    expect_task(late).await;
+    let answer = expect_task(pending.await.unwrap().expect("the task in flight is answered")).await;
+    assert_eq!(answer.messages[0].parts, [Part::Data { data: json!({"napped": true}) }]);
+
+    stopped.await.unwrap().expect("the run future returns Ok");
+    let elapsed = stopped_at.elapsed();
+    assert!(elapsed >= UNREADY, "stopped listening after {elapsed:?}, before the unready time");
+    assert!(HTTP.get(format!("{url}/health")).send().await.is_err(), "the agent still answers after it stopped");
+    assert_eq!(registry.log().deregistered, [CARD_NAME]);
+}

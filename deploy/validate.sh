@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Validates deploy/ offline: the Dockerfile with hadolint, deploy/compose.yaml against the
+# compose-spec schema, and the Kubernetes base and production overlay rendered by kustomize
+# (kubectl's) and checked with kubernetes-validate --strict against the Kubernetes version it
+# bundles. Any finding fails. The validators come from `deploy/validate-requirements.txt`; give
+# their virtualenv's bin directory as $1 (.ci/run does), or have them on PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -n "${1:-}" ]; then
+    export PATH="$1:$PATH"
+fi
+
+echo "-- hadolint Dockerfile"
+hadolint --failure-threshold style Dockerfile
+
+echo "-- compose-spec schema: deploy/compose.yaml"
+check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# The overlay generates its Secrets from files kept out of the repository: render a copy given
+# throwaway ones.
+cp -r deploy/kubernetes "$work/"
+mkdir -p "$work/kubernetes/overlays/production/secrets"
+head -c 48 /dev/urandom | base64 >"$work/kubernetes/overlays/production/secrets/jwt-hs256-secret"
+printf 'postgres://mesh:unused@db.invalid:5432/mesh' >"$work/kubernetes/overlays/production/secrets/database-url"
+for target in base overlays/production; do
+    echo "-- kustomize $target, kubernetes-validate --strict (its newest bundled Kubernetes version)"
+    rendered="$work/$(echo "$target" | tr / -).yaml"
+    kubectl kustomize "$work/kubernetes/$target" >"$rendered"
+    kubernetes-validate --strict --quiet "$rendered"
+    echo "$(grep -c '^kind:' "$rendered") resources valid"
+done

