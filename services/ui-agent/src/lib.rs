@@ -22,7 +22,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
-use mesh_agent_kit::http::{HttpLimits, health_route, reachable_url, serve};
+use mesh_agent_kit::http::{HttpLimits, health_route, reachable_url, serve, turn_unready};
 use mesh_agent_kit::observe::with_observed_layers;
 use mesh_agent_kit::{DatabaseProbe, ErrorResponse, ServiceMetrics};
 use mesh_auth::{Caller, Role};
@@ -57,6 +57,9 @@ pub struct UiAgentConfig {
     pub retention_days: Option<u64>,
     /// How callers authenticate (users, agents, admins may converse); open when empty.
     pub auth: mesh_auth::AuthConfig,
+    /// Milliseconds the agent answers not ready while still serving, once told to stop, so load
+    /// balancers stop sending it new sockets before it closes.
+    pub shutdown_unready_ms: u64,
 }
 
 impl Default for UiAgentConfig {
@@ -67,6 +70,7 @@ impl Default for UiAgentConfig {
             bus: BusConfig::default(),
             retention_days: None,
             auth: mesh_auth::AuthConfig::default(),
+            shutdown_unready_ms: mesh_agent_kit::http::SHUTDOWN_UNREADY_MS_DEFAULT,
         }
     }
 }
@@ -137,6 +141,9 @@ pub struct UiAgent {
     retention_days: Option<u64>,
     /// Whether docmem's database answers, for `/health`.
     database: DatabaseProbe,
+    /// Readiness, turned off first when the agent stops.
+    metrics: Arc<ServiceMetrics>,
+    shutdown_unready: Duration,
 }
 
 impl UiAgent {
@@ -180,9 +187,19 @@ impl UiAgent {
         let routes = require(conversations, TASK_ROLES)
             .merge(require(replay, ADMIN_ROLES))
             .with_state(state.clone())
-            .merge(health_route(metrics));
+            .merge(health_route(metrics.clone()));
         let router = with_observed_layers(routes, HttpLimits { access, ..HttpLimits::default() }, SERVICE_NAME);
-        Ok(Self { listener, router, url, state, stop, retention_days: config.retention_days, database })
+        Ok(Self {
+            listener,
+            router,
+            url,
+            state,
+            stop,
+            retention_days: config.retention_days,
+            database,
+            metrics,
+            shutdown_unready: Duration::from_millis(config.shutdown_unready_ms),
+        })
     }
 
     pub fn url(&self) -> &str {
@@ -198,12 +215,16 @@ impl UiAgent {
         &self.state.agent_id
     }
 
-    /// Serves until `shutdown` resolves; then stops consuming.
+    /// Serves until `shutdown` resolves; then answers not ready while still serving for
+    /// `shutdown_unready_ms`, lets open requests and sockets finish (within the drain deadline),
+    /// and stops consuming.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), UiError> {
         let sweeper = self.retention_days.map(|days| tokio::spawn(sweep_retention(self.state.docmem.clone(), days)));
         let (database, docmem) = (self.database, self.state.docmem.clone());
         let probe = tokio::spawn(async move { database.run(SERVICE_NAME, || docmem.ping()).await });
-        let served = serve(self.listener, self.router, shutdown).await.map_err(UiError::Serve);
+        let (metrics, unready) = (self.metrics, self.shutdown_unready);
+        let unready_then_drain = async move { turn_unready(shutdown, &metrics, unready, async {}).await };
+        let served = serve(self.listener, self.router, unready_then_drain).await.map_err(UiError::Serve);
         probe.abort();
         let _ = self.stop.send(true);
         if let Some(sweeper) = sweeper {
