@@ -42,10 +42,9 @@ impl Modify for SharedAnswers {
             SecurityRequirement::new(API_KEY_SCHEME, Vec::<String>::new()),
         ]);
         for item in openapi.paths.paths.values_mut() {
-            for operation in [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch] {
-                if let Some(operation) = operation {
-                    add_shared_answers(operation);
-                }
+            let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                add_shared_answers(operation);
             }
         }
     }
