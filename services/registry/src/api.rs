@@ -1,4 +1,5 @@
-//! The registry's HTTP API, and the OpenAPI document describing it (served at `/openapi.json`).
+//! The registry's HTTP API, and the OpenAPI document describing it (served at `/openapi.json`;
+//! the answers every operation shares are added in [`crate::openapi`]).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -33,6 +34,7 @@ use crate::graph_api;
 use crate::health::{check_and_record, now_rfc3339};
 use crate::intake::{IntakePolicy, admit_registration, validate, verify_card, vet_address};
 use crate::links::LinkStore;
+use crate::openapi::SharedAnswers;
 use crate::ownership;
 use crate::store::AgentStore;
 
@@ -125,13 +127,19 @@ impl RegistryState {
         RegistryStats,
         ErrorBody,
         Success
-    ))
+    )),
+    modifiers(&SharedAnswers)
 )]
 struct ApiDoc;
 
+/// The OpenAPI document served at `/openapi.json`.
+pub(crate) fn openapi_document() -> String {
+    ApiDoc::openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
 /// The registry's routes (without the shared layers).
 pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router {
-    let openapi = ApiDoc::openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let openapi = openapi_document();
     // Agents register, leave and report failures as themselves; anyone authenticated reads.
     let agents = require(
         Router::new()
@@ -164,10 +172,10 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
 /// Register an agent, or update its registration.
 #[utoipa::path(post, path = "/register", request_body = Registration, responses(
     (status = 200, description = "Registered (or updated)", body = StatusMessage),
-    (status = 400, description = "Invalid registration", body = ErrorBody),
-    (status = 409, description = "The registry holds as many registrations as it keeps", body = ErrorBody),
+    (status = 400, description = "Invalid registration (REGISTRATION_INVALID)", body = ErrorBody),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN), or, as an agent, names an agent other than itself (NAME_FORBIDDEN)", body = ErrorBody),
+    (status = 409, description = "The name is registered by another identity (NAME_TAKEN), or the registry or this identity holds as many registrations as it may (REGISTRATIONS_FULL, IDENTITY_REGISTRATIONS_FULL)", body = ErrorBody),
     (status = 422, description = "The agent's address is refused by the outbound address policy, or its card cannot be fetched, is not a card, or names another agent", body = ErrorBody),
-    (status = 503, description = "Storage unavailable", body = ErrorBody),
 ))]
 async fn register(
     State(state): State<Arc<RegistryState>>,
@@ -224,6 +232,7 @@ struct InstanceQuery {
 /// Remove an agent.
 #[utoipa::path(delete, path = "/agents/{name}", params(("name" = String, Path, description = "Agent name"), InstanceQuery), responses(
     (status = 200, description = "Deregistered", body = StatusMessage),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN), or is an agent other than the name's owner (NAME_FORBIDDEN)", body = ErrorBody),
     (status = 404, description = "No such agent", body = ErrorBody),
     (status = 409, description = "The name is registered at another URL now; nothing was removed", body = ErrorBody),
 ))]
@@ -258,6 +267,7 @@ async fn deregister(
 /// than at the next poll), so a dead instance leaves the rotation now and a live one stays.
 #[utoipa::path(post, path = "/agents/{name}/failures", params(("name" = String, Path, description = "Agent name"), InstanceQuery), responses(
     (status = 200, description = "Health checked; the message says the result", body = StatusMessage),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN)", body = ErrorBody),
     (status = 404, description = "No such agent", body = ErrorBody),
     (status = 409, description = "The name is registered at another URL now; nothing was checked", body = ErrorBody),
 ))]

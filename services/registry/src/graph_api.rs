@@ -76,6 +76,7 @@ pub(crate) async fn list_links(State(state): State<Arc<RegistryState>>) -> Resul
 #[utoipa::path(post, path = "/api/links", request_body = NewLink, responses(
     (status = 201, body = Link),
     (status = 400, description = "A self-link or an invalid agent id", body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller does not hold the admin role (AUTH_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
     (status = 404, description = "An agent is not registered", body = mesh_protocol::error::ErrorBody),
     (status = 409, description = "A link between these agents in this direction exists", body = mesh_protocol::error::ErrorBody),
     (status = 422, description = "Unknown direction, relationship or field", body = mesh_protocol::error::ErrorBody),
@@ -111,6 +112,7 @@ pub(crate) async fn get_link(
 /// takes its configured properties back at the next reload.
 #[utoipa::path(put, path = "/api/links/{id}", params(("id" = String, Path)), request_body = LinkUpdate, responses(
     (status = 200, body = Link),
+    (status = 403, description = "The caller does not hold the admin role (AUTH_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
     (status = 404, body = mesh_protocol::error::ErrorBody),
     (status = 422, description = "Unknown value or field", body = mesh_protocol::error::ErrorBody),
 ))]
@@ -130,6 +132,7 @@ pub(crate) async fn update_link(
 /// Delete a link and its message history.
 #[utoipa::path(delete, path = "/api/links/{id}", params(("id" = String, Path)), responses(
     (status = 200, body = StatusMessage),
+    (status = 403, description = "The caller does not hold the admin role (AUTH_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
     (status = 404, body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn delete_link(
@@ -225,9 +228,11 @@ pub(crate) async fn topology(State(state): State<Arc<RegistryState>>) -> Result<
 
 /// The graph mode and every link: what agents cache to check calls. Answers `ETag`, and
 /// `304 Not Modified` to a matching `If-None-Match`, so polling it costs little.
-#[utoipa::path(get, path = "/api/policy", responses(
-    (status = 200, body = GraphPolicy),
-    (status = 304, description = "Unchanged since the ETag sent in If-None-Match"),
+#[utoipa::path(get, path = "/api/policy", params(
+    ("If-None-Match" = Option<String>, Header, description = "ETags (or `*`) of a policy the caller holds")
+), responses(
+    (status = 200, body = GraphPolicy, headers(("ETag" = String, description = "The policy's digest"))),
+    (status = 304, description = "Unchanged since the ETag sent in If-None-Match", headers(("ETag" = String))),
 ))]
 pub(crate) async fn policy(
     State(state): State<Arc<RegistryState>>,
@@ -283,6 +288,7 @@ pub(crate) async fn link_messages(
 #[utoipa::path(post, path = "/api/links/{id}/messages", params(("id" = String, Path)), request_body = NewLinkMessage, responses(
     (status = 201, body = LinkMessage),
     (status = 400, description = "The agents are not the link's ends, or the text is too long", body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
     (status = 404, body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn record_link_message(
@@ -314,7 +320,8 @@ pub(crate) async fn record_link_message(
 /// Calls agents made, reported in batches: each becomes a `call` event.
 #[utoipa::path(post, path = "/api/events/calls", request_body = CallReports, responses(
     (status = 202, body = CallReportsAccepted),
-    (status = 400, description = "More than 1000 reports, or a report with empty ends", body = mesh_protocol::error::ErrorBody),
+    (status = 400, description = "More than 1000 reports, or a report whose ends are not 1 to 128 characters (LINK_INVALID)", body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn report_calls(
     State(state): State<Arc<RegistryState>>,
@@ -348,8 +355,10 @@ pub(crate) async fn report_calls(
 }
 
 /// The live events as Server-Sent Events; `Last-Event-ID` resumes after that event.
-#[utoipa::path(get, path = "/api/events", responses(
-    (status = 200, description = "text/event-stream of MeshEvent, the SSE event name being its kind", body = mesh_protocol::graph::MeshEvent),
+#[utoipa::path(get, path = "/api/events", params(
+    ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event seen: the stream resumes after it while the registry still holds the events after it")
+), responses(
+    (status = 200, description = "Server-Sent Events, each a MeshEvent in JSON, the SSE event name being its kind", content_type = "text/event-stream", body = mesh_protocol::graph::MeshEvent),
     (status = 503, description = "Too many streams open", body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn events(

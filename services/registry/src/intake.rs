@@ -258,4 +258,65 @@ mod tests {
         reg.name = "Échoes Agent ✓".into();
         assert_eq!(validate(&reg, "now").unwrap().name, "Échoes Agent ✓");
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// URLs and endpoints as registrants write them: mostly well formed, on one of two
+        /// origins, relative or absolute, with the odd piece of junk.
+        fn address() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "(http|https|ftp)://(a\\.example|b\\.example|127\\.0\\.0\\.1:80[0-9]{2}|\\[::1\\])(/[a-z%.]{0,6}){0,3}/?",
+                "/?[a-z.%:?#]{0,12}(/[a-z.]{0,6}){0,2}",
+                "\\PC{0,24}",
+            ]
+        }
+
+        fn registration() -> impl Strategy<Value = Registration> {
+            (
+                "\\PC{0,140}|[ \\t]{0,2}[a-z_]{1,20}[ \\t]{0,2}",
+                address(),
+                proptest::collection::vec("[a-z0-9_.:-]{1,8}|\\PC{0,70}", 0..70),
+                (address(), address(), proptest::option::of(address())),
+            )
+                .prop_map(
+                    |(name, url, capabilities, (health_endpoint, process_endpoint, agent_card_url))| Registration {
+                        name,
+                        url,
+                        capabilities,
+                        health_endpoint,
+                        process_endpoint,
+                        agent_card_url,
+                    },
+                )
+        }
+
+        proptest! {
+            /// Any registration is refused as invalid, or admitted with a printable name of the
+            /// allowed length, valid capabilities, and every endpoint the registry will fetch
+            /// or hand out on the registrant's own origin.
+            #[test]
+            fn a_registration_is_refused_or_admitted_with_every_endpoint_on_its_origin(registration in registration()) {
+                match validate(&registration, "now") {
+                    Err(error) => prop_assert!(matches!(error, RegistryError::InvalidRegistration(_)), "{error}"),
+                    Ok(agent) => {
+                        prop_assert_eq!(agent.name.as_str(), registration.name.trim());
+                        prop_assert!((1..=AGENT_NAME_CHARS_MAX).contains(&agent.name.chars().count()));
+                        prop_assert!(!agent.name.chars().any(char::is_control));
+                        prop_assert!(agent.capabilities.len() <= CAPABILITIES_MAX);
+                        prop_assert!(agent.capabilities.iter().all(|c| is_capability_name(c)));
+                        prop_assert!(agent.capabilities.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
+                        let origin = Url::parse(&agent.url).unwrap().origin();
+                        prop_assert!(origin.is_tuple(), "{} has a host", agent.url);
+                        for endpoint in [&agent.health_endpoint, &agent.process_endpoint, &agent.agent_card_url] {
+                            let endpoint = Url::parse(endpoint).unwrap();
+                            prop_assert_eq!(endpoint.origin(), origin.clone(), "{} of {}", endpoint, agent.url);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -20,6 +20,7 @@ mod graph_api;
 mod health;
 mod intake;
 mod links;
+mod openapi;
 mod ownership;
 mod store;
 

@@ -287,4 +287,80 @@ mod tests {
         headers.insert(http::header::AUTHORIZATION, "Basic dXNlcg==".parse().unwrap());
         assert!(matches!(presented_credential(&headers), Err(AuthError::Invalid(_))));
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        const SECRET: &str = "a-property-test-secret-of-32-bytes";
+
+        fn authorization(value: &[u8]) -> http::HeaderMap {
+            let mut headers = http::HeaderMap::new();
+            if let Ok(value) = http::HeaderValue::from_bytes(value) {
+                headers.insert(http::header::AUTHORIZATION, value);
+            }
+            headers
+        }
+
+        fn hs256_authenticator() -> Authenticator {
+            let config = AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() };
+            Authenticator::from_config(&config).unwrap().unwrap()
+        }
+
+        proptest! {
+            /// `Bearer <credential>` gives back the credential, whatever the scheme's case and
+            /// the spaces around the credential.
+            #[test]
+            fn a_bearer_credential_reads_back(
+                scheme in "[bB][eE][aA][rR][eE][rR]",
+                credential in "[!-~]{1,80}",
+                before in " {1,3}",
+                after in " {0,3}",
+            ) {
+                let headers = authorization(format!("{scheme}{before}{credential}{after}").as_bytes());
+                prop_assert_eq!(presented_credential(&headers), Ok(Some(credential.as_str())));
+            }
+
+            /// Any Authorization header gives a credential only in the bearer form, and a typed
+            /// refusal otherwise; never a panic.
+            #[test]
+            fn any_authorization_header_gives_a_bearer_credential_or_a_refusal(value in proptest::collection::vec(any::<u8>(), 0..80)) {
+                let headers = authorization(&value);
+                match presented_credential(&headers) {
+                    Ok(Some(credential)) => {
+                        let text = std::str::from_utf8(&value).unwrap();
+                        prop_assert!(text.len() > 7 && text[..7].eq_ignore_ascii_case("bearer "), "{text:?}");
+                        prop_assert_eq!(credential, text[7..].trim());
+                        prop_assert!(!credential.is_empty());
+                    }
+                    Ok(None) => prop_assert!(headers.is_empty(), "a present header is read"),
+                    Err(error) => prop_assert!(matches!(error, AuthError::Invalid(_)), "{error:?}"),
+                }
+            }
+
+            /// No string that is not a token signed with the secret authenticates, JWT-shaped or
+            /// not, and the refusal is always "invalid credentials".
+            #[test]
+            fn arbitrary_credentials_never_authenticate(credential in "\\PC{0,120}|[A-Za-z0-9_-]{0,40}\\.[A-Za-z0-9_-]{0,80}\\.[A-Za-z0-9_-]{0,43}") {
+                let refused = hs256_authenticator().verify(&credential);
+                prop_assert!(matches!(refused, Err(AuthError::Invalid(_))), "{refused:?}");
+            }
+
+            /// A token changed in any one character no longer authenticates.
+            #[test]
+            fn a_token_changed_anywhere_is_refused(at in any::<prop::sample::Index>(), replacement in "[A-Za-z0-9_.-]") {
+                let claims = Claims::new("alice", "acme", &[Role::Admin], 600);
+                let token = mint_hs256(SECRET.as_bytes(), &claims).unwrap();
+                let authenticator = hs256_authenticator();
+                prop_assert_eq!(authenticator.verify(&token).map(|p| p.subject), Ok("alice".to_owned()));
+                let at = at.index(token.len());
+                let mut changed = token.clone();
+                changed.replace_range(at..=at, &replacement);
+                prop_assume!(changed != token);
+                let refused = authenticator.verify(&changed);
+                prop_assert!(matches!(refused, Err(AuthError::Invalid(_))), "{changed}: {refused:?}");
+            }
+        }
+    }
 }

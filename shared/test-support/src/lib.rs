@@ -1,5 +1,5 @@
 //! The real parts some tests need (PostgreSQL, a Kafka broker, SciFact, the embedding model, the
-//! Python virtualenvs, Prometheus, chromium) and one rule for when one is missing: on a
+//! Python virtualenvs, schemathesis, Prometheus, chromium) and one rule for when one is missing: on a
 //! developer's machine the test says what is missing and passes without it; under CI it fails,
 //! naming the part, because there a missing part means a broken install step, and a test that
 //! skipped would hide it behind a green run.
@@ -66,6 +66,16 @@ pub fn a2a_sdk_python() -> Option<String> {
         "the A2A Python SDK",
         "MESH_A2A_PYTHON",
         "a Python with tests/interop/requirements.txt; .ci/run builds its virtualenv and sets it",
+    )
+}
+
+/// The schemathesis executable (`MESH_SCHEMATHESIS`), for the registry's schema fuzzing test.
+#[track_caller]
+pub fn schemathesis() -> Option<String> {
+    env_part(
+        "schemathesis",
+        "MESH_SCHEMATHESIS",
+        "the `st` of a virtualenv with tests/schemathesis/requirements.txt; .ci/run builds it and sets it",
     )
 }
 

@@ -24,6 +24,7 @@ pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>) -> Router {
 }
 
 /// The request as far as it could be read, for shaping the answer.
+#[derive(Debug)]
 struct Call {
     id: Id,
     version: Version,
@@ -207,5 +208,129 @@ async fn dispatch<H: TaskHandler>(
             Err(Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured))
         }
         _ => Err(Failure::standard(A2aErrorCode::PushNotificationNotSupported)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderValue, header};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    fn json_headers() -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers
+    }
+
+    fn id() -> impl Strategy<Value = Id> {
+        prop_oneof![
+            Just(Id::Null),
+            "\\PC{0,20}".prop_map(Id::String),
+            any::<i64>().prop_map(Id::from),
+            any::<u64>().prop_map(|n| Id::Number(n.into())),
+        ]
+    }
+
+    fn params() -> impl Strategy<Value = Option<Value>> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::String),
+        ];
+        let value = leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("\\PC{0,8}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        proptest::option::of(value)
+    }
+
+    /// A member of an envelope: absent, right, or of another value or type.
+    fn member() -> impl Strategy<Value = Option<Value>> {
+        proptest::option::of(prop_oneof![
+            Just(json!("2.0")),
+            "\\PC{0,8}".prop_map(Value::String),
+            any::<i64>().prop_map(Value::from),
+            Just(Value::Null),
+            Just(json!([1])),
+            Just(json!({"a": true})),
+        ])
+    }
+
+    proptest! {
+        /// A request rendered as JSON-RPC reads back with its id, method and params, in the
+        /// version its method names.
+        #[test]
+        fn a_rendered_request_reads_back(id in id(), method in "\\PC{0,30}", params in params()) {
+            let mut request = json!({"jsonrpc": "2.0", "id": id, "method": method});
+            if let Some(params) = &params {
+                request["params"] = params.clone();
+            }
+            let call = read_call(&json_headers(), &serde_json::to_vec(&request).unwrap()).map_err(|(_, e)| e.message);
+            let call = call.unwrap();
+            prop_assert_eq!(call.id, id);
+            prop_assert_eq!(call.version, if method.contains('/') { Version::V03 } else { Version::V1 });
+            prop_assert_eq!(call.method, method);
+            prop_assert_eq!(call.params, params);
+        }
+
+        /// Any body gives a call, or the JSON-RPC error its fault calls for: a parse error for
+        /// what is not JSON, an invalid request for JSON that is not a request; never a panic.
+        #[test]
+        fn any_body_gives_a_call_or_the_matching_error(body in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let parsed = serde_json::from_slice::<Value>(&body);
+            match (read_call(&json_headers(), &body), parsed) {
+                (Ok(call), Ok(value)) => prop_assert_eq!(value["method"].as_str(), Some(call.method.as_str())),
+                (Ok(_), Err(_)) => prop_assert!(false, "a body that is not JSON was read as a call"),
+                (Err((id, error)), Err(_)) => {
+                    prop_assert_eq!(id, Id::Null);
+                    prop_assert_eq!(error.code, A2aErrorCode::ParseError.code());
+                }
+                (Err((_, error)), Ok(_)) => prop_assert_eq!(error.code, A2aErrorCode::InvalidRequest.code()),
+            }
+        }
+
+        /// A JSON object is a call exactly when `jsonrpc` is "2.0", `method` a string and `id`
+        /// absent, a string, a number or null; any other is an invalid request.
+        #[test]
+        fn an_envelope_is_a_call_exactly_when_its_members_are_right(
+            jsonrpc in member(),
+            method in member(),
+            id in member(),
+            params in params(),
+        ) {
+            let mut envelope = serde_json::Map::new();
+            for (name, value) in [("jsonrpc", &jsonrpc), ("method", &method), ("id", &id), ("params", &params)] {
+                if let Some(value) = value {
+                    envelope.insert(name.to_owned(), value.clone());
+                }
+            }
+            let valid = jsonrpc == Some(json!("2.0"))
+                && method.as_ref().is_some_and(Value::is_string)
+                && id.as_ref().is_none_or(|id| id.is_string() || id.is_number() || id.is_null());
+            match read_call(&json_headers(), &serde_json::to_vec(&envelope).unwrap()) {
+                Ok(call) => {
+                    prop_assert!(valid, "{envelope:?} was read as a call");
+                    prop_assert_eq!(Some(Value::String(call.method)), method);
+                    prop_assert_eq!(call.params, params);
+                }
+                Err((_, error)) => {
+                    prop_assert!(!valid, "{envelope:?} was refused: {}", error.message);
+                    prop_assert_eq!(error.code, A2aErrorCode::InvalidRequest.code());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_content_is_refused_before_it_is_read() {
+        let (id, error) = read_call(&HeaderMap::new(), br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#).unwrap_err();
+        assert_eq!((id, error.code), (Id::Null, A2aErrorCode::ContentTypeNotSupported.code()));
     }
 }

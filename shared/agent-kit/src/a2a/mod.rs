@@ -354,4 +354,48 @@ mod tests {
         assert_eq!(tenant(Some("team_a-1")), Ok("team_a-1".to_owned()));
         assert!(tenant(Some("../etc")).is_err());
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn header_bytes(value: &[u8]) -> HeaderMap {
+            let mut headers = HeaderMap::new();
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                headers.insert(VERSION_HEADER, value);
+            }
+            headers
+        }
+
+        proptest! {
+            /// A version renders to a header that reads back as it, with any patch number and
+            /// any spaces around it.
+            #[test]
+            fn a_rendered_version_reads_back(v1 in any::<bool>(), patch in proptest::option::of(any::<u32>()), pad in " {0,2}") {
+                let version = if v1 { Version::V1 } else { Version::V03 };
+                let value = match patch {
+                    Some(patch) => format!("{pad}{}.{patch}{pad}", version.as_str()),
+                    None => format!("{pad}{}{pad}", version.as_str()),
+                };
+                prop_assert_eq!(Version::of(&header_bytes(value.as_bytes())), Ok(version));
+            }
+
+            /// Any header value is a supported version or refused quoting the value, never a
+            /// panic; a refused version is refused by `require` as `VersionNotSupported`.
+            #[test]
+            fn any_version_header_is_supported_or_refused_by_value(value in proptest::collection::vec(any::<u8>(), 0..24)) {
+                let headers = header_bytes(&value);
+                match Version::of(&headers) {
+                    Ok(_) => {}
+                    Err(refused) => {
+                        let text = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok());
+                        prop_assert_eq!(refused.as_str(), text.map_or("(not text)", str::trim));
+                        let failure = Version::require(&headers, Version::V1).unwrap_err();
+                        prop_assert_eq!(failure.code, A2aErrorCode::VersionNotSupported);
+                    }
+                }
+            }
+        }
+    }
 }

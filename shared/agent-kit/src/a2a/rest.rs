@@ -210,17 +210,19 @@ enum TaskOperation<'a> {
     Subscribe(&'a str),
 }
 
+/// The actions a task target may end in, after its last `:`.
+const TASK_ACTIONS: [&str; 2] = ["cancel", "subscribe"];
+
 impl<'a> TaskOperation<'a> {
     /// `None` for any other target or method, which is then no route at all (404), as elsewhere.
+    /// Only an action word after the last `:` is an action: the rest of a target is the task id,
+    /// which may hold colons itself (a caller-chosen seed id such as `job:7`).
     fn parse(target: &'a str, method: &Method) -> Option<Self> {
-        let (id, action) = match target.rsplit_once(':') {
-            Some((id, action)) => (id, Some(action)),
-            None => (target, None),
-        };
+        let action = target.rsplit_once(':').filter(|(_, action)| TASK_ACTIONS.contains(action));
         match (action, method) {
-            (None, &Method::GET) => Some(Self::Get(id)),
-            (Some("cancel"), &Method::POST) => Some(Self::Cancel(id)),
-            (Some("subscribe"), &Method::GET | &Method::POST) => Some(Self::Subscribe(id)),
+            (None, &Method::GET) => Some(Self::Get(target)),
+            (Some((id, "cancel")), &Method::POST) => Some(Self::Cancel(id)),
+            (Some((id, "subscribe")), &Method::GET | &Method::POST) => Some(Self::Subscribe(id)),
             _ => None,
         }
     }
@@ -308,5 +310,45 @@ mod tests {
         assert_eq!(TaskOperation::parse("abc", &Method::POST), None);
         assert_eq!(TaskOperation::parse("abc:cancel", &Method::GET), None);
         assert_eq!(TaskOperation::parse("abc:pause", &Method::POST), None);
+        assert_eq!(TaskOperation::parse("job:7", &Method::GET), Some(TaskOperation::Get("job:7")));
+    }
+
+    mod properties {
+        // Named, as axum's `any` router comes in with `super::*` too.
+        use proptest::prelude::{any, *};
+
+        use super::*;
+
+        /// Task ids as a path segment carries them, colons included.
+        const TASK_ID: &str = "[ -.0-~]{1,40}";
+
+        proptest! {
+            /// Every operation on any task id reads back as itself from the target it renders.
+            #[test]
+            fn a_rendered_task_target_reads_back(id in TASK_ID) {
+                let target = format!("{id}:cancel");
+                prop_assert_eq!(TaskOperation::parse(&target, &Method::POST), Some(TaskOperation::Cancel(&id)));
+                for method in [Method::GET, Method::POST] {
+                    let target = format!("{id}:subscribe");
+                    prop_assert_eq!(TaskOperation::parse(&target, &method), Some(TaskOperation::Subscribe(&id)));
+                }
+                let ends_in_action = id.rsplit_once(':').is_some_and(|(_, action)| TASK_ACTIONS.contains(&action));
+                if !ends_in_action {
+                    prop_assert_eq!(TaskOperation::parse(&id, &Method::GET), Some(TaskOperation::Get(&id)));
+                }
+            }
+
+            /// Any target under any method is an operation on a prefix of it, or no route.
+            #[test]
+            fn any_target_is_an_operation_on_a_prefix_or_no_route(target in "\\PC{0,40}", post in any::<bool>()) {
+                let method = if post { Method::POST } else { Method::GET };
+                match TaskOperation::parse(&target, &method) {
+                    Some(TaskOperation::Get(id)) => prop_assert_eq!(id, target.as_str()),
+                    Some(TaskOperation::Cancel(id)) => prop_assert_eq!(format!("{id}:cancel"), target),
+                    Some(TaskOperation::Subscribe(id)) => prop_assert_eq!(format!("{id}:subscribe"), target),
+                    None => {}
+                }
+            }
+        }
     }
 }
