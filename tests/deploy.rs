@@ -208,7 +208,7 @@ async fn every_probe_and_port_of_the_kubernetes_manifests_exists_in_the_services
     let mut config = SuiteConfig::ephemeral(data.path());
     // The probes are the question, not the embedding model.
     config.search.dense.enabled = false;
-    let suite = common::start_healthy(config).await;
+    let suite = common::start_healthy(config, None).await;
     let http = reqwest::Client::new();
     for service in &SERVICES {
         for (probe, path) in &probes[service.name] {

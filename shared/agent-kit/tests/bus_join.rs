@@ -102,6 +102,15 @@ impl Conversation {
     }
 }
 
+/// The embedded bus (a SQLite file in `data`) for the agent instance `instance_id`.
+fn bus_in(data: &tempfile::TempDir, instance_id: &str) -> BusConfig {
+    BusConfig {
+        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
+        instance_id: instance_id.into(),
+        ..BusConfig::default()
+    }
+}
+
 /// Serves a transcriber on port 0 with `bus` until the test ends; returns its URL.
 async fn start_agent(bus: &BusConfig) -> String {
     start(bus, Transcript).await
@@ -147,11 +156,7 @@ fn answer_of(response: &Value) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_and_bus_turns_share_one_history() {
     let data = tempfile::tempdir().unwrap();
-    let bus_config = BusConfig {
-        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
-        instance_id: "7".into(),
-        ..BusConfig::default()
-    };
+    let bus_config = bus_in(&data, "7");
     let agent = start_agent(&bus_config).await;
     let me = mesh_bus::agent_id("transcriber", "7");
     let (bus, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
@@ -207,10 +212,7 @@ async fn http_and_bus_turns_share_one_history() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_that_is_no_conversation_on_the_topic_stays_an_a2a_context() {
     let data = tempfile::tempdir().unwrap();
-    let bus_config = BusConfig {
-        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
-        ..BusConfig::default()
-    };
+    let bus_config = bus_in(&data, &BusConfig::default().instance_id);
     let agent = start_agent(&bus_config).await;
     let (_, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
     // A conversation on another agent's topic is not this agent's to join.
@@ -226,11 +228,7 @@ async fn a_context_that_is_no_conversation_on_the_topic_stays_an_a2a_context() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_is_joined_only_from_its_own_tenant() {
     let data = tempfile::tempdir().unwrap();
-    let bus_config = BusConfig {
-        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
-        instance_id: "3".into(),
-        ..BusConfig::default()
-    };
+    let bus_config = bus_in(&data, "3");
     let agent = start_agent(&bus_config).await;
     let (_, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
     let topic = mesh_bus::agent_topic(&mesh_bus::agent_id("transcriber", "3"));
@@ -253,11 +251,7 @@ async fn a_conversation_is_joined_only_from_its_own_tenant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bus_turn_carries_its_conversations_tenant_on() {
     let data = tempfile::tempdir().unwrap();
-    let bus_config = BusConfig {
-        database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
-        instance_id: "4".into(),
-        ..BusConfig::default()
-    };
+    let bus_config = bus_in(&data, "4");
     start(&bus_config, TenantEcho).await;
     let (bus, docmem) = mesh_bus::open_bus(&bus_config).await.unwrap();
     let topic = mesh_bus::agent_topic(&mesh_bus::agent_id("transcriber", "4"));
