@@ -1,6 +1,5 @@
-use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::State;
@@ -20,6 +19,7 @@ use crate::card::CardDocument;
 use crate::error::{AgentError, ErrorResponse};
 use crate::http::{JsonBody, REQUEST_ID_HEADER};
 use crate::metrics::{self, ServiceMetrics};
+use mesh_protocol::a2a::v1::Task;
 use mesh_tasks::TaskStore;
 
 /// A task as a handler sees it: the query text and data of the last user message, already
@@ -71,45 +71,25 @@ struct AgentState<H> {
     card: Arc<CardDocument>,
     handler: Arc<H>,
     engine: TaskEngine<SeedTasks<H>>,
-    /// Caller-chosen seed task ids being handled now, by tenant: the store holds a task only
-    /// once it is answered, so these keep two requests of one id from both going ahead. Never
-    /// larger than the requests in flight, which the load-shedding layer bounds.
-    seed_ids: Arc<Mutex<HashSet<(String, String)>>>,
-}
-
-/// A caller-chosen seed task id, held while its task is handled.
-struct SeedIdClaim {
-    ids: Arc<Mutex<HashSet<(String, String)>>>,
-    key: (String, String),
-}
-
-impl Drop for SeedIdClaim {
-    fn drop(&mut self) {
-        self.ids.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
-    }
 }
 
 impl<H: AgentHandler> AgentState<H> {
-    /// Claims `id` in `tenant` for a new seed task. A caller-chosen id names one task: an id
-    /// that a task of the tenant holds already, or that a request in flight claimed, is
-    /// refused, so no caller ever overwrites another's record.
-    async fn claim_seed_id(&self, tenant: &str, id: &str) -> Result<SeedIdClaim, ErrorResponse> {
-        let key = (tenant.to_owned(), id.to_owned());
-        let taken = || {
-            ErrorResponse::new(
+    /// Claims a caller-chosen id for a new seed task by storing the task (`working`) before it is
+    /// handled. A caller-chosen id names one task: an id that a task of the tenant holds already
+    /// is refused, so no caller ever overwrites another's record. The task store's key decides,
+    /// so neither two requests here nor two replicas sharing the store can both take one id.
+    async fn claim_seed_id(&self, tenant: &str, working: &Task) -> Result<(), ErrorResponse> {
+        match self.engine.create(tenant, working).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ErrorResponse::new(
                 StatusCode::CONFLICT,
                 "TASK_ID_TAKEN",
-                format!("a task with id {id:?} exists already: choose another id, or send none and one is chosen"),
-            )
-        };
-        if !self.seed_ids.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone()) {
-            return Err(taken());
-        }
-        let claim = SeedIdClaim { ids: self.seed_ids.clone(), key };
-        match self.engine.exists(tenant, id).await {
-            Ok(false) => Ok(claim),
-            Ok(true) => Err(taken()),
-            // The record cannot be looked up: the id cannot be promised free.
+                format!(
+                    "a task with id {:?} exists already: choose another id, or send none and one is chosen",
+                    working.id
+                ),
+            )),
+            // The id cannot be promised free.
             Err(error) => Err(AgentError::Unavailable(format!("the task store does not answer: {error}")).into()),
         }
     }
@@ -130,12 +110,7 @@ pub fn agent_router<H: AgentHandler>(
     let card = Arc::new(card);
     let handler = Arc::new(handler);
     let engine = TaskEngine::with_limits(store, Arc::new(SeedTasks::new(handler.clone(), join)), limits);
-    let state = Arc::new(AgentState {
-        card: card.clone(),
-        handler: handler.clone(),
-        engine: engine.clone(),
-        seed_ids: Arc::default(),
-    });
+    let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
     metrics.set_circuits(move || handler.circuits());
     task_routes(seed.merge(a2a_router(engine, card.clone())), &card, metrics.clone())
@@ -192,12 +167,20 @@ async fn send_task<H: AgentHandler>(
     let message = task
         .last_user_message()
         .map_err(|e| fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", e.to_string())))?;
-    let (task_id, _claim) = match task.id.as_deref() {
+    let call = inbound.scope();
+    let context_id = call.context().context_id.clone();
+    // The record's conversation: the one the call names, else a new one.
+    let record_context = context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let task_id = match task.id.as_deref() {
         Some("") => {
             return Err(fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", "the task id is empty")));
         }
-        Some(id) => (id.to_owned(), Some(state.claim_seed_id(&tenant, id).await.map_err(fail)?)),
-        None => (uuid::Uuid::new_v4().to_string(), None),
+        Some(id) => {
+            let working = seed_task(id, &record_context, &task.messages, None);
+            state.claim_seed_id(&tenant, &working).await.map_err(fail)?;
+            id.to_owned()
+        }
+        None => uuid::Uuid::new_v4().to_string(),
     };
     let input = TaskInput {
         task_id: task_id.clone(),
@@ -205,14 +188,13 @@ async fn send_task<H: AgentHandler>(
         text: message.text(),
         data: message.data(),
         messages: task.messages.clone(),
-        call: inbound.scope(),
+        call,
         // Agent messages travel as A2A messages, whose metadata names their link; a seed task has none.
         link: None,
     };
-    let context_id = input.call.context().context_id.clone();
     crate::observe::record_task(&task_id, context_id.as_deref());
     let outcome = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()));
-    let record = seed_task(&task_id, context_id, &task.messages, outcome.as_ref());
+    let record = seed_task(&task_id, &record_context, &task.messages, Some(outcome.as_ref()));
     if let Err(error) = state.engine.record(&tenant, &record).await {
         // The answer stands; only its record is missing from the task store.
         tracing::error!(task = %task_id, %error, "could not record the seed task");

@@ -364,3 +364,41 @@ async fn without_its_task_database_an_agent_is_unhealthy_and_not_ready_but_alive
     assert_eq!(agent.get_json("/health/live").await.0, StatusCode::OK, "alive: a restart would not bring it back");
     agent.stop().await;
 }
+
+/// Replicas of one agent over one task store: a caller-chosen seed id sent to both at once is
+/// taken by exactly one, and neither overwrites the other's record (the store's key decides, not
+/// a process's memory). On a shared SQLite file, and on PostgreSQL when given (under CI it must be).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_chosen_seed_id_is_taken_once_across_replicas_sharing_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = vec![format!("sqlite://{}", dir.path().join("tasks.db").display())];
+    stores.extend(mesh_test_support::postgres_url());
+    for store in stores {
+        let replica = || async {
+            let config = AgentConfig { task_store_url: Some(store.clone()), ..AgentConfig::default() };
+            let app =
+                AgentApp::build(&config, card("replicated"), Sleeper::default(), HttpClient::with_reqwest().unwrap());
+            Served::start(app.await.unwrap())
+        };
+        let (a, b) = (replica().await, replica().await);
+        let id = uuid::Uuid::new_v4().to_string();
+        let send = |served: &Served, text: &str| {
+            let body = json!({"id": id, "messages": [{"role": "user", "parts": [{"type": "text", "text": text}]}]});
+            served.http.post(format!("{}/tasks/send", served.url)).json(&body).send()
+        };
+        let (first, second) = tokio::join!(send(&a, "sleep"), send(&b, "sleep"));
+        let mut statuses = [first.unwrap().status(), second.unwrap().status()];
+        statuses.sort();
+        assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT], "{store}: one replica takes the id");
+        // Once answered, the id stays taken on either replica, and either reads the one record.
+        let again = send(&b, "other").await.unwrap();
+        assert_eq!(again.status(), StatusCode::CONFLICT, "{store}");
+        for served in [&a, &b] {
+            let task = served.rpc("GetTask", json!({"id": id})).await;
+            assert_eq!(task["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{store}: {task}");
+            assert!(!task.to_string().contains("other"), "{store}: the record was overwritten: {task}");
+        }
+        a.stop().await;
+        b.stop().await;
+    }
+}

@@ -157,6 +157,32 @@ impl TaskStore {
         saved
     }
 
+    /// Stores `task` as a new task, unless its tenant holds a task of that id already (stored, or
+    /// queued to be); says whether it did. The table's key decides, so processes sharing one
+    /// database (replicas) never both create one id. Committed before it returns.
+    pub async fn create(&self, tenant: &str, task: &Task) -> Result<bool, TaskError> {
+        if self.pending.get(tenant, &task.id).is_some() {
+            return Ok(false);
+        }
+        let body = serde_json::to_string(task).map_err(|e| TaskError::Storage(e.to_string()))?;
+        let updated_at = task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp);
+        let created = sqlx::query(
+            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (agent, tenant, id) DO NOTHING",
+        )
+        .bind(&self.agent)
+        .bind(tenant)
+        .bind(&task.id)
+        .bind(&task.context_id)
+        .bind(state_name(task.status.state))
+        .bind(&updated_at)
+        .bind(&body)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(created == 1)
+    }
+
     /// Answers whether the database answers a trivial query, for `/health`.
     pub async fn ping(&self) -> Result<(), TaskError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;

@@ -397,12 +397,14 @@ impl<H: TaskHandler> TaskEngine<H> {
         Ok(task)
     }
 
-    /// Whether `tenant` holds a task of this id, live or stored.
-    pub async fn exists(&self, tenant: &str, id: &str) -> Result<bool, TaskError> {
-        if self.core.live(&(tenant.to_owned(), id.to_owned())).is_some() {
-            return Ok(true);
+    /// Stores `task` as a new task of `tenant`, unless a task of that id is running here or
+    /// stored (see [`TaskStore::create`]: the store's key decides across replicas); says whether
+    /// it did.
+    pub async fn create(&self, tenant: &str, task: &Task) -> Result<bool, TaskError> {
+        if self.core.live(&(tenant.to_owned(), task.id.clone())).is_some() {
+            return Ok(false);
         }
-        Ok(self.core.store.get(tenant, id).await?.is_some())
+        self.core.store.create(tenant, task).await
     }
 
     pub async fn list(&self, tenant: &str, request: &ListTasksRequest) -> Result<ListTasksResponse, TaskError> {

@@ -174,16 +174,16 @@ fn reply_artifact(reply: &AgentReply, task_id: &str) -> Artifact {
     }
 }
 
-/// A seed call as an A2A task: the request's messages as history, then the reply as an artifact
-/// (completed) or the error body in the status message (failed); in the conversation its call
-/// context names, else in a new one.
+/// A seed call as an A2A task in the conversation `context_id`: the request's messages as
+/// history, then the reply as an artifact (completed) or the error body in the status message
+/// (failed); `working` while there is no outcome yet.
 pub(crate) fn seed_task(
     task_id: &str,
-    context_id: Option<String>,
+    context_id: &str,
     messages: &[seed::Message],
-    outcome: Result<&AgentReply, &ErrorResponse>,
+    outcome: Option<Result<&AgentReply, &ErrorResponse>>,
 ) -> Task {
-    let context_id = context_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let context_id = context_id.to_owned();
     let history = messages
         .iter()
         .map(|message| {
@@ -199,8 +199,9 @@ pub(crate) fn seed_task(
         })
         .collect();
     let (state, artifacts, message) = match outcome {
-        Ok(reply) => (TaskState::Completed, vec![reply_artifact(reply, task_id)], None),
-        Err(error) => {
+        None => (TaskState::Working, Vec::new(), None),
+        Some(Ok(reply)) => (TaskState::Completed, vec![reply_artifact(reply, task_id)], None),
+        Some(Err(error)) => {
             let mut message =
                 v1::Message::text(v1::Role::Agent, uuid::Uuid::new_v4().to_string(), &error.body.error_message);
             message.parts.push(v1::Part::data(json!(error.body)));
@@ -246,7 +247,7 @@ mod tests {
     fn a_failed_seed_call_keeps_its_error_body() {
         let error = ErrorResponse::new(axum::http::StatusCode::BAD_REQUEST, "TASK_INVALID", "no query");
         let messages = [seed::Message { role: seed::Role::User, parts: vec![seed::Part::Text { text: "q".into() }] }];
-        let task = seed_task("t9", Some("link:l1".into()), &messages, Err(&error));
+        let task = seed_task("t9", "link:l1", &messages, Some(Err(&error)));
         assert_eq!(task.context_id, "link:l1");
         assert_eq!(task.status.state, TaskState::Failed);
         let message = task.status.message.unwrap();
