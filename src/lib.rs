@@ -104,16 +104,7 @@ impl SuiteConfig {
         if !auth.verifies_callers() {
             return Ok(());
         }
-        let secret = auth.hs256_secret()?;
-        let own_credential = |name: &str| -> Result<Option<String>, mesh_auth::AuthError> {
-            let Some(secret) = &secret else { return Ok(None) };
-            let claims = mesh_auth::Claims {
-                iss: auth.jwt_issuer.clone(),
-                aud: auth.jwt_audience.clone(),
-                ..mesh_auth::Claims::new(name, "", &[mesh_auth::Role::Agent], SUITE_AGENT_TOKEN_TTL_S)
-            };
-            mesh_auth::mint_hs256(secret, &claims).map(Some)
-        };
+        let own_credential = |name: &str| auth.mint(name, "", &[mesh_auth::Role::Agent], SUITE_AGENT_TOKEN_TTL_S);
         if !self.registry.auth.verifies_callers() {
             self.registry.auth = AuthConfig { insecure: self.registry.auth.insecure, ..auth.clone() };
         }
@@ -145,7 +136,7 @@ impl SuiteConfig {
     pub fn use_local_keys(&mut self, keys: &mesh_auth::LocalKeys, configured: &AuthConfig) -> anyhow::Result<()> {
         let mut auth = configured.clone();
         if auth.jwt_hs256_secret.is_none() && auth.jwt_hs256_secret_file.is_none() {
-            auth.jwt_hs256_secret_file = Some(keys.secret_file());
+            auth.jwt_hs256_secret_file = keys.auth_config().jwt_hs256_secret_file;
         }
         self.share_auth(&auth)?;
         self.registry.trusted_card_keys.push(keys.card_public_key());

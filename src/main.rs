@@ -227,16 +227,11 @@ async fn main() -> anyhow::Result<()> {
 /// audience), else with the one `up --auth` generated; `None` when there is neither.
 fn mint(subject: &str, tenant: &str, roles: &[Role], ttl: Duration) -> anyhow::Result<Option<String>> {
     let configured: mesh_auth::AuthConfig = mesh_config::ConfigLoader::new(AUTH_ENV_PREFIX, None).load()?;
-    if let Some(secret) = configured.hs256_secret()? {
-        let claims = mesh_auth::Claims {
-            iss: configured.jwt_issuer.clone(),
-            aud: configured.jwt_audience.clone(),
-            ..mesh_auth::Claims::new(subject, tenant, roles, ttl.as_secs())
-        };
-        return Ok(Some(mesh_auth::mint_hs256(&secret, &claims)?));
+    if let Some(token) = configured.mint(subject, tenant, roles, ttl.as_secs())? {
+        return Ok(Some(token));
     }
     let Some(keys) = mesh_auth::LocalKeys::find(Path::new(LOCAL_AUTH_DIR)) else { return Ok(None) };
-    Ok(Some(keys.mint(subject, tenant, roles, ttl.as_secs())?))
+    Ok(keys.auth_config().mint(subject, tenant, roles, ttl.as_secs())?)
 }
 
 /// Who the command line's own tokens name: the login name, as a local user.

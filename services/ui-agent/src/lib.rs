@@ -25,7 +25,7 @@ use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
 use mesh_agent_kit::http::{HttpLimits, health_route, reachable_url, serve, turn_unready};
 use mesh_agent_kit::observe::with_observed_layers;
 use mesh_agent_kit::{DatabaseProbe, ErrorResponse, ServiceMetrics};
-use mesh_auth::{Caller, Role};
+use mesh_auth::Caller;
 use mesh_bus::{BusConfig, BusError, ConversationBus};
 use mesh_docmem::{Docmem, DocmemError, Node};
 use serde::Deserialize;
@@ -252,7 +252,7 @@ async fn sweep_retention(docmem: Docmem, days: u64) {
 /// tenant's, for an operator (admin) or on an open service; otherwise only its own tenant's
 /// (an agent's: the one it names for its user, as for tasks). `None`: every tenant's.
 pub(crate) fn visible_tenant(caller: &Caller, named: Option<&str>) -> Result<Option<String>, UiError> {
-    if matches!(caller, Caller::Open) || caller.principal().is_some_and(|p| p.has(Role::Admin)) {
+    if caller.holds_any(ADMIN_ROLES) {
         return Ok(named.map(str::to_owned));
     }
     Ok(Some(caller.tenant(named.unwrap_or_default(), None)?))

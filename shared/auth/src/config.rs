@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::AuthError;
+use crate::{AuthError, Claims, Role, mint_hs256};
 
 /// How a service authenticates its callers, and the credential it presents to others. In every
 /// service's configuration as its `auth` section (e.g. `MESH_REGISTRY_AUTH__API_KEYS_FILE`), and
@@ -72,6 +72,19 @@ impl AuthConfig {
             )));
         }
         Ok(Some(secret))
+    }
+
+    /// A token for `subject` in `tenant` with `roles`, valid `ttl_s` seconds, signed with the
+    /// configured HS256 secret and naming the configured issuer and audience, so the services
+    /// configured alike accept it; `None` when no secret is configured.
+    pub fn mint(&self, subject: &str, tenant: &str, roles: &[Role], ttl_s: u64) -> Result<Option<String>, AuthError> {
+        let Some(secret) = self.hs256_secret()? else { return Ok(None) };
+        let claims = Claims {
+            iss: self.jwt_issuer.clone(),
+            aud: self.jwt_audience.clone(),
+            ..Claims::new(subject, tenant, roles, ttl_s)
+        };
+        mint_hs256(&secret, &claims).map(Some)
     }
 
     /// The credential this service presents to others, from the value or its file.

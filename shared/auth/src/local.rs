@@ -2,7 +2,8 @@
 //! service verifies tokens with, and an Ed25519 key every agent signs its card with and the
 //! registry trusts, generated once into a directory only its owner reads. Whoever can read that
 //! directory can mint any token, as the owner of a Jupyter server can read its token file; the
-//! command line mints its own tokens from it (`a2a-mesh token`, and `ask`, `chat`, `ingest`).
+//! command line mints its own tokens from it (`a2a-mesh token`, and `ask`, `chat`, `ingest`)
+//! through [`LocalKeys::auth_config`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use ed25519_dalek::SigningKey;
 use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
 use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
 
-use crate::{AuthError, CardSigningKey, Claims, JwtPublicKey, KeyAlgorithm, Role, mint_hs256};
+use crate::{AuthConfig, AuthError, CardSigningKey, JwtPublicKey, KeyAlgorithm};
 
 /// The `kid` of the locally generated card-signing key.
 pub const LOCAL_CARD_KEY_ID: &str = "a2a-mesh-local";
@@ -79,11 +80,9 @@ impl LocalKeys {
         }
     }
 
-    /// A token for `subject` in `tenant` with `roles`, valid `ttl_s` seconds.
-    pub fn mint(&self, subject: &str, tenant: &str, roles: &[Role], ttl_s: u64) -> Result<String, AuthError> {
-        let config = crate::AuthConfig { jwt_hs256_secret_file: Some(self.secret_file()), ..Default::default() };
-        let secret = config.hs256_secret()?.unwrap_or_default();
-        mint_hs256(&secret, &Claims::new(subject, tenant, roles, ttl_s))
+    /// Authentication by the local secret: what verifies and mints the local tokens.
+    pub fn auth_config(&self) -> AuthConfig {
+        AuthConfig { jwt_hs256_secret_file: Some(self.secret_file()), ..AuthConfig::default() }
     }
 }
 
@@ -118,7 +117,7 @@ fn write_new(path: &Path, contents: &[u8]) -> Result<(), AuthError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Authenticator, CardSigner, CardVerifier};
+    use crate::{Authenticator, CardSigner, CardVerifier, Role};
 
     #[test]
     fn generated_keys_mint_verifiable_tokens_and_sign_verifiable_cards_and_are_kept() {
@@ -128,8 +127,8 @@ mod tests {
         let keys = LocalKeys::ensure(&home).unwrap();
         assert_eq!(LocalKeys::find(&home), Some(keys.clone()));
 
-        let token = keys.mint("alice", "acme", &[Role::User], 60).unwrap();
-        let config = crate::AuthConfig { jwt_hs256_secret_file: Some(keys.secret_file()), ..Default::default() };
+        let config = keys.auth_config();
+        let token = config.mint("alice", "acme", &[Role::User], 60).unwrap().unwrap();
         let principal = Authenticator::from_config(&config).unwrap().unwrap().verify(&token).unwrap();
         assert_eq!((principal.subject.as_str(), principal.tenant.as_str()), ("alice", "acme"));
 

@@ -327,7 +327,8 @@ impl SearchIndex {
     /// The best `limit` documents for `query` under `profile` that a search for `tenant` sees
     /// (the shared corpus, and the tenant's own documents): document keys with the profile's
     /// scores, best first, equal scores by key, and the time the query's embedding took when the
-    /// profile computed one (not when its vector came from the query cache). An unknown profile or a query of stop words only yields an empty list.
+    /// profile computed one (not when its vector came from the query cache). An unknown profile or
+    /// a query of stop words only yields an empty list.
     pub fn rank_timed(
         &self,
         profile: &str,
