@@ -31,7 +31,7 @@ use crate::directory::{Directory, health_word};
 use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api;
-use crate::health::{check_and_record, now_rfc3339};
+use crate::health::{Checker, now_rfc3339};
 use crate::intake::{IntakePolicy, admit_registration, validate, verify_card, vet_address};
 use crate::links::LinkStore;
 use crate::openapi::SharedAnswers;
@@ -48,7 +48,10 @@ pub struct RegistryState {
     /// Reloadable (SIGHUP), hence behind a lock.
     pub graph_mode: RwLock<GraphMode>,
     pub http: HttpClient,
+    /// How long the dashboard's card fetch through the registry may take.
     pub health_check_timeout: Duration,
+    /// Checks agents' health, sharing the checks with the other replicas.
+    pub checker: Arc<Checker>,
     /// What a registration must pass.
     pub intake: IntakePolicy,
 }
@@ -195,7 +198,7 @@ async fn register(
         agent.registered_at = existing.registered_at;
     }
     // Durable first: an acknowledged registration survives a crash right after.
-    state.store.upsert(&agent).await?;
+    let changed = state.store.upsert(&agent).await?;
     let (name, url) = (agent.name.clone(), agent.url.clone());
     let previous_url = state.directory.get(&name).ok().map(|a| a.url);
     let is_new = state.directory.upsert(agent);
@@ -209,13 +212,12 @@ async fn register(
     if moved {
         state.events.publish(EventBody::AgentRegistered { agent_id: name.clone(), url });
     }
-    // Learn its health now rather than at the next poll, so it joins the rotation at once.
-    if let Some(target) = state.directory.poll_target(&name) {
-        let state = state.clone();
-        let check = async move {
-            check_and_record(&state.directory, &state.events, &state.http, target, state.health_check_timeout).await;
-        };
-        tokio::spawn(check.instrument(tracing::Span::current()));
+    // A new instance's (or a changed one's) health is learnt now rather than at the next poll, so
+    // it joins the rotation at once; a refresh of the same instance waits for its turn (one check
+    // per interval across the replicas).
+    if changed && let Some(target) = state.directory.poll_target(&name) {
+        let checker = state.checker.clone();
+        tokio::spawn(async move { checker.check_now(target).await }.instrument(tracing::Span::current()));
     }
     Ok(Json(StatusMessage::new("registered")))
 }
@@ -283,7 +285,7 @@ async fn report_failure(
         return Err(RegistryError::ReportStale { name, url: url.to_owned(), current: target.url });
     }
     tracing::info!(agent = %name, "failure reported; checking health now");
-    check_and_record(&state.directory, &state.events, &state.http, target, state.health_check_timeout).await;
+    state.checker.check_now(target).await;
     let health = state.directory.get(&name)?.health_status;
     Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }

@@ -15,7 +15,7 @@ use crate::directory::Directory;
 use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api::sync_config_links;
-use crate::health::{PollSettings, poll_forever};
+use crate::health::{Checker, PollSettings};
 use crate::intake::IntakePolicy;
 use crate::links::LinkStore;
 use crate::store::AgentStore;
@@ -36,7 +36,8 @@ pub struct Application {
 pub struct RegistryService {
     router: axum::Router,
     state: Arc<RegistryState>,
-    poll: PollSettings,
+    /// The registrations' version loaded at start, which the sync goes on from.
+    version: i64,
     shutdown_drain: Duration,
     shutdown_unready: Duration,
     /// Whether the database answers, for `/health`.
@@ -49,18 +50,29 @@ impl RegistryService {
     /// Opens the database, loads the registrations and builds the routes.
     pub async fn open(config: &RegistryConfig, http: HttpClient) -> Result<Self, RegistryError> {
         let store = AgentStore::open(&config.database_url).await?;
+        // The version first: a change landing during the load is then loaded again at the first sync.
+        let version = store.version().await?;
         let agents = store.load_all().await?;
         tracing::info!(agents = agents.len(), "loaded registrations");
         let directory = Arc::new(Directory::new(agents));
         let links = LinkStore::new(store.database());
+        let events = Arc::new(EventHub::new(config.events_buffered, config.event_subscribers_max));
+        let poll = PollSettings {
+            interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
+            timeout: Duration::from_millis(config.health_check_timeout_ms),
+            concurrency_max: config.health_check_concurrency_max,
+            sync_interval: Duration::from_millis(config.sync_interval_ms.max(1)),
+        };
+        let checker = Arc::new(Checker::new(directory.clone(), store.clone(), events.clone(), http.clone(), poll));
         let state = Arc::new(RegistryState {
             directory,
             store,
             links,
-            events: Arc::new(EventHub::new(config.events_buffered, config.event_subscribers_max)),
+            events,
             graph_mode: std::sync::RwLock::new(config.graph_mode),
             http,
             health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
+            checker,
             intake: IntakePolicy::from_config(config)?,
         });
         sync_config_links(&state, &config.links).await?;
@@ -82,15 +94,10 @@ impl RegistryService {
         let database = DatabaseProbe::register(&metrics);
         let routes = router(state.clone(), metrics.clone()).merge(crate::dashboard::routes(state.clone()));
         let router = with_observed_layers(routes, limits, REGISTRY_SERVICE);
-        let poll = PollSettings {
-            interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
-            timeout: Duration::from_millis(config.health_check_timeout_ms),
-            concurrency_max: config.health_check_concurrency_max,
-        };
         Ok(Self {
             router,
             state,
-            poll,
+            version,
             shutdown_drain: Duration::from_millis(config.shutdown_drain_ms),
             shutdown_unready: Duration::from_millis(config.shutdown_unready_ms),
             database,
@@ -108,16 +115,11 @@ impl RegistryService {
         self.router.clone()
     }
 
-    /// Polls every agent's health forever, starting at once.
+    /// Polls the agents whose checks are due forever (sharing them with the other replicas of
+    /// its database), starting at once, and keeps in step with the changes those replicas make.
     pub async fn poll_health(&self) {
-        poll_forever(
-            self.state.directory.clone(),
-            self.state.store.clone(),
-            self.state.events.clone(),
-            self.state.http.clone(),
-            self.poll,
-        )
-        .await;
+        let checker = self.state.checker.clone();
+        tokio::join!(checker.clone().poll_forever(), checker.sync_forever(self.version));
     }
 
     /// Applies a reloaded configuration's graph: its mode and its links (config wins over links

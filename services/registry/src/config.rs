@@ -14,6 +14,9 @@ pub const HEALTH_CHECK_INTERVAL_MS_DEFAULT: u64 = 60_000;
 pub const HEALTH_CHECK_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Health checks in flight at once; bounds the poller's sockets however many agents register.
 pub const HEALTH_CHECK_CONCURRENCY_MAX_DEFAULT: usize = 32;
+/// How often a replica reads whether the registrations changed (through another replica sharing
+/// its database), by default: the bound on how late it sees such a change.
+pub const SYNC_INTERVAL_MS_DEFAULT: u64 = 1_000;
 pub const CARD_FETCH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Agents registered at once, at most, whoever registers them.
 pub const REGISTRATIONS_MAX_DEFAULT: usize = 10_000;
@@ -32,6 +35,9 @@ pub struct RegistryConfig {
     pub health_check_interval_ms: u64,
     pub health_check_timeout_ms: u64,
     pub health_check_concurrency_max: usize,
+    /// Milliseconds between two reads of whether registrations or healths changed in the
+    /// database (through another replica); a change is seen here within this plus a reload.
+    pub sync_interval_ms: u64,
     /// Fetch each registering agent's card and refuse a registration it does not confirm.
     pub verify_registrations: bool,
     pub card_fetch_timeout_ms: u64,
@@ -82,6 +88,7 @@ impl Default for RegistryConfig {
             health_check_interval_ms: HEALTH_CHECK_INTERVAL_MS_DEFAULT,
             health_check_timeout_ms: HEALTH_CHECK_TIMEOUT_MS_DEFAULT,
             health_check_concurrency_max: HEALTH_CHECK_CONCURRENCY_MAX_DEFAULT,
+            sync_interval_ms: SYNC_INTERVAL_MS_DEFAULT,
             verify_registrations: true,
             card_fetch_timeout_ms: CARD_FETCH_TIMEOUT_MS_DEFAULT,
             request_timeout_ms: mesh_agent_kit::http::REQUEST_TIMEOUT_MS_DEFAULT,
@@ -113,7 +120,7 @@ impl Default for RegistryConfig {
     version,
     after_help = "Every setting can also come from the TOML file given by --config (keys as below, in \
 snake_case: host, port, database_url, health_check_interval_ms, health_check_timeout_ms, \
-health_check_concurrency_max, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
+health_check_concurrency_max, sync_interval_ms, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
 body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, allowed_networks, \
 registrations_max, registrations_per_identity_max, require_signed_cards, concurrency_max, rate_limit_per_s, \
 rate_limit_burst, shutdown_drain_ms, shutdown_unready_ms, [[trusted_card_keys]] tables with kid, algorithm (EdDSA or ES256) and pem_file, \

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use mesh_protocol::registry::{AgentPick, AgentRecord, AgentSummary, HealthStatus, RegistryStats, Success};
 
 use crate::error::RegistryError;
-use crate::store::StoredAgent;
+use crate::store::{StoredAgent, StoredState};
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -27,11 +27,22 @@ struct Inner {
 }
 
 /// Registered agents, their health, and one round-robin cursor per capability.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Directory {
     inner: RwLock<Inner>,
     /// Cursors outlive index rebuilds so registrations elsewhere do not restart a rotation.
     cursors: RwLock<HashMap<String, Arc<AtomicUsize>>>,
+    /// Where this replica's rotations start: replicas behind one load balancer each rotate
+    /// fairly, and starting at different agents keeps them from picking in step.
+    rotation_start: usize,
+}
+
+/// A health this replica learnt from the database: another replica's check found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthChange {
+    pub name: String,
+    pub from: HealthStatus,
+    pub to: HealthStatus,
 }
 
 /// An agent to poll: its name, health URL, and the URL it was registered with (to detect a
@@ -44,8 +55,11 @@ pub struct PollTarget {
 }
 
 impl Directory {
-    pub fn new(agents: Vec<StoredAgent>) -> Self {
-        let directory = Self::default();
+    pub fn new(agents: Vec<StoredState>) -> Self {
+        // Truncation is fine: any bits of a random number are a random start.
+        #[allow(clippy::cast_possible_truncation)]
+        let rotation_start = uuid::Uuid::new_v4().as_u128() as usize;
+        let directory = Self { inner: RwLock::default(), cursors: RwLock::default(), rotation_start };
         directory.replace_all(agents, 0);
         directory
     }
@@ -63,6 +77,14 @@ impl Directory {
     /// Adds or updates an agent; returns true when it was new. A changed URL resets its health.
     pub fn upsert(&self, agent: StoredAgent) -> bool {
         let mut inner = self.write();
+        // The periodic refresh of an unchanged registration (every agent, every 30 s) only moves
+        // its time: no index rebuild, and no change a concurrent sync's snapshot could undo.
+        if let Some(entry) = inner.agents.get_mut(&agent.name)
+            && entry.agent.same_instance(&agent)
+        {
+            entry.agent.updated_at = agent.updated_at;
+            return false;
+        }
         let previous = inner.agents.get(&agent.name);
         let (health, last_health_check) = match previous {
             Some(entry) if entry.agent.url == agent.url => (entry.health, entry.last_health_check.clone()),
@@ -89,26 +111,42 @@ impl Directory {
         matches
     }
 
-    /// Replaces the set of agents with `agents` (as stored), keeping the health already known of
-    /// those whose URL did not change. Keeps replicas sharing one database in step. The snapshot
-    /// is dropped (and false returned) when this registry changed since `mutations` was read, as
-    /// it may predate that change; the next poll brings a fresh one.
-    pub fn replace_all(&self, agents: Vec<StoredAgent>, mutations: u64) -> bool {
+    /// Replaces the set of agents with `agents` (as stored), which keeps replicas sharing one
+    /// database in step. Of two healths known for one instance the newer check wins: this
+    /// replica's own may be newer than the snapshot. The snapshot is dropped (and `None`
+    /// returned) when a registration or removal happened here since `mutations` was read, as it
+    /// may predate it; the next sync brings a fresh one. Otherwise returns the healths the
+    /// snapshot changed.
+    pub fn replace_all(&self, agents: Vec<StoredState>, mutations: u64) -> Option<Vec<HealthChange>> {
         let mut inner = self.write();
         if inner.mutations != mutations {
-            return false;
+            return None;
         }
+        let mut changes = Vec::new();
         let mut next = BTreeMap::new();
-        for agent in agents {
-            let (health, last_health_check) = match inner.agents.get(&agent.name) {
-                Some(entry) if entry.agent.url == agent.url => (entry.health, entry.last_health_check.clone()),
-                _ => (HealthStatus::Unknown, None),
-            };
-            next.insert(agent.name.clone(), Entry { agent, health, last_health_check });
+        for stored in agents {
+            let mut entry =
+                Entry { agent: stored.agent, health: stored.health, last_health_check: stored.last_health_check };
+            match inner.agents.get(&entry.agent.name) {
+                Some(known) if known.agent.url == entry.agent.url => {
+                    if known.last_health_check > entry.last_health_check {
+                        entry.health = known.health;
+                        entry.last_health_check = known.last_health_check.clone();
+                    } else if known.health != entry.health {
+                        changes.push(HealthChange {
+                            name: entry.agent.name.clone(),
+                            from: known.health,
+                            to: entry.health,
+                        });
+                    }
+                }
+                _ => {}
+            }
+            next.insert(entry.agent.name.clone(), entry);
         }
         inner.agents = next;
         rebuild_index(&mut inner);
-        true
+        Some(changes)
     }
 
     /// Records a poll result, unless the agent was removed or re-registered elsewhere meanwhile;
@@ -123,10 +161,6 @@ impl Directory {
             tracing::info!(agent = %target.name, from = ?previous, to = ?health, "health changed");
             previous
         })
-    }
-
-    pub fn poll_targets(&self) -> Vec<PollTarget> {
-        self.read().agents.values().map(poll_target).collect()
     }
 
     pub fn poll_target(&self, name: &str) -> Option<PollTarget> {
@@ -215,7 +249,12 @@ impl Directory {
         if let Some(cursor) = self.cursors.read().unwrap_or_else(|e| e.into_inner()).get(capability) {
             return cursor.clone();
         }
-        self.cursors.write().unwrap_or_else(|e| e.into_inner()).entry(capability.to_owned()).or_default().clone()
+        self.cursors
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(capability.to_owned())
+            .or_insert_with(|| Arc::new(AtomicUsize::new(self.rotation_start)))
+            .clone()
     }
 
     // A panic while holding the lock cannot leave the maps half-updated (every update is a
@@ -287,7 +326,11 @@ pub(crate) fn health_word(health: HealthStatus) -> &'static str {
 mod tests {
     use super::*;
 
-    fn agent(name: &str, capabilities: &[&str]) -> StoredAgent {
+    fn agent(name: &str, capabilities: &[&str]) -> StoredState {
+        StoredState { agent: registration(name, capabilities), health: HealthStatus::Unknown, last_health_check: None }
+    }
+
+    fn registration(name: &str, capabilities: &[&str]) -> StoredAgent {
         let url = format!("http://127.0.0.1/{name}");
         StoredAgent {
             name: name.into(),
@@ -317,7 +360,33 @@ mod tests {
         for name in ["a", "b", "c"] {
             set(&directory, name, HealthStatus::Healthy);
         }
-        assert_eq!(picks(&directory, "search", 6), ["a", "b", "c", "a", "b", "c"]);
+        let picks = picks(&directory, "search", 9);
+        for window in picks.chunks(3) {
+            let mut turn = window.to_vec();
+            turn.sort();
+            assert_eq!(turn, ["a", "b", "c"], "each agent once per turn: {picks:?}");
+        }
+        assert_eq!(picks[..3], picks[3..6], "the same order every turn: {picks:?}");
+    }
+
+    #[test]
+    fn replicas_start_their_rotations_apart_and_share_the_picks_evenly() {
+        let agents = || vec![agent("a", &["search"]), agent("b", &["search"]), agent("c", &["search"])];
+        let replicas: Vec<Directory> = (0..3).map(|_| Directory::new(agents())).collect();
+        let mut counts = BTreeMap::<String, usize>::new();
+        for replica in &replicas {
+            for name in ["a", "b", "c"] {
+                set(replica, name, HealthStatus::Healthy);
+            }
+            // 10 picks each: with 3 agents, no agent gets more than one extra per replica.
+            for name in picks(replica, "search", 10) {
+                *counts.entry(name).or_default() += 1;
+            }
+        }
+        assert_eq!(counts.values().sum::<usize>(), 30);
+        assert!(counts.values().all(|&n| (9..=12).contains(&n)), "{counts:?}");
+        let starts: std::collections::BTreeSet<usize> = replicas.iter().map(|r| r.rotation_start).collect();
+        assert_eq!(starts.len(), 3, "each replica starts its rotation at a random place");
     }
 
     #[test]
@@ -364,10 +433,10 @@ mod tests {
     fn re_registration_keeps_health_unless_the_url_changes() {
         let directory = Directory::new(vec![agent("a", &["search"])]);
         set(&directory, "a", HealthStatus::Healthy);
-        assert!(!directory.upsert(agent("a", &["search", "rank"])));
+        assert!(!directory.upsert(registration("a", &["search", "rank"])));
         assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Healthy);
         assert_eq!(directory.discover("rank").unwrap().len(), 1);
-        let mut moved = agent("a", &["search"]);
+        let mut moved = registration("a", &["search"]);
         moved.url = "http://127.0.0.1/elsewhere".into();
         directory.upsert(moved);
         assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Unknown);
@@ -378,7 +447,7 @@ mod tests {
     fn a_stale_poll_result_is_ignored() {
         let directory = Directory::new(vec![agent("a", &["search"])]);
         let stale = directory.poll_target("a").unwrap();
-        let mut moved = agent("a", &["search"]);
+        let mut moved = registration("a", &["search"]);
         moved.url = "http://127.0.0.1/elsewhere".into();
         directory.upsert(moved);
         directory.set_health(&stale, HealthStatus::Healthy, "t".into());
@@ -390,12 +459,47 @@ mod tests {
         let directory = Directory::new(vec![]);
         let before = directory.mutations();
         // A registration lands after the snapshot was read (the snapshot does not contain it).
-        directory.upsert(agent("fresh", &["search"]));
-        assert!(!directory.replace_all(vec![], before));
+        directory.upsert(registration("fresh", &["search"]));
+        assert!(directory.replace_all(vec![], before).is_none());
         assert!(directory.get("fresh").is_ok(), "the registration survives");
         // A snapshot read after it is applied.
-        assert!(directory.replace_all(vec![agent("other", &["search"])], directory.mutations()));
+        assert!(directory.replace_all(vec![agent("other", &["search"])], directory.mutations()).is_some());
         assert!(directory.get("fresh").is_err() && directory.get("other").is_ok());
+    }
+
+    #[test]
+    fn the_newer_check_wins_between_this_replica_and_a_snapshot() {
+        let directory = Directory::new(vec![agent("a", &["search"]), agent("b", &["search"])]);
+        set(&directory, "a", HealthStatus::Healthy); // checked here at 00:00:01
+        let checked = |name: &str, health, at: &str| StoredState {
+            health,
+            last_health_check: Some(at.into()),
+            ..agent(name, &["search"])
+        };
+        // The snapshot's check of a is older than ours; its check of b is news from another replica.
+        let snapshot = vec![
+            checked("a", HealthStatus::Unreachable, "2026-01-01T00:00:00Z"),
+            checked("b", HealthStatus::Unhealthy, "2026-01-01T00:00:02Z"),
+        ];
+        let changes = directory.replace_all(snapshot, directory.mutations()).unwrap();
+        assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Healthy, "our newer check stays");
+        assert_eq!(directory.get("b").unwrap().health_status, HealthStatus::Unhealthy);
+        assert_eq!(
+            changes,
+            [HealthChange { name: "b".into(), from: HealthStatus::Unknown, to: HealthStatus::Unhealthy }],
+            "only the news is announced"
+        );
+        let newer = vec![
+            checked("a", HealthStatus::Unreachable, "2026-01-01T00:00:03Z"),
+            checked("b", HealthStatus::Unhealthy, "2026-01-01T00:00:02Z"),
+        ];
+        let changes = directory.replace_all(newer, directory.mutations()).unwrap();
+        assert_eq!(
+            directory.get("a").unwrap().health_status,
+            HealthStatus::Unreachable,
+            "a newer check elsewhere wins"
+        );
+        assert_eq!(changes.len(), 1, "{changes:?}");
     }
 
     #[test]

@@ -1,14 +1,19 @@
-//! Health polling: every agent's health endpoint, concurrently but bounded, on a fixed interval.
+//! Health polling: every agent's health endpoint, concurrently but bounded, once per interval
+//! across all the replicas sharing the database, and the sync that keeps each replica's view of
+//! the registrations and their health in step with the database.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use chrono::Utc;
 use futures::StreamExt;
 use mesh_client::{ClientError, HttpClient};
 use mesh_protocol::graph::EventBody;
 use mesh_protocol::registry::HealthStatus;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::directory::{Directory, PollTarget};
@@ -20,6 +25,21 @@ pub struct PollSettings {
     pub interval: Duration,
     pub timeout: Duration,
     pub concurrency_max: usize,
+    /// How often this replica reads the registrations' version, and reloads them when it moved.
+    pub sync_interval: Duration,
+}
+
+/// Longest wait between two looks for agents due for a check: checks start at most this late.
+const CLAIM_TICK_MS_MAX: u64 = 1_000;
+/// Shortest wait between two looks (tests poll every few milliseconds).
+const CLAIM_TICK_MS_MIN: u64 = 10;
+
+impl PollSettings {
+    /// How often this replica looks for due checks: a quarter of the interval, within bounds.
+    fn claim_tick(&self) -> Duration {
+        let quarter = u64::try_from(self.interval.as_millis() / 4).unwrap_or(u64::MAX);
+        Duration::from_millis(quarter.clamp(CLAIM_TICK_MS_MIN, CLAIM_TICK_MS_MAX))
+    }
 }
 
 /// Polls one agent: 200 is healthy, another status unhealthy, no answer (timeout, refused
@@ -60,86 +80,165 @@ fn says_unhealthy(body: &[u8]) -> bool {
     serde_json::from_slice::<Status<'_>>(body).ok().and_then(|s| s.status).is_some_and(|s| s == "unhealthy")
 }
 
-/// Polls `target` now, records the result, and announces a change.
-pub async fn check_and_record(
-    directory: &Directory,
-    events: &EventHub,
-    http: &HttpClient,
-    target: PollTarget,
-    timeout: Duration,
-) {
-    let span = if mesh_telemetry::recording() {
-        tracing::info_span!(
-            "health_check",
-            otel.name = "registry.health_check",
-            mesh.agent = %target.name,
-            url.full = %target.health_url,
-            mesh.health = tracing::field::Empty,
-        )
-    } else {
-        tracing::Span::none()
-    };
-    let started = std::time::Instant::now();
-    let health = check(http, &target.health_url, timeout).instrument(span.clone()).await;
-    span.record("mesh.health", health.as_str());
-    metrics::histogram!(
-        "mesh_registry_health_check_duration_seconds",
-        mesh_telemetry::SERVICE_LABEL => crate::app::REGISTRY_SERVICE,
-        "health" => health.as_str(),
-    )
-    .record(started.elapsed().as_secs_f64());
-    if let Some(from) = directory.set_health(&target, health, now_rfc3339()) {
-        events.publish(EventBody::HealthChanged { agent_id: target.name, from, to: health });
-    }
-}
-
-/// One round: refresh the agent set from the store (registrations made through another replica
-/// sharing the database), then poll every agent, at most `concurrency_max` at a time.
-pub async fn poll_all(
-    directory: &Directory,
-    store: &AgentStore,
-    events: &EventHub,
-    http: &HttpClient,
-    settings: PollSettings,
-) {
-    let mutations = directory.mutations();
-    match store.load_all().await {
-        Ok(agents) => {
-            if !directory.replace_all(agents, mutations) {
-                tracing::debug!("registrations changed during the refresh; keeping the newer in-memory view");
-            }
-        }
-        Err(error) => tracing::warn!(%error, "cannot refresh registrations from storage; polling the known agents"),
-    }
-    futures::stream::iter(directory.poll_targets())
-        .for_each_concurrent(settings.concurrency_max.max(1), |target| {
-            check_and_record(directory, events, http, target, settings.timeout)
-        })
-        .await;
-}
-
-/// Polls forever, starting at once (a restarted registry learns every agent's state quickly).
-pub async fn poll_forever(
+/// Checks agents' health for this replica: every check, whether due or asked for (a new
+/// registration, a reported failure), takes one of `concurrency_max` permits, and takes the
+/// check in the database first, so replicas sharing it check each agent once per interval.
+#[derive(Debug)]
+pub struct Checker {
     directory: Arc<Directory>,
     store: AgentStore,
     events: Arc<EventHub>,
     http: HttpClient,
     settings: PollSettings,
-) {
-    let mut ticks = tokio::time::interval(settings.interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut counted = BTreeSet::new();
-    loop {
-        ticks.tick().await;
-        // Each round is a trace of its own, the registry's, whose children are the checks.
-        let round = mesh_telemetry::Root::start(
-            crate::app::REGISTRY_SERVICE,
-            None,
-            || tracing::info_span!(parent: None, "health_round", otel.name = "registry.health_round"),
-        );
-        round.instrument(poll_all(&directory, &store, &events, &http, settings)).await;
-        counted = count_agents(&directory, counted);
+    permits: Arc<Semaphore>,
+}
+
+impl Checker {
+    pub fn new(
+        directory: Arc<Directory>,
+        store: AgentStore,
+        events: Arc<EventHub>,
+        http: HttpClient,
+        settings: PollSettings,
+    ) -> Self {
+        let permits = Arc::new(Semaphore::new(settings.concurrency_max.max(1)));
+        Self { directory, store, events, http, settings, permits }
     }
+
+    /// Checks `target` now, whenever it was due, and moves its next check one interval on.
+    pub async fn check_now(&self, target: PollTarget) {
+        match self.store.claim_now(&target, due_after(self.settings.interval)).await {
+            Ok(true) => {}
+            Ok(false) => return, // removed or re-registered elsewhere meanwhile
+            Err(error) => {
+                tracing::warn!(%error, agent = %target.name, "cannot take the check in storage; checking anyway")
+            }
+        }
+        let Ok(_permit) = self.permits.acquire().await else { return };
+        self.check_and_record(target).await;
+    }
+
+    /// Polls `target`, records the result (in storage, then here), and announces a change.
+    async fn check_and_record(&self, target: PollTarget) {
+        let span = if mesh_telemetry::recording() {
+            tracing::info_span!(
+                "health_check",
+                otel.name = "registry.health_check",
+                mesh.agent = %target.name,
+                url.full = %target.health_url,
+                mesh.health = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let started = std::time::Instant::now();
+        let health = check(&self.http, &target.health_url, self.settings.timeout).instrument(span.clone()).await;
+        span.record("mesh.health", health.as_str());
+        metrics::histogram!(
+            "mesh_registry_health_check_duration_seconds",
+            mesh_telemetry::SERVICE_LABEL => crate::app::REGISTRY_SERVICE,
+            "health" => health.as_str(),
+        )
+        .record(started.elapsed().as_secs_f64());
+        let checked_at = now_rfc3339();
+        if let Err(error) = self.store.record_health(&target, health, &checked_at).await {
+            tracing::warn!(%error, agent = %target.name, "cannot store a health check; other replicas learn it later");
+        }
+        if let Some(from) = self.directory.set_health(&target, health, checked_at) {
+            self.events.publish(EventBody::HealthChanged { agent_id: target.name, from, to: health });
+        }
+    }
+
+    /// Looks for due checks every claim tick, forever, taking as many as it has free permits (a
+    /// replica busy with hanging agents leaves the rest to the others). Starts at once: a
+    /// restarted registry checks what is due without waiting.
+    pub async fn poll_forever(self: Arc<Self>) {
+        let mut ticks = tokio::time::interval(self.settings.claim_tick());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut running = JoinSet::new();
+        loop {
+            ticks.tick().await;
+            while running.try_join_next().is_some() {}
+            // The permits first, then as many checks as there are permits: nothing is taken that
+            // this replica cannot start now.
+            let mut permits: Vec<_> = std::iter::from_fn(|| self.permits.clone().try_acquire_owned().ok()).collect();
+            if permits.is_empty() {
+                continue;
+            }
+            let now = Utc::now().timestamp_millis();
+            let due = match self.store.claim_due(now, due_after(self.settings.interval), permits.len()).await {
+                Ok(due) => due,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot take due health checks from storage");
+                    continue;
+                }
+            };
+            permits.truncate(due.len());
+            if due.is_empty() {
+                continue;
+            }
+            // Each batch of checks taken together is a trace of its own, the registry's.
+            let round = mesh_telemetry::Root::start(
+                crate::app::REGISTRY_SERVICE,
+                None,
+                || tracing::info_span!(parent: None, "health_round", otel.name = "registry.health_round", mesh.agents = due.len()),
+            );
+            let batch = self.clone();
+            running.spawn(round.instrument(async move {
+                futures::stream::iter(due.into_iter().zip(permits))
+                    .for_each_concurrent(None, |(target, permit)| {
+                        let batch = &batch;
+                        // The permit lives as long as the check, not just the closure.
+                        async move {
+                            batch.check_and_record(target).await;
+                            drop(permit);
+                        }
+                    })
+                    .await;
+            }));
+        }
+    }
+
+    /// Keeps this replica's view in step with the database forever: every sync interval, reads
+    /// the registrations' version and, when it moved, reloads them (registrations and removals
+    /// through other replicas, and the healths their checks found). Also keeps the agent gauges.
+    pub async fn sync_forever(self: Arc<Self>, mut applied: i64) {
+        let mut ticks = tokio::time::interval(self.settings.sync_interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut counted = BTreeSet::new();
+        loop {
+            ticks.tick().await;
+            match self.sync(applied).await {
+                Ok(version) => applied = version,
+                Err(error) => tracing::warn!(%error, "cannot sync registrations from storage; serving the known ones"),
+            }
+            counted = count_agents(&self.directory, counted);
+        }
+    }
+
+    /// One sync: returns the version now applied (`applied` when nothing moved, or when the
+    /// snapshot raced a change here and must be read again).
+    async fn sync(&self, applied: i64) -> Result<i64, crate::error::RegistryError> {
+        let version = self.store.version().await?;
+        if version == applied {
+            return Ok(applied);
+        }
+        let mutations = self.directory.mutations();
+        let agents = self.store.load_all().await?;
+        let Some(changes) = self.directory.replace_all(agents, mutations) else {
+            tracing::debug!("registrations changed during the sync; reading them again at the next");
+            return Ok(applied);
+        };
+        for change in changes {
+            self.events.publish(EventBody::HealthChanged { agent_id: change.name, from: change.from, to: change.to });
+        }
+        Ok(version)
+    }
+}
+
+/// The time, in Unix milliseconds, one interval from now.
+fn due_after(interval: Duration) -> i64 {
+    Utc::now().timestamp_millis().saturating_add(i64::try_from(interval.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Sets `mesh_registry_agents{capability, health}` from the directory; pairs counted last time
@@ -164,7 +263,7 @@ fn count_agents(directory: &Directory, before: BTreeSet<(String, &'static str)>)
 }
 
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]

@@ -1,7 +1,12 @@
-//! Durable registrations: one row per agent, written before the registry acknowledges.
+//! Durable registrations: one row per agent, written before the registry acknowledges, with the
+//! agent's health and when it is next due for a check, which replicas sharing the database share.
 
-use mesh_storage::{Database, Row, StorageError};
+use mesh_protocol::registry::HealthStatus;
+use mesh_storage::{Backend, Database, Row, StorageError};
+use sqlx::any::AnyRow;
 use sqlx::migrate::Migrator;
+
+use crate::directory::PollTarget;
 
 static MIGRATIONS: Migrator = sqlx::migrate!("./migrations");
 
@@ -20,6 +25,44 @@ pub struct StoredAgent {
     pub owner: Option<String>,
 }
 
+impl StoredAgent {
+    /// Whether `other` describes the same instance offering the same things: a re-registration
+    /// that only refreshes the registration is not a change replicas need to hear of.
+    pub(crate) fn same_instance(&self, other: &Self) -> bool {
+        (
+            &self.url,
+            &self.capabilities,
+            &self.health_endpoint,
+            &self.process_endpoint,
+            &self.agent_card_url,
+            &self.owner,
+        ) == (
+            &other.url,
+            &other.capabilities,
+            &other.health_endpoint,
+            &other.process_endpoint,
+            &other.agent_card_url,
+            &other.owner,
+        )
+    }
+}
+
+/// A registration with the health the last check (by any replica) found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredState {
+    pub agent: StoredAgent,
+    pub health: HealthStatus,
+    pub last_health_check: Option<String>,
+}
+
+/// The columns a [`StoredState`] is read from; a macro so the queries stay static strings.
+macro_rules! agent_columns {
+    () => {
+        "name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, \
+         registered_at, updated_at, owner, health, last_health_check"
+    };
+}
+
 #[derive(Debug, Clone)]
 pub struct AgentStore {
     db: Database,
@@ -35,17 +78,36 @@ impl AgentStore {
         self.db.clone()
     }
 
-    /// Inserts or updates; a re-registration keeps the original `registered_at`.
-    pub async fn upsert(&self, agent: &StoredAgent) -> Result<(), StorageError> {
+    /// Inserts or updates; a re-registration keeps the original `registered_at`, and its health
+    /// unless the URL changed (a new instance is unknown and due for a check at once). Returns
+    /// whether the change is one other replicas must see, which it then announces.
+    pub async fn upsert(&self, agent: &StoredAgent) -> Result<bool, StorageError> {
         let capabilities = serde_json::to_string(&agent.capabilities)
             .map_err(|e| StorageError::Query(sqlx::Error::Encode(Box::new(e))))?;
+        let _turn = self.db.write_turn().await;
+        let mut tx = self.db.pool().begin().await?;
+        // Locks the row on PostgreSQL, so two replicas registering one name at once both see what
+        // the other did before deciding whether it changed anything.
+        let select = match self.db.backend() {
+            Backend::Postgres => concat!("SELECT ", agent_columns!(), " FROM agents WHERE name = $1 FOR UPDATE"),
+            Backend::Sqlite => concat!("SELECT ", agent_columns!(), " FROM agents WHERE name = $1"),
+        };
+        let before = sqlx::query(select)
+            .bind(&agent.name)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|row| stored_state(&row))
+            .transpose()?;
         sqlx::query(
             "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (name) DO UPDATE SET url = excluded.url, capabilities = excluded.capabilities, \
              health_endpoint = excluded.health_endpoint, process_endpoint = excluded.process_endpoint, \
              agent_card_url = excluded.agent_card_url, updated_at = excluded.updated_at, \
-             owner = COALESCE(agents.owner, excluded.owner)",
+             owner = COALESCE(agents.owner, excluded.owner), \
+             health = CASE WHEN agents.url = excluded.url THEN agents.health ELSE 'unknown' END, \
+             last_health_check = CASE WHEN agents.url = excluded.url THEN agents.last_health_check ELSE NULL END, \
+             next_check_at_ms = CASE WHEN agents.url = excluded.url THEN agents.next_check_at_ms ELSE 0 END",
         )
         .bind(&agent.name)
         .bind(&agent.url)
@@ -56,51 +118,127 @@ impl AgentStore {
         .bind(&agent.registered_at)
         .bind(&agent.updated_at)
         .bind(&agent.owner)
-        .execute(self.db.pool())
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        let changed = before.is_none_or(|before| !before.agent.same_instance(agent));
+        if changed {
+            bump_version(&mut tx).await?;
+        }
+        tx.commit().await?;
+        Ok(changed)
     }
 
     /// Removes `name`, or only while it is registered at `url` when one is given; returns
     /// whether a row was removed.
     pub async fn delete(&self, name: &str, url: Option<&str>) -> Result<bool, StorageError> {
+        let _turn = self.db.write_turn().await;
+        let mut tx = self.db.pool().begin().await?;
         let result = match url {
-            None => sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(self.db.pool()).await?,
+            None => sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(&mut *tx).await?,
             Some(url) => {
                 sqlx::query("DELETE FROM agents WHERE name = $1 AND url = $2")
                     .bind(name)
                     .bind(url)
-                    .execute(self.db.pool())
+                    .execute(&mut *tx)
                     .await?
             }
         };
-        Ok(result.rows_affected() > 0)
+        let removed = result.rows_affected() > 0;
+        if removed {
+            bump_version(&mut tx).await?;
+        }
+        tx.commit().await?;
+        Ok(removed)
     }
 
-    pub async fn load_all(&self) -> Result<Vec<StoredAgent>, StorageError> {
+    /// Takes the checks of up to `limit` agents that are due at `now_ms`, moving each on to
+    /// `next_ms`. The condition is checked again on the locked row, so of replicas claiming at
+    /// once each agent goes to one.
+    pub async fn claim_due(&self, now_ms: i64, next_ms: i64, limit: usize) -> Result<Vec<PollTarget>, StorageError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let _turn = self.db.write_turn().await;
         let rows = sqlx::query(
-            "SELECT name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner \
-             FROM agents ORDER BY name",
+            "UPDATE agents SET next_check_at_ms = $1 \
+             WHERE next_check_at_ms <= $2 AND name IN \
+             (SELECT name FROM agents WHERE next_check_at_ms <= $2 ORDER BY next_check_at_ms LIMIT $3) \
+             RETURNING name, url, health_endpoint",
         )
+        .bind(next_ms)
+        .bind(now_ms)
+        .bind(limit)
         .fetch_all(self.db.pool())
         .await?;
         rows.iter()
             .map(|row| {
-                let capabilities: String = row.try_get("capabilities")?;
-                Ok(StoredAgent {
+                Ok(PollTarget {
                     name: row.try_get("name")?,
                     url: row.try_get("url")?,
-                    capabilities: serde_json::from_str(&capabilities).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-                    health_endpoint: row.try_get("health_endpoint")?,
-                    process_endpoint: row.try_get("process_endpoint")?,
-                    agent_card_url: row.try_get("agent_card_url")?,
-                    registered_at: row.try_get("registered_at")?,
-                    updated_at: row.try_get("updated_at")?,
-                    owner: row.try_get("owner")?,
+                    health_url: row.try_get("health_endpoint")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
             .map_err(StorageError::Query)
+    }
+
+    /// Takes the check of `target` now, whenever it was due (a new registration, a reported
+    /// failure), moving its next one to `next_ms`; false when it is gone or registered elsewhere.
+    pub async fn claim_now(&self, target: &PollTarget, next_ms: i64) -> Result<bool, StorageError> {
+        let _turn = self.db.write_turn().await;
+        let result = sqlx::query("UPDATE agents SET next_check_at_ms = $1 WHERE name = $2 AND url = $3")
+            .bind(next_ms)
+            .bind(&target.name)
+            .bind(&target.url)
+            .execute(self.db.pool())
+            .await?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    /// Records a check's result, unless the agent was removed or re-registered elsewhere since;
+    /// a new health is announced to the other replicas.
+    pub async fn record_health(
+        &self,
+        target: &PollTarget,
+        health: HealthStatus,
+        checked_at: &str,
+    ) -> Result<(), StorageError> {
+        let _turn = self.db.write_turn().await;
+        let mut tx = self.db.pool().begin().await?;
+        let changed = sqlx::query(
+            "UPDATE agents SET health = $1, last_health_check = $2 WHERE name = $3 AND url = $4 AND health <> $1",
+        )
+        .bind(health.as_str())
+        .bind(checked_at)
+        .bind(&target.name)
+        .bind(&target.url)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        if changed {
+            bump_version(&mut tx).await?;
+        } else {
+            sqlx::query("UPDATE agents SET last_health_check = $1 WHERE name = $2 AND url = $3")
+                .bind(checked_at)
+                .bind(&target.name)
+                .bind(&target.url)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The number every change other replicas must see moves on.
+    pub async fn version(&self) -> Result<i64, StorageError> {
+        let row = sqlx::query("SELECT version FROM registry_version WHERE id = 1").fetch_one(self.db.pool()).await?;
+        Ok(row.try_get("version")?)
+    }
+
+    pub async fn load_all(&self) -> Result<Vec<StoredState>, StorageError> {
+        let rows = sqlx::query(concat!("SELECT ", agent_columns!(), " FROM agents ORDER BY name"))
+            .fetch_all(self.db.pool())
+            .await?;
+        rows.iter().map(stored_state).collect::<Result<_, sqlx::Error>>().map_err(StorageError::Query)
     }
 
     /// Whether the database answers a trivial query, for `/health`.
@@ -112,4 +250,37 @@ impl AgentStore {
     pub async fn close(&self) {
         self.db.close().await;
     }
+}
+
+async fn bump_version(tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE registry_version SET version = version + 1 WHERE id = 1").execute(&mut **tx).await?;
+    Ok(())
+}
+
+fn stored_state(row: &AnyRow) -> Result<StoredState, sqlx::Error> {
+    let capabilities: String = row.try_get("capabilities")?;
+    let health: String = row.try_get("health")?;
+    Ok(StoredState {
+        agent: StoredAgent {
+            name: row.try_get("name")?,
+            url: row.try_get("url")?,
+            capabilities: serde_json::from_str(&capabilities).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+            health_endpoint: row.try_get("health_endpoint")?,
+            process_endpoint: row.try_get("process_endpoint")?,
+            agent_card_url: row.try_get("agent_card_url")?,
+            registered_at: row.try_get("registered_at")?,
+            updated_at: row.try_get("updated_at")?,
+            owner: row.try_get("owner")?,
+        },
+        health: parse_health(&health),
+        last_health_check: row.try_get("last_health_check")?,
+    })
+}
+
+/// The health a stored word names; a word this version does not know reads as not checked yet.
+fn parse_health(word: &str) -> HealthStatus {
+    [HealthStatus::Healthy, HealthStatus::Unhealthy, HealthStatus::Unreachable]
+        .into_iter()
+        .find(|health| health.as_str() == word)
+        .unwrap_or(HealthStatus::Unknown)
 }

@@ -8,9 +8,8 @@ mod common;
 
 use std::process::{Child, Command, Stdio};
 
-use common::{FakeAgent, eventually};
+use common::{FakeAgent, ScratchDatabase, eventually};
 use mesh_client::{HttpClient, RegistryClient};
-use sqlx::Connection;
 
 /// A registry process on a free port.
 struct RegistryProcess {
@@ -97,17 +96,7 @@ async fn sqlite_registrations_survive_sigkill() {
 
 #[tokio::test]
 async fn postgres_registrations_survive_sigkill() {
-    let Some(admin_url) = mesh_test_support::postgres_url() else { return };
-    // A database of its own, so runs never see each other's rows.
-    let database = format!("mesh_registry_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("MESH_TEST_POSTGRES_URL is reachable");
-    // The name is generated above from a UUID, never from input.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}"))).execute(&mut admin).await.unwrap();
-    let mut url = url::Url::parse(&admin_url).unwrap();
-    url.set_path(&database);
-    survives_sigkill(url.as_str()).await;
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {database} WITH (FORCE)")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    let Some(database) = ScratchDatabase::create().await else { return };
+    survives_sigkill(&database.url).await;
+    database.drop_database().await;
 }

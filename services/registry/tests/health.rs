@@ -74,8 +74,10 @@ async fn a_dead_agent_is_unreachable_and_leaves_the_rotation() {
 async fn polls_are_bounded_and_one_slow_agent_does_not_hold_back_the_others() {
     // One poller slot only: a hanging agent must still give way to the others within its timeout.
     let registry = TestRegistry::start_with(|c| c.health_check_concurrency_max = 1).await;
+    // The hanging agent counts apart: a request the registry gave up on stays open on its side
+    // (it never answers), so its count says nothing of the registry's own checks in flight.
+    let hanging = FakeAgent::start_observed("hanging", Arc::new(HealthProbe::default())).await;
     let probe = Arc::new(HealthProbe::default());
-    let hanging = FakeAgent::start_observed("hanging", probe.clone()).await;
     let failing = FakeAgent::start_observed("failing", probe.clone()).await;
     let healthy = FakeAgent::start_observed("healthy", probe.clone()).await;
     for agent in [&hanging, &failing, &healthy] {
@@ -89,6 +91,11 @@ async fn polls_are_bounded_and_one_slow_agent_does_not_hold_back_the_others() {
     wait_for(&registry, "hanging", HealthStatus::Unreachable).await;
     wait_for(&registry, "failing", HealthStatus::Unhealthy).await;
     wait_for(&registry, "healthy", HealthStatus::Healthy).await;
+    // Slow enough that checks taken up to two claim ticks apart overlap, were they let run together.
+    failing.answer_health_after(60);
+    healthy.answer_health_after(60);
+    let checked = probe.requests.load(Ordering::SeqCst);
+    eventually("both checked several times", || async { probe.requests.load(Ordering::SeqCst) >= checked + 8 }).await;
     assert_eq!(probe.max_in_flight.load(Ordering::SeqCst), 1, "never more than one health check at a time");
     registry.stop().await;
 }

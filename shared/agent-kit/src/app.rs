@@ -46,7 +46,8 @@ pub struct AgentConfig {
     pub port: u16,
     /// URL other agents reach this one at; derived from host and the bound port when absent.
     pub public_url: Option<String>,
-    /// Registry to register with; no registration when absent.
+    /// Registry to register with (several replicas: a comma-separated list); no registration
+    /// when absent.
     pub registry_url: Option<String>,
     /// Name to register and serve in the card, for replicas of one agent; the card's name when absent.
     pub name: Option<String>,

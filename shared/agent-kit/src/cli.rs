@@ -17,8 +17,9 @@ use crate::app::AgentConfig;
 pub struct AgentArgs {
     #[command(flatten)]
     pub server: ServerArgs,
-    /// Registry to register with at start (and deregister from on shutdown).
-    #[arg(long, value_name = "URL")]
+    /// Registry to register with at start (and deregister from on shutdown); several replicas
+    /// of it as a comma-separated list, tried in turn when one cannot answer.
+    #[arg(long, value_name = "URL[,URL...]")]
     pub registry_url: Option<String>,
     /// Name to serve and register under, for running several replicas of one agent.
     #[arg(long)]

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -31,6 +31,8 @@ pub const TEST_HEALTH_TIMEOUT_MS: u64 = 300;
 pub struct HealthProbe {
     in_flight: AtomicUsize,
     pub max_in_flight: AtomicUsize,
+    /// Health requests received in all.
+    pub requests: AtomicUsize,
 }
 
 /// Leaves the probe when the request ends, answered or dropped by the registry's timeout.
@@ -47,6 +49,8 @@ pub struct FakeAgent {
     pub name: String,
     pub url: String,
     health: Arc<AtomicU16>,
+    /// Milliseconds `/health` takes to answer.
+    health_delay_ms: Arc<AtomicU64>,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<()>,
 }
@@ -76,16 +80,21 @@ impl FakeAgent {
             "skills": [{"id": "search", "name": "Search", "description": "search", "tags": []}]
         });
         let health_state = health.clone();
+        let health_delay_ms = Arc::new(AtomicU64::new(0));
+        let delay_state = health_delay_ms.clone();
         let router =
             Router::new().route("/.well-known/agent-card.json", get(move || async move { axum::Json(card) })).route(
                 "/health",
                 get(move || {
                     let health = health_state.clone();
+                    let delay_ms = delay_state.load(Ordering::SeqCst);
                     let probe = probe.clone();
                     async move {
+                        probe.requests.fetch_add(1, Ordering::SeqCst);
                         let now = probe.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                         probe.max_in_flight.fetch_max(now, Ordering::SeqCst);
                         let _in_flight = InFlight(probe);
+                        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                         let code = health.load(Ordering::SeqCst);
                         if code == HANG {
                             std::future::pending::<()>().await;
@@ -103,7 +112,12 @@ impl FakeAgent {
                 .await
                 .unwrap();
         });
-        Self { name: name.to_owned(), url, health, stop: Some(stop), server }
+        Self { name: name.to_owned(), url, health, health_delay_ms, stop: Some(stop), server }
+    }
+
+    /// Makes `/health` take `delay_ms` before it answers.
+    pub fn answer_health_after(&self, delay_ms: u64) {
+        self.health_delay_ms.store(delay_ms, Ordering::SeqCst);
     }
 
     pub fn answer_health(&self, status: u16) {
@@ -205,5 +219,37 @@ where
     while !condition().await {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A PostgreSQL database of its own on the server of `MESH_TEST_POSTGRES_URL`, so runs never see
+/// each other's rows; dropped by [`ScratchDatabase::drop_database`]. `None` (the test skips)
+/// without the server outside CI.
+pub struct ScratchDatabase {
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+impl ScratchDatabase {
+    pub async fn create() -> Option<Self> {
+        use sqlx::Connection;
+        let admin_url = mesh_test_support::postgres_url()?;
+        let name = format!("mesh_registry_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("MESH_TEST_POSTGRES_URL is reachable");
+        // The name is generated above from a UUID, never from input.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await.unwrap();
+        let mut url = url::Url::parse(&admin_url).unwrap();
+        url.set_path(&name);
+        Some(Self { url: url.into(), admin_url, name })
+    }
+
+    pub async fn drop_database(self) {
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(&self.admin_url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {} WITH (FORCE)", self.name)))
+            .execute(&mut admin)
+            .await
+            .unwrap();
     }
 }
