@@ -107,14 +107,17 @@ struct Args {
     bench: bool,
 }
 
+/// An agent's health request: (agent, when it arrived).
+type Hit = (usize, Duration);
+/// An agent's registration: (agent, when it was sent, when it was answered).
+type Registered = (usize, Duration, Duration);
+
 /// What the simulated agents saw, in time since the bench started.
 #[derive(Debug)]
 struct Recorder {
     origin: Instant,
-    /// (agent, when its health request arrived).
-    hits: Mutex<Vec<(usize, Duration)>>,
-    /// (agent, when its registration was sent, when it was answered).
-    registrations: Mutex<Vec<(usize, Duration, Duration)>>,
+    hits: Mutex<Vec<Hit>>,
+    registrations: Mutex<Vec<Registered>>,
     /// Records not kept because the bounds were reached.
     dropped: AtomicU64,
 }
@@ -150,7 +153,7 @@ impl Recorder {
         self.keep(&self.registrations, (agent, sent, self.now()));
     }
 
-    fn snapshot(&self) -> (Vec<(usize, Duration)>, Vec<(usize, Duration, Duration)>) {
+    fn snapshot(&self) -> (Vec<Hit>, Vec<Registered>) {
         let hits = self.hits.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let registrations = self.registrations.lock().unwrap_or_else(|e| e.into_inner()).clone();
         (hits, registrations)
@@ -205,7 +208,7 @@ fn capability(index: usize) -> String {
 /// Hanging agents are spread evenly, as failures would be, rather than bunched at one end of the
 /// polling order.
 fn is_hanging(args: &Args, index: usize) -> bool {
-    let hanging_every = if args.hanging == 0 { usize::MAX } else { args.agents / args.hanging };
+    let hanging_every = args.agents.checked_div(args.hanging).unwrap_or(usize::MAX);
     index % hanging_every == 0 && index / hanging_every < args.hanging
 }
 
@@ -454,11 +457,10 @@ struct Round {
 /// The health requests of `hits` split into those each registration triggered (the first request
 /// an agent got after sending a registration, within a grace period of its answer) and the
 /// rest, the rounds' (returned, sorted by time).
-fn round_hits(
-    hits: &[(usize, Duration)],
-    registrations: &[(usize, Duration, Duration)],
-) -> (Vec<(usize, Duration)>, usize) {
-    let mut per_agent: BTreeMap<usize, (Vec<Duration>, Vec<(Duration, Duration)>)> = BTreeMap::new();
+fn round_hits(hits: &[Hit], registrations: &[Registered]) -> (Vec<Hit>, usize) {
+    // Per agent: its health requests, and its registrations (sent, answered).
+    type Timeline = (Vec<Duration>, Vec<(Duration, Duration)>);
+    let mut per_agent: BTreeMap<usize, Timeline> = BTreeMap::new();
     for &(agent, at) in hits {
         per_agent.entry(agent).or_default().0.push(at);
     }
@@ -484,7 +486,7 @@ fn round_hits(
 }
 
 /// Consecutive requests closer than `gap` to one another form one round.
-fn split_rounds(hits: &[(usize, Duration)], gap: Duration) -> Vec<Round> {
+fn split_rounds(hits: &[Hit], gap: Duration) -> Vec<Round> {
     let mut rounds: Vec<(Round, std::collections::BTreeSet<usize>)> = Vec::new();
     for &(agent, at) in hits {
         match rounds.last_mut() {
