@@ -55,7 +55,7 @@ const CHANNEL_PREFIX: &str = "a2a_tasks:";
 #[derive(Debug, Clone, PartialEq)]
 pub enum Remote {
     /// An event of a task another replica changed (ran, canceled, failed).
-    Event { tenant: String, id: String, event: StreamResponse },
+    Event { tenant: String, id: String, event: Box<StreamResponse> },
     /// The listener (re)connected: events sent meanwhile may be lost, so the tasks followed must
     /// be read again from the store.
     Resync,
@@ -181,7 +181,7 @@ impl Assembler {
             self.partial.remove(&key)?.concat()
         };
         let event = serde_json::from_str(&json).ok()?;
-        Some(Remote::Event { tenant: header.tenant, id: header.task, event })
+        Some(Remote::Event { tenant: header.tenant, id: header.task, event: Box::new(event) })
     }
 }
 
@@ -354,7 +354,10 @@ mod tests {
             let (last, first) = payloads.split_last().unwrap();
             assert!(first.iter().all(|p| receiver.take(p).is_none()), "nothing before the last piece");
             let heard = receiver.take(last).unwrap();
-            assert_eq!(heard, Remote::Event { tenant: "tenant".into(), id: "t1".into(), event: event.clone() });
+            assert_eq!(
+                heard,
+                Remote::Event { tenant: "tenant".into(), id: "t1".into(), event: Box::new(event.clone()) }
+            );
             assert!(receiver.partial.is_empty());
             // The sender and other agents ignore it.
             let mut own = Assembler::new(identity("a"));

@@ -96,11 +96,11 @@ async fn events_published_by_one_replica_are_heard_by_the_other_whole_and_in_ord
     }
     for event in events {
         let got = tokio::time::timeout(DEADLINE, heard.recv()).await.unwrap().unwrap();
-        assert_eq!(got, Remote::Event { tenant: "tenant".into(), id: "t1".into(), event });
+        assert_eq!(got, Remote::Event { tenant: "tenant".into(), id: "t1".into(), event: Box::new(event) });
     }
     // A replica does not hear itself: the first event `a` hears is the one `b` sent after.
     let marker = status(TaskState::Canceled, "from b".into());
     b.publish("tenant", "t2", &marker).await;
     let got = tokio::time::timeout(DEADLINE, own.recv()).await.unwrap().unwrap();
-    assert_eq!(got, Remote::Event { tenant: "tenant".into(), id: "t2".into(), event: marker });
+    assert_eq!(got, Remote::Event { tenant: "tenant".into(), id: "t2".into(), event: Box::new(marker) });
 }

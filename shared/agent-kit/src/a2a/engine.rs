@@ -325,7 +325,7 @@ async fn follow_others(core: Weak<Core>, mut heard: mpsc::Receiver<Remote>, stop
         };
         let (Some(remote), Some(core)) = (remote, core.upgrade()) else { return };
         match remote {
-            Remote::Event { tenant, id, event } => core.hear(&(tenant, id), event),
+            Remote::Event { tenant, id, event } => core.hear(&(tenant, id), *event),
             Remote::Resync => core.resync_followed().await,
         }
     }
