@@ -104,3 +104,33 @@ async fn events_published_by_one_replica_are_heard_by_the_other_whole_and_in_ord
     let got = tokio::time::timeout(DEADLINE, own.recv()).await.unwrap().unwrap();
     assert_eq!(got, Remote::Event { tenant: "tenant".into(), id: "t2".into(), event: Box::new(marker) });
 }
+
+#[tokio::test]
+async fn a_listener_whose_connection_drops_reconnects_and_asks_for_a_re_read() {
+    let Some((a, b)) = replicas("replicas-reconnect").await else { return };
+    let mut heard = b.listen().unwrap();
+    assert_eq!(tokio::time::timeout(DEADLINE, heard.recv()).await.unwrap(), Some(Remote::Resync));
+    // The server ends the listening session, as a restart or a network cut would.
+    let url = mesh_test_support::postgres_url().unwrap();
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let ended = sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()",
+    )
+    // The channel keeps the start of the agent's name (PostgreSQL cuts names to 63 bytes).
+    .bind(format!("LISTEN %{}%", &b.agent()[..40]))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(ended.len(), 1, "one listening session");
+    assert_eq!(tokio::time::timeout(DEADLINE, heard.recv()).await.unwrap(), Some(Remote::Resync));
+    // Listening again: events are heard.
+    let canceled = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: "t1".into(),
+        context_id: "c1".into(),
+        status: TaskStatus { state: TaskState::Canceled, message: None, timestamp: Some(now_timestamp()) },
+        metadata: None,
+    });
+    a.publish("", "t1", &canceled).await;
+    let got = tokio::time::timeout(DEADLINE, heard.recv()).await.unwrap().unwrap();
+    assert_eq!(got, Remote::Event { tenant: String::new(), id: "t1".into(), event: Box::new(canceled) });
+}
