@@ -14,7 +14,7 @@ use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROC
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
-use mesh_tasks::{Retention, TaskStore};
+use mesh_tasks::{Lease, Retention, TaskStore};
 
 use crate::a2a::{TaskHandler, TaskLimits, describe_interfaces, describe_security};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
@@ -104,9 +104,13 @@ pub struct AgentConfig {
     pub task_subscribers_max: usize,
     /// Largest size of one task's artifacts, as stored JSON; a task growing past it fails.
     pub task_artifact_bytes_max: usize,
-    /// At start, fail the tasks a previous run left submitted or working. Turn off for replicas
-    /// sharing one task database under one name: each would fail the others' running tasks.
+    /// Fail the tasks left submitted or working by a process that no longer runs: at start and,
+    /// on PostgreSQL, at every lease renewal (the running tasks of live replicas are left alone).
     pub fail_interrupted_tasks_at_start: bool,
+    /// On PostgreSQL, milliseconds after which a replica that stopped renewing its task lease is
+    /// taken for dead (its running tasks are then failed), and between two renewals.
+    pub task_lease_ttl_ms: u64,
+    pub task_lease_renew_ms: u64,
     /// How callers authenticate, and the credential this agent presents (see [`crate::auth`]).
     pub auth: mesh_auth::AuthConfig,
 }
@@ -143,6 +147,8 @@ impl Default for AgentConfig {
             task_subscribers_max: crate::a2a::TASK_SUBSCRIBERS_MAX_DEFAULT,
             task_artifact_bytes_max: crate::a2a::TASK_ARTIFACT_BYTES_MAX_DEFAULT,
             fail_interrupted_tasks_at_start: true,
+            task_lease_ttl_ms: mesh_tasks::TASK_LEASE_TTL_MS_DEFAULT,
+            task_lease_renew_ms: mesh_tasks::TASK_LEASE_RENEW_MS_DEFAULT,
             auth: mesh_auth::AuthConfig::default(),
         }
     }
@@ -198,6 +204,8 @@ pub struct AgentApp {
     bus: Option<crate::bus::BusRunner>,
     /// The task store's retention job, stopped with the agent.
     purger: tokio::task::JoinHandle<()>,
+    /// Renews this replica's task lease (PostgreSQL), stopped with the agent.
+    lease: Option<tokio::task::JoinHandle<()>>,
     /// Checks that the task store's database answers, for `/health`.
     database_probe: tokio::task::JoinHandle<()>,
     shutdown_drain: Duration,
@@ -280,12 +288,12 @@ impl AgentApp {
         }
         let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
         let store = TaskStore::open(&store_url, &card.name).await?;
-        if config.fail_interrupted_tasks_at_start {
-            let failed = store.fail_interrupted(INTERRUPTED_TASK_REASON).await?;
-            if failed > 0 {
-                tracing::warn!(failed, "failed the tasks a previous run left unfinished");
-            }
-        }
+        let lease = Lease {
+            ttl: Duration::from_millis(config.task_lease_ttl_ms),
+            renew_interval: Duration::from_millis(config.task_lease_renew_ms),
+        };
+        let lease =
+            store.start_lease(lease, config.fail_interrupted_tasks_at_start.then_some(INTERRUPTED_TASK_REASON)).await?;
         let purger = store.spawn_purger(Retention {
             finished_task_ttl: Duration::from_millis(config.finished_task_ttl_ms),
             purge_interval: Duration::from_millis(config.task_purge_interval_ms),
@@ -348,6 +356,7 @@ impl AgentApp {
             graph,
             bus: None,
             purger,
+            lease,
             database_probe,
             shutdown_drain,
             shutdown_unready,
@@ -421,6 +430,9 @@ impl AgentApp {
             .await
             .map_err(KitError::Serve);
         self.purger.abort();
+        if let Some(lease) = &self.lease {
+            lease.abort();
+        }
         self.database_probe.abort();
         if let Some(bus) = bus {
             bus.stop().await;

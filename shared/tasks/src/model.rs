@@ -26,6 +26,11 @@ pub fn state_name(state: TaskState) -> String {
     }
 }
 
+/// The wire names of the terminal states, as stored.
+pub fn terminal_states() -> [String; 4] {
+    [TaskState::Completed, TaskState::Failed, TaskState::Canceled, TaskState::Rejected].map(state_name)
+}
+
 /// Applies one event of the task's own stream to it. The current status message lives in
 /// `status.message` only (as the official SDK keeps it); when the status moves on, it joins the
 /// history, so the conversation stays whole. Artifact chunks either extend the artifact with the

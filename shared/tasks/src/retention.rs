@@ -10,7 +10,7 @@ use mesh_storage::Row;
 use tokio::task::JoinHandle;
 
 use crate::error::TaskError;
-use crate::model::{apply, now_timestamp, state_name};
+use crate::model::{apply, now_timestamp, state_name, terminal_states};
 use crate::store::TaskStore;
 
 /// Finished tasks are kept this long after their last change by default (7 days).
@@ -39,18 +39,19 @@ impl Default for Retention {
     }
 }
 
-fn terminal_states() -> [String; 4] {
-    [TaskState::Completed, TaskState::Failed, TaskState::Canceled, TaskState::Rejected].map(state_name)
+/// The instant `age` ago, as stored timestamps are written (`"0"`, before any, when out of range).
+pub(crate) fn timestamp_before(age: Duration) -> String {
+    let age = chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX);
+    Utc::now()
+        .checked_sub_signed(age)
+        .map_or_else(|| "0".to_owned(), |t| t.to_rfc3339_opts(SecondsFormat::Micros, true))
 }
 
 impl TaskStore {
     /// Deletes this agent's finished tasks last changed more than `ttl` ago, every tenant's;
     /// returns how many. Unfinished tasks are never deleted, however old.
     pub async fn purge_finished(&self, ttl: Duration) -> Result<u64, TaskError> {
-        let ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
-        let cutoff = Utc::now()
-            .checked_sub_signed(ttl)
-            .map_or_else(|| "0".to_owned(), |t| t.to_rfc3339_opts(SecondsFormat::Micros, true));
+        let cutoff = timestamp_before(ttl);
         let [completed, failed, canceled, rejected] = terminal_states();
         let mut purged = 0;
         loop {
@@ -95,23 +96,26 @@ impl TaskStore {
         })
     }
 
-    /// Fails every task of this agent still stored as submitted or working: at startup nothing
-    /// runs them any more (the process that did crashed or was killed), and a client polling one
-    /// would otherwise wait forever. Tasks waiting for the user are left as they are. Returns how
-    /// many were failed.
-    ///
-    /// Only for an agent whose tasks no other live process runs: replicas sharing one database
-    /// under one agent name must not do this (see `fail_interrupted_tasks_at_start`).
-    pub async fn fail_interrupted(&self, reason: &str) -> Result<u64, TaskError> {
+    /// Fails every task of this agent still stored as submitted or working by a process that
+    /// holds no lease renewed within `lease_ttl` (see [`crate::Lease`]): nothing runs them any more
+    /// (the process that did crashed or was killed), and a client polling one would otherwise
+    /// wait forever. Tasks of live replicas, and tasks waiting for the user, are left as they are.
+    /// Returns how many were failed. On SQLite no process holds a lease: every such task is failed.
+    pub async fn fail_interrupted(&self, reason: &str, lease_ttl: Duration) -> Result<u64, TaskError> {
         let running = [TaskState::Submitted, TaskState::Working].map(state_name);
+        let lease_cutoff = timestamp_before(lease_ttl);
         let mut failed = 0;
         loop {
+            // Rows of a replica with a lease renewed since the cutoff are another live process's.
             let rows = sqlx::query(
-                "SELECT tenant, body FROM a2a_tasks WHERE agent = $1 AND state IN ($2, $3) ORDER BY updated_at LIMIT $4",
+                "SELECT tenant, body FROM a2a_tasks t WHERE agent = $1 AND state IN ($2, $3) \
+                 AND NOT EXISTS (SELECT 1 FROM a2a_task_replicas r WHERE r.agent = t.agent \
+                 AND r.replica = t.owner AND r.renewed_at >= $4) ORDER BY updated_at LIMIT $5",
             )
             .bind(&self.agent)
             .bind(&running[0])
             .bind(&running[1])
+            .bind(&lease_cutoff)
             .bind(INTERRUPTED_BATCH_ROWS)
             .fetch_all(&self.pool)
             .await?;

@@ -5,14 +5,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, Task};
-use mesh_storage::{AnyPool, Database, Row};
+use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
+use mesh_storage::{AnyPool, Backend, Database, Row};
 use sqlx::migrate::Migrator;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::error::TaskError;
-use crate::model::{normalize_timestamp, now_timestamp, state_name, trim_history};
+use crate::fanout::{Fanout, Remote};
+use crate::model::{normalize_timestamp, now_timestamp, state_name, terminal_states, trim_history};
 
 /// The tasks' own migration history, kept apart from other components' (the registry's) so that
 /// they can share one PostgreSQL database without each taking the other's migrations for
@@ -51,9 +52,14 @@ struct Write {
 #[derive(Debug, Clone)]
 pub struct TaskStore {
     pub(crate) agent: String,
+    /// This process's name among the replicas sharing the table: the owner of the rows it writes.
+    pub(crate) replica: String,
     pub(crate) pool: AnyPool,
+    pub(crate) backend: Backend,
     writes: mpsc::Sender<Write>,
     pending: Arc<PendingWrites>,
+    /// Task events shared with the other replicas (PostgreSQL only).
+    pub(crate) fanout: Option<Arc<Fanout>>,
 }
 
 /// The newest queued but not yet committed body of each task, so that a read right after a
@@ -116,15 +122,16 @@ impl TaskStore {
     /// writer, which lives as long as the store has clones.
     pub async fn open(database_url: &str, agent: &str) -> Result<Self, TaskError> {
         let database = Database::connect(database_url, &migrator()).await?;
-        Ok(Self::with_database(&database, agent))
-    }
-
-    /// A store over an open database (the migrations must have run: see [`Self::open`]).
-    fn with_database(database: &Database, agent: &str) -> Self {
+        let replica = uuid::Uuid::new_v4().to_string();
+        let fanout = match database.backend() {
+            Backend::Postgres => Some(Arc::new(Fanout::start(database_url, agent, &replica)?)),
+            Backend::Sqlite => None,
+        };
         let (writes, queue) = mpsc::channel(WRITE_QUEUE_MAX);
         let pending = Arc::new(PendingWrites::default());
-        tokio::spawn(write_batches(database.pool().clone(), agent.to_owned(), queue, pending.clone()));
-        Self { agent: agent.to_owned(), pool: database.pool().clone(), writes, pending }
+        let pool = database.pool().clone();
+        tokio::spawn(write_batches(pool.clone(), agent.to_owned(), replica.clone(), queue, pending.clone()));
+        Ok(Self { agent: agent.to_owned(), replica, pool, backend: database.backend(), writes, pending, fanout })
     }
 
     /// Saves the task and returns once it is committed.
@@ -167,8 +174,8 @@ impl TaskStore {
         let body = serde_json::to_string(task).map_err(|e| TaskError::Storage(e.to_string()))?;
         let updated_at = task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp);
         let created = sqlx::query(
-            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (agent, tenant, id) DO NOTHING",
+            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body, owner) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (agent, tenant, id) DO NOTHING",
         )
         .bind(&self.agent)
         .bind(tenant)
@@ -177,10 +184,35 @@ impl TaskStore {
         .bind(state_name(task.status.state))
         .bind(&updated_at)
         .bind(&body)
+        .bind(&self.replica)
         .execute(&self.pool)
         .await?
         .rows_affected();
         Ok(created == 1)
+    }
+
+    /// The agent whose tasks these are.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// Whether task events travel between the replicas sharing this store (PostgreSQL).
+    pub fn shares_events(&self) -> bool {
+        self.fanout.is_some()
+    }
+
+    /// Tells the other replicas of an event of the task (nothing on SQLite). Waits only for room
+    /// in the publisher's queue; the event is sent after what was published before it.
+    pub async fn publish(&self, tenant: &str, id: &str, event: &StreamResponse) {
+        if let Some(fanout) = &self.fanout {
+            fanout.publish(tenant, id, event).await;
+        }
+    }
+
+    /// The other replicas' task events from now on, until the receiver is dropped; `None` on
+    /// SQLite, where no other process shares the store.
+    pub fn listen(&self) -> Option<mpsc::Receiver<Remote>> {
+        self.fanout.as_ref().map(|fanout| fanout.listen())
     }
 
     /// Answers whether the database answers a trivial query, for `/health`.
@@ -372,10 +404,16 @@ impl PageCursor {
 
 /// The writer: takes what is queued (up to a batch), commits it in one transaction, tells the
 /// waiting savers, repeats. Under load, batches grow by themselves; alone, a write commits at once.
-async fn write_batches(pool: AnyPool, agent: String, mut queue: mpsc::Receiver<Write>, pending: Arc<PendingWrites>) {
+async fn write_batches(
+    pool: AnyPool,
+    agent: String,
+    replica: String,
+    mut queue: mpsc::Receiver<Write>,
+    pending: Arc<PendingWrites>,
+) {
     let mut batch = Vec::with_capacity(WRITE_BATCH_MAX);
     while queue.recv_many(&mut batch, WRITE_BATCH_MAX).await > 0 {
-        let result = commit(&pool, &agent, &batch).await.map_err(|e| e.to_string());
+        let result = commit(&pool, &agent, &replica, &batch).await.map_err(|e| e.to_string());
         if let Err(error) = &result {
             tracing::error!(%error, writes = batch.len(), "could not save tasks");
         }
@@ -390,11 +428,13 @@ async fn write_batches(pool: AnyPool, agent: String, mut queue: mpsc::Receiver<W
 }
 
 /// Rows per `INSERT` statement: one statement per chunk instead of one per row, since every
-/// statement is a round trip to the database (for SQLite, to its worker thread). 7 parameters
+/// statement is a round trip to the database (for SQLite, to its worker thread). 8 parameters
 /// per row stay far below either database's limit on parameters.
 const ROWS_PER_STATEMENT_MAX: usize = 128;
+/// Columns written per row.
+const COLUMNS_PER_ROW: usize = 8;
 
-async fn commit(pool: &AnyPool, agent: &str, batch: &[Write]) -> Result<(), sqlx::Error> {
+async fn commit(pool: &AnyPool, agent: &str, replica: &str, batch: &[Write]) -> Result<(), sqlx::Error> {
     // Only the newest write of a task in the batch matters (by status time, then queue order):
     // the others would be overwritten anyway, and one statement may not upsert a row twice.
     let mut last: HashMap<(&str, &str), usize> = HashMap::new();
@@ -410,21 +450,28 @@ async fn commit(pool: &AnyPool, agent: &str, batch: &[Write]) -> Result<(), sqlx
         .filter(|(i, w)| last.get(&(w.tenant.as_str(), w.id.as_str())) == Some(i))
         .map(|(_, w)| w)
         .collect();
+    let terminal = terminal_states();
     let mut transaction = pool.begin().await?;
     for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
         let placeholders: Vec<String> = (0..chunk.len())
             .map(|row| {
-                let first = row * 7;
-                let numbered: Vec<String> = (1..=7).map(|column| format!("${}", first + column)).collect();
+                let first = row * COLUMNS_PER_ROW;
+                let numbered: Vec<String> =
+                    (1..=COLUMNS_PER_ROW).map(|column| format!("${}", first + column)).collect();
                 format!("({})", numbered.join(", "))
             })
             .collect();
+        let terminal_placeholders: Vec<String> =
+            (1..=terminal.len()).map(|n| format!("${}", chunk.len() * COLUMNS_PER_ROW + n)).collect();
+        // A finished task stays finished: a late save of another state (a replica's turn that
+        // ended after another replica canceled the task) never overwrites it.
         let sql = format!(
-            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body) VALUES {} \
+            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body, owner) VALUES {} \
              ON CONFLICT (agent, tenant, id) DO UPDATE SET context_id = excluded.context_id, \
-             state = excluded.state, updated_at = excluded.updated_at, body = excluded.body \
-             WHERE excluded.updated_at >= a2a_tasks.updated_at",
-            placeholders.join(", ")
+             state = excluded.state, updated_at = excluded.updated_at, body = excluded.body, owner = excluded.owner \
+             WHERE excluded.updated_at >= a2a_tasks.updated_at AND a2a_tasks.state NOT IN ({})",
+            placeholders.join(", "),
+            terminal_placeholders.join(", ")
         );
         // Audited: the SQL is built from numbered placeholders only; every value is bound.
         let mut statement = sqlx::query(sqlx::AssertSqlSafe(sql));
@@ -436,7 +483,11 @@ async fn commit(pool: &AnyPool, agent: &str, batch: &[Write]) -> Result<(), sqlx
                 .bind(&write.context_id)
                 .bind(&write.state)
                 .bind(&write.updated_at)
-                .bind(&write.body);
+                .bind(&write.body)
+                .bind(replica);
+        }
+        for state in &terminal {
+            statement = statement.bind(state);
         }
         statement.execute(&mut *transaction).await?;
     }

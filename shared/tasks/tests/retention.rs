@@ -91,7 +91,7 @@ async fn tasks_left_running_by_a_crash_are_failed_with_the_reason_at_start() {
         ] {
             store.save(tenant, &task(id, state, Duration::from_secs(5))).await.unwrap();
         }
-        let failed = store.fail_interrupted("the agent restarted").await.unwrap();
+        let failed = store.fail_interrupted("the agent restarted", std::time::Duration::from_secs(30)).await.unwrap();
         assert_eq!(failed, 2, "{backend}");
         for (tenant, id, expected) in [
             ("", "working", TaskState::Failed),
@@ -107,6 +107,10 @@ async fn tasks_left_running_by_a_crash_are_failed_with_the_reason_at_start() {
                 assert!(serde_json::to_string(&reason.parts).unwrap().contains("the agent restarted"), "{backend}");
             }
         }
-        assert_eq!(store.fail_interrupted("again").await.unwrap(), 0, "{backend}: nothing is left running");
+        assert_eq!(
+            store.fail_interrupted("again", std::time::Duration::from_secs(30)).await.unwrap(),
+            0,
+            "{backend}: nothing is left running"
+        );
     }
 }

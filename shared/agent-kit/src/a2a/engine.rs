@@ -2,6 +2,12 @@
 //! still running (or waiting for input) in memory with their subscribers, and saves every change
 //! to the [`TaskStore`]. Both protocol bindings, in both protocol versions, are thin layers over
 //! the operations here.
+//!
+//! Replicas sharing a PostgreSQL store share the events of their tasks too (see
+//! [`mesh_tasks::Remote`]): a task running on another replica is followed here through a copy in
+//! memory (loaded from the store, then moved on by the other replica's events), so that
+//! `SubscribeToTask` streams it from any replica, and a cancellation made here stops the turn
+//! that runs it there.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -17,7 +23,7 @@ use mesh_protocol::a2a::v1::{
 use mesh_tasks::model::{
     accepts_messages, add_user_message, apply, apply_artifact, now_timestamp, state_name, trim_history,
 };
-use mesh_tasks::{TaskError, TaskStore, history_length};
+use mesh_tasks::{Remote, TaskError, TaskStore, history_length};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -116,6 +122,8 @@ struct Core {
     store: TaskStore,
     live: Mutex<HashMap<TaskKey, Arc<LiveTask>>>,
     limits: TaskLimits,
+    /// Stops following the other replicas' events when the engine is gone.
+    _following: Option<tokio_util::sync::DropGuard>,
 }
 
 impl LiveTask {
@@ -215,6 +223,7 @@ impl Core {
                 if let Err(error) = self.save(&key.0, &task, true).await {
                     tracing::error!(task = %key.1, %error, "could not save the expired task");
                 }
+                self.store.publish(&key.0, &key.1, &update).await;
                 for subscriber in subscribers {
                     let _ = subscriber.send(update.clone());
                 }
@@ -224,6 +233,101 @@ impl Core {
 
     async fn save(&self, tenant: &str, task: &Task, durable: bool) -> Result<(), TaskError> {
         if durable { self.store.save(tenant, task).await } else { self.store.save_in_background(tenant, task).await }
+    }
+
+    /// Takes an event another replica published: the copy here, if any and not run here, moves
+    /// on and tells its subscribers. A final state (the task canceled, finished or failed
+    /// elsewhere) also ends the copy here, and stops the turn when it runs here.
+    fn hear(&self, key: &TaskKey, event: StreamResponse) {
+        let Some(live) = self.live(key) else { return };
+        let mut state = lock(&live.state);
+        if state.closed || (state.running && !ends_task(&event)) {
+            // A turn here owns the task: only an end reached elsewhere (a cancellation) counts.
+            return;
+        }
+        apply(&mut state.task, &event);
+        self.pass_on(key, &live, state, event);
+    }
+
+    /// Tells the subscribers of `live`, whose state `state` has just taken `event`; when that
+    /// state is final, ends the task here: its streams close and a turn running here is stopped.
+    fn pass_on(
+        &self,
+        key: &TaskKey,
+        live: &Arc<LiveTask>,
+        mut state: MutexGuard<'_, LiveState>,
+        event: StreamResponse,
+    ) {
+        state.touched = Instant::now();
+        if !state.task.status.state.is_terminal() {
+            state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+            return;
+        }
+        state.closed = true;
+        state.running = false;
+        let subscribers = std::mem::take(&mut state.subscribers);
+        drop(state);
+        live.cancellation.cancel();
+        self.forget(key, live);
+        for subscriber in subscribers {
+            let _ = subscriber.send(event.clone());
+        }
+    }
+
+    /// Reads a task followed here but not run here from the store again, for what its events may
+    /// not have told (the listener reconnected, or the task moved on while a subscriber joined):
+    /// a different status is passed on as a status update, and a final one ends the copy.
+    async fn resync(&self, key: &TaskKey, live: &Arc<LiveTask>) {
+        let stored = match self.store.get(&key.0, &key.1).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(task = %key.1, %error, "could not read a followed task again");
+                return;
+            }
+        };
+        let mut state = lock(&live.state);
+        if state.closed || state.running || state.task.status == stored.status {
+            return;
+        }
+        let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: stored.id.clone(),
+            context_id: stored.context_id.clone(),
+            status: stored.status.clone(),
+            metadata: None,
+        });
+        state.task = stored;
+        self.pass_on(key, live, state, event);
+    }
+
+    /// [`Self::resync`] for every task followed here by a subscriber and not run here.
+    async fn resync_followed(&self) {
+        let followed: Vec<(TaskKey, Arc<LiveTask>)> = lock(&self.live)
+            .iter()
+            .filter(|(_, live)| {
+                let state = lock(&live.state);
+                !state.running && !state.subscribers.is_empty()
+            })
+            .map(|(key, live)| (key.clone(), live.clone()))
+            .collect();
+        for (key, live) in followed {
+            self.resync(&key, &live).await;
+        }
+    }
+}
+
+/// Takes the other replicas' task events until the engine is gone (`stop`).
+async fn follow_others(core: Weak<Core>, mut heard: mpsc::Receiver<Remote>, stop: CancellationToken) {
+    loop {
+        let remote = tokio::select! {
+            () = stop.cancelled() => return,
+            remote = heard.recv() => remote,
+        };
+        let (Some(remote), Some(core)) = (remote, core.upgrade()) else { return };
+        match remote {
+            Remote::Event { tenant, id, event } => core.hear(&(tenant, id), *event),
+            Remote::Resync => core.resync_followed().await,
+        }
     }
 }
 
@@ -252,7 +356,13 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// An engine bounded by `limits`, whose expired live tasks a background job sweeps for as
     /// long as the engine exists.
     pub fn with_limits(store: TaskStore, handler: Arc<H>, limits: TaskLimits) -> Self {
-        let core = Arc::new(Core { store, live: Mutex::new(HashMap::new()), limits });
+        let heard = store.listen();
+        let stop = CancellationToken::new();
+        let following = heard.is_some().then(|| stop.clone().drop_guard());
+        let core = Arc::new(Core { store, live: Mutex::new(HashMap::new()), limits, _following: following });
+        if let Some(heard) = heard {
+            tokio::spawn(follow_others(Arc::downgrade(&core), heard, stop));
+        }
         let period =
             (limits.live_task_ttl / 4).clamp(Duration::from_millis(1), Duration::from_millis(LIVE_TASK_SWEEP_MS_MAX));
         tokio::spawn(sweep_while_alive(Arc::downgrade(&core), period));
@@ -416,7 +526,7 @@ impl<H: TaskHandler> TaskEngine<H> {
     pub async fn cancel(&self, tenant: &str, request: &CancelTaskRequest) -> Result<Task, TaskError> {
         let key = (tenant.to_owned(), request.id.clone());
         let live = self.core.live_or_stored(&key, not_cancelable).await?;
-        let (task, update, subscribers) = {
+        let (task, update, subscribers, ran_here) = {
             let mut state = lock(&live.state);
             if state.closed {
                 return Err(not_cancelable(&state.task));
@@ -424,11 +534,31 @@ impl<H: TaskHandler> TaskEngine<H> {
             state.closed = true;
             let update = status_update(&state.task, TaskState::Canceled, None);
             apply(&mut state.task, &update);
-            (state.task.clone(), update, std::mem::take(&mut state.subscribers))
+            (state.task.clone(), update, std::mem::take(&mut state.subscribers), state.running)
         };
         live.cancellation.cancel();
         let saved = self.core.save(tenant, &task, true).await;
         self.core.forget(&key, &live);
+        if saved.is_ok() && !ran_here && self.core.store.shares_events() {
+            // Another replica may have finished the task first: its end stands, since the store
+            // never overwrites a finished task's state.
+            if let Ok(Some(stored)) = self.core.store.get(tenant, &request.id).await
+                && stored.status.state != TaskState::Canceled
+            {
+                let ended = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                    task_id: stored.id.clone(),
+                    context_id: stored.context_id.clone(),
+                    status: stored.status.clone(),
+                    metadata: None,
+                });
+                for subscriber in subscribers {
+                    let _ = subscriber.send(ended.clone());
+                }
+                return Err(not_cancelable(&stored));
+            }
+        }
+        // The replica running the task stops its turn when it hears this.
+        self.core.store.publish(tenant, &request.id, &update).await;
         for subscriber in subscribers {
             let _ = subscriber.send(update.clone());
         }
@@ -440,20 +570,29 @@ impl<H: TaskHandler> TaskEngine<H> {
     pub async fn subscribe(&self, tenant: &str, task_id: &str) -> Result<TurnEvents, TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
         let live = self.core.live_or_stored(&key, finished).await?;
-        let mut state = lock(&live.state);
-        if state.closed {
-            return Err(finished(&state.task));
+        let (events, runs_here) = {
+            let mut state = lock(&live.state);
+            if state.closed {
+                return Err(finished(&state.task));
+            }
+            state.subscribers.retain(|subscriber| !subscriber.is_closed());
+            if state.subscribers.len() >= self.core.limits.subscribers_per_task_max {
+                return Err(TaskError::Busy(format!(
+                    "task {task_id} has {} subscribers, as many as it may",
+                    self.core.limits.subscribers_per_task_max
+                )));
+            }
+            let (sender, events) = mpsc::unbounded_channel();
+            let _ = sender.send(StreamResponse::Task(state.task.clone()));
+            state.subscribers.push(sender);
+            (events, state.running)
+        };
+        if !runs_here && self.core.store.shares_events() {
+            // The task may run on another replica, and have ended between the read that made the
+            // copy here and the copy's first event heard: read it once more now that the copy is
+            // followed, so no end slips between the two.
+            self.core.resync(&key, &live).await;
         }
-        state.subscribers.retain(|subscriber| !subscriber.is_closed());
-        if state.subscribers.len() >= self.core.limits.subscribers_per_task_max {
-            return Err(TaskError::Busy(format!(
-                "task {task_id} has {} subscribers, as many as it may",
-                self.core.limits.subscribers_per_task_max
-            )));
-        }
-        let (sender, events) = mpsc::unbounded_channel();
-        let _ = sender.send(StreamResponse::Task(state.task.clone()));
-        state.subscribers.push(sender);
         Ok(events)
     }
 
@@ -713,6 +852,7 @@ impl TaskEvents {
         if let Err(error) = self.core.save(&self.key.0, &snapshot, ends_turn).await {
             tracing::error!(task = %self.key.1, %error, "could not save the task");
         }
+        self.core.store.publish(&self.key.0, &self.key.1, &event).await;
         let mut state = lock(&self.live.state);
         let _ = self.caller.send(event.clone());
         state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
