@@ -16,7 +16,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::corpus::Document;
 use crate::error::SearchError;
 use crate::index::{Change, IngestReport, Prepared, SearchIndex, deletions_outside};
-use crate::log::{DocumentLog, READ_ENTRIES_MAX};
+use crate::log::{DocumentLog, LogHead, READ_ENTRIES_MAX};
 use crate::on_blocking_thread;
 
 /// How the replica follows the log, for `/health`.
@@ -24,6 +24,8 @@ use crate::on_blocking_thread;
 struct SyncStatus {
     /// The log's newest sequence when last read.
     log_sequence: u64,
+    /// Tombstones up to this sequence were compacted away, when last read.
+    tombstones_through: u64,
     last_synced: Option<Instant>,
     /// Why the last sync failed; `None` once one succeeds.
     error: Option<String>,
@@ -147,7 +149,8 @@ impl Replica {
         if last.checked_sub(appended as u64) == Some(self.index.applied_sequence()) {
             let index = self.index.clone();
             on_blocking_thread(move || index.write(prepared, Some(last))).await?;
-            self.record(Ok(last));
+            let head = LogHead { last_sequence: last, tombstones_through: 0 };
+            self.record(Ok(head));
             return Ok(());
         }
         self.catch_up_locked(log).await
@@ -162,12 +165,12 @@ impl Replica {
 
     async fn catch_up_locked(&self, log: &DocumentLog) -> Result<(), SearchError> {
         let result = self.follow(log).await;
-        self.record(result.as_ref().map(|&last| last).map_err(ToString::to_string));
+        self.record(result.as_ref().copied().map_err(ToString::to_string));
         result.map(|_| ())
     }
 
     /// Applies the log's entries past the index, a page per commit; returns the log's head.
-    async fn follow(&self, log: &DocumentLog) -> Result<u64, SearchError> {
+    async fn follow(&self, log: &DocumentLog) -> Result<LogHead, SearchError> {
         let started_at = self.index.applied_sequence();
         let had_documents = !self.index.is_empty();
         loop {
@@ -195,14 +198,15 @@ impl Replica {
                 on_blocking_thread(move || index.apply(deletions, applied)).await?;
             }
         }
-        Ok(head.last_sequence)
+        Ok(head)
     }
 
-    fn record(&self, outcome: Result<u64, String>) {
+    fn record(&self, outcome: Result<LogHead, String>) {
         let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
         match outcome {
-            Ok(last) => {
-                status.log_sequence = status.log_sequence.max(last);
+            Ok(head) => {
+                status.log_sequence = status.log_sequence.max(head.last_sequence);
+                status.tombstones_through = status.tombstones_through.max(head.tombstones_through);
                 status.last_synced = Some(Instant::now());
                 status.error = None;
             }
@@ -257,6 +261,7 @@ impl Replica {
             "applied_sequence": applied,
             "log_sequence": status.log_sequence,
             "lag": status.log_sequence.saturating_sub(applied),
+            "tombstones_through": status.tombstones_through,
             "synced_ms_ago": status.last_synced.map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX)),
         });
         if let Some(error) = &status.error {

@@ -4,6 +4,7 @@
 //! Convergence is awaited through `/health`'s `document_log` component (`applied_sequence` reaching
 //! the sequence a write was logged at), with a deadline, never with a sleep. BM25 only: no model.
 
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
@@ -198,4 +199,153 @@ async fn replicas_on_a_shared_sqlite_file_serve_one_corpus() {
 async fn replicas_on_postgres_serve_one_corpus() {
     let Some(url) = mesh_test_support::postgres_url() else { return };
     replicas_serve_one_corpus(&url, &unique_name()).await;
+}
+
+/// A replica down while a deletion was made and its tombstone compacted away (retention 0) drops
+/// the document when it comes back, by comparing its index with what the log holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_missed_a_compacted_deletion_drops_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("documents.db").display());
+    let name = unique_name();
+    let (data_a, data_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config_a = SearchConfig { documents_tombstone_retention_ms: 0, ..config(&name, &url, data_a.path()) };
+    let config_b = config(&name, &url, data_b.path());
+    let a = start(&config_a).await;
+    let b = start(&config_b).await;
+    let written = ingest(&a, "okapi-1", "an okapi crosses the savanna").await;
+    converged(&b, written).await;
+    drop(b);
+    wait_for_index(data_b.path()).await;
+    let (status, answer) = call(&a, Method::DELETE, "/documents/okapi-1", Value::Null).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let deleted = answer["sequence"].as_u64().unwrap();
+    // A compacts at every interval with a retention of 0: the tombstone goes.
+    let deadline = Instant::now() + Duration::from_millis(CONVERGENCE_DEADLINE_MS);
+    while log_status(&a).await["tombstones_through"].as_u64() < Some(deleted) {
+        assert!(Instant::now() < deadline, "the tombstone was not compacted: {}", log_status(&a).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = start(&config_b).await;
+    let (status, _) = call(&b, Method::GET, "/documents/okapi-1", Value::Null).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the deletion reached B without its tombstone");
+    assert_eq!(documents(&b).await, documents(&a).await);
+}
+
+/// A replica process on `port`, its index in `data`, on the log at `url`.
+fn replica_process(name: &str, url: &str, data: &std::path::Path, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_search"))
+        .args(["--port", &port.to_string(), "--data-dir", &data.display().to_string()])
+        .env("MESH_SEARCH_NAME", name)
+        .env("MESH_SEARCH_DOCUMENTS_DATABASE_URL", url)
+        .env("MESH_SEARCH_DOCUMENTS_SYNC_INTERVAL_MS", "50")
+        .env("MESH_SEARCH_DENSE__ENABLED", "false")
+        .env("MESH_SEARCH_TASK_STORE_URL", "sqlite::memory:")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The process's `document_log` health, once it answers.
+async fn process_log_status(port: u16) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(response) = reqwest::get(format!("http://127.0.0.1:{port}/health")).await {
+            let health: Value = response.json().await.unwrap();
+            return health["components"]["document_log"].clone();
+        }
+        assert!(Instant::now() < deadline, "the replica process did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the process on `port` has applied the log up to `sequence`.
+async fn process_converged(port: u16, sequence: u64) {
+    let deadline = Instant::now() + Duration::from_millis(CONVERGENCE_DEADLINE_MS * 4);
+    while process_log_status(port).await["applied_sequence"].as_u64() < Some(sequence) {
+        assert!(Instant::now() < deadline, "not at {sequence}: {}", process_log_status(port).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A replica process SIGKILLed while it applies a stream of writes comes back on its own index,
+/// resumes from the position committed with it, and ends with every document exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_while_applying_resumes_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("documents.db").display());
+    let name = unique_name();
+    let (data_a, data_p) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(&config(&name, &url, data_a.path())).await;
+    let port = free_port();
+    let mut process = replica_process(&name, &url, data_p.path(), port);
+    process_log_status(port).await;
+    let mut last = 0;
+    for batch in 0..10 {
+        let documents: Vec<Value> = (0..200)
+            .map(|i| json!({"_id": format!("bulk-{batch}-{i}"), "text": format!("bulk document tag{batch}x{i}")}))
+            .collect();
+        let (status, answer) = call(&a, Method::POST, "/documents", json!({"documents": documents})).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        last = answer["sequence"].as_u64().unwrap();
+        if batch == 4 {
+            process.kill().unwrap();
+            process.wait().unwrap();
+        }
+    }
+    let persisted = wait_for_index(data_p.path()).await;
+    assert!(persisted <= last, "{persisted} > {last}");
+    let port = free_port();
+    let mut process = replica_process(&name, &url, data_p.path(), port);
+    process_converged(port, last).await;
+    let health: Value = reqwest::get(format!("http://127.0.0.1:{port}/health")).await.unwrap().json().await.unwrap();
+    assert_eq!(health["components"]["index"]["documents"].as_u64(), Some(documents(&a).await), "{health}");
+    process.kill().unwrap();
+    process.wait().unwrap();
+    let index = SearchIndex::open(&IndexLocation::Directory(index_directory(data_p.path())), None, 1).unwrap();
+    assert_eq!(index.applied_sequence(), last);
+    let (hits, _) = index.rank_timed("bm25", "tag7x3", None, 10, None).unwrap();
+    assert_eq!(hits.len(), 1, "every document once in the index: {hits:?}");
+    assert_eq!(index.document(None, "bulk-7-3").unwrap().text, "bulk document tag7x3");
+}
+
+/// A replica whose document log cannot be read refuses writes with 503 (nothing was logged, so
+/// nothing was acknowledged), keeps answering searches from its index, and says so in `/health`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_its_log_a_replica_refuses_writes_and_reports_degraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("documents.db");
+    let url = format!("sqlite://{}", file.display());
+    let data = tempfile::tempdir().unwrap();
+    let a = start(&config(&unique_name(), &url, data.path())).await;
+    ingest(&a, "okapi-1", "an okapi crosses the savanna").await;
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query("DROP TABLE search_document_log_heads").execute(&pool).await.unwrap();
+    let batch = json!({"documents": [{"_id": "okapi-2", "text": "another okapi"}]});
+    let error = a
+        .expect_error(
+            a.request(Method::POST, "/documents", JSON, batch.to_string()),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DEPENDENCY_UNAVAILABLE",
+        )
+        .await;
+    assert!(error.error_message.contains("document log"), "{error:?}");
+    a.expect_error(
+        a.request(Method::DELETE, "/documents/okapi-1", JSON, ""),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "DEPENDENCY_UNAVAILABLE",
+    )
+    .await;
+    assert_eq!(bm25_ids(&a, "okapi").await, ["okapi-1"], "searches go on");
+    let health = health(&a).await;
+    assert_eq!(
+        (health["status"].as_str(), health["components"]["document_log"]["status"].as_str()),
+        (Some("degraded"), Some("degraded")),
+        "{health}"
+    );
 }
