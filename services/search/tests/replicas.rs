@@ -232,9 +232,26 @@ async fn a_replica_that_missed_a_compacted_deletion_drops_the_document() {
     assert_eq!(documents(&b).await, documents(&a).await);
 }
 
+/// A replica process, SIGKILLed when dropped (a failing test leaves none behind).
+struct ReplicaProcess(Child);
+
+impl ReplicaProcess {
+    fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for ReplicaProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A replica process on `port`, its index in `data`, on the log at `url`.
-fn replica_process(name: &str, url: &str, data: &std::path::Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_search"))
+fn replica_process(name: &str, url: &str, data: &std::path::Path, port: u16) -> ReplicaProcess {
+    let child = Command::new(env!("CARGO_BIN_EXE_search"))
         .args(["--port", &port.to_string(), "--data-dir", &data.display().to_string()])
         .env("MESH_SEARCH_NAME", name)
         .env("MESH_SEARCH_DOCUMENTS_DATABASE_URL", url)
@@ -244,7 +261,8 @@ fn replica_process(name: &str, url: &str, data: &std::path::Path, port: u16) -> 
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    ReplicaProcess(child)
 }
 
 fn free_port() -> u16 {
@@ -294,8 +312,7 @@ async fn a_replica_killed_while_applying_resumes_without_duplicates() {
         assert_eq!(status, StatusCode::OK, "{answer}");
         last = answer["sequence"].as_u64().unwrap();
         if batch == 4 {
-            process.kill().unwrap();
-            process.wait().unwrap();
+            process.kill();
         }
     }
     let persisted = wait_for_index(data_p.path()).await;
@@ -305,8 +322,7 @@ async fn a_replica_killed_while_applying_resumes_without_duplicates() {
     process_converged(port, last).await;
     let health: Value = reqwest::get(format!("http://127.0.0.1:{port}/health")).await.unwrap().json().await.unwrap();
     assert_eq!(health["components"]["index"]["documents"].as_u64(), Some(documents(&a).await), "{health}");
-    process.kill().unwrap();
-    process.wait().unwrap();
+    process.kill();
     let index = SearchIndex::open(&IndexLocation::Directory(index_directory(data_p.path())), None, 1).unwrap();
     assert_eq!(index.applied_sequence(), last);
     let (hits, _) = index.rank_timed("bm25", "tag7x3", None, 10, None).unwrap();
