@@ -16,6 +16,11 @@ pub const CANDIDATES_PER_PROFILE: usize = 100;
 /// Where the index persists unless configured otherwise (relative to the working directory,
 /// beside the registry's `data/registry.db`).
 pub const DATA_DIR_DEFAULT: &str = "data/search";
+/// How often a replica reads the document log for what other replicas wrote.
+pub const DOCUMENTS_SYNC_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// How long a deletion stays in the document log (7 days): a replica down for longer compares
+/// its whole index with the log when it comes back, instead of applying the deletions.
+pub const DOCUMENTS_TOMBSTONE_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
@@ -33,6 +38,14 @@ pub struct SearchConfig {
     pub top_k_max: usize,
     pub candidates_per_profile: usize,
     pub dense: DenseConfig,
+    /// The document log replicas share (`sqlite://PATH` or `postgres://...`): every replica builds
+    /// its own index from it. Without it the agent keeps its documents in its index alone.
+    pub documents_database_url: Option<String>,
+    /// Milliseconds between two reads of the document log: the bound on how soon a replica sees
+    /// what another one ingested (plus the time applying it takes).
+    pub documents_sync_interval_ms: u64,
+    /// Milliseconds a deletion (tombstone) is kept in the document log.
+    pub documents_tombstone_retention_ms: u64,
 }
 
 /// The embedding model behind the `dense` profile.
@@ -93,6 +106,9 @@ impl Default for SearchConfig {
             top_k_max: TOP_K_MAX,
             candidates_per_profile: CANDIDATES_PER_PROFILE,
             dense: DenseConfig::default(),
+            documents_database_url: None,
+            documents_sync_interval_ms: DOCUMENTS_SYNC_INTERVAL_MS_DEFAULT,
+            documents_tombstone_retention_ms: DOCUMENTS_TOMBSTONE_RETENTION_MS_DEFAULT,
         }
     }
 }

@@ -28,6 +28,12 @@ impl DenseVectors {
         self.rows_by_id.contains_key(id)
     }
 
+    /// The vector of `id`.
+    pub fn get(&self, id: &str) -> Option<&[f32]> {
+        let row = *self.rows_by_id.get(id)?;
+        self.values.get(row * self.dimensions..(row + 1) * self.dimensions)
+    }
+
     /// Adds or replaces the vector of `id`. A vector of the wrong length is refused (it would
     /// shift every row after it), which is a bug upstream, not bad input.
     pub fn upsert(&mut self, id: &str, vector: &[f32]) -> bool {

@@ -10,9 +10,15 @@
 //! another is refused), an admin any tenant's.
 //!
 //! Ingestion computes vectors on blocking threads, so searches keep being answered meanwhile.
+//!
+//! With a document log (replicas), a write is committed in the log before it is answered, and the
+//! answer names the log entry (`sequence`) that holds it: a replica whose `/health` shows an
+//! `applied_sequence` at least that far has it.
 
 use std::sync::Arc;
 use std::time::Instant;
+
+use tokio_util::task::AbortOnDropHandle;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -27,8 +33,8 @@ use mesh_protocol::call::validate_tenant_id;
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{Document, read_jsonl};
-use crate::error::SearchError;
-use crate::index::{IngestReport, SearchIndex};
+use crate::index::IngestReport;
+use crate::replica::{Replica, Written};
 
 /// Content types of a JSON Lines body.
 const JSON_LINES_TYPES: &[&str] = &["application/x-ndjson", "application/jsonl", "application/json-lines"];
@@ -80,6 +86,9 @@ pub struct IngestAnswer {
     /// The tenant the documents went to; none for the shared corpus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The document log entry holding this write; none without a log, or when nothing changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
     pub time_ms: f64,
 }
 
@@ -88,24 +97,25 @@ pub struct IngestAnswer {
 pub struct DeleteAnswer {
     pub deleted: String,
     pub documents: usize,
+    /// The document log entry holding this deletion; none without a log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
 }
 
-/// The index the routes change, and the lock that lets one change run at a time: two ingests
-/// at once would each compute vectors on every core, both slower than one after the other, and
-/// their memory would add up.
+/// The replica the routes change, and its log follower, stopped when the routes are dropped.
 #[derive(Debug)]
 struct Documents {
-    index: Arc<SearchIndex>,
-    writing: tokio::sync::Mutex<()>,
+    replica: Arc<Replica>,
+    _follower: Option<AbortOnDropHandle<()>>,
 }
 
 /// Documents are the admin's to ingest and delete; anyone authenticated reads them.
-pub fn routes(index: Arc<SearchIndex>) -> Router {
+pub fn routes(replica: Arc<Replica>, follower: Option<AbortOnDropHandle<()>>) -> Router {
     let writes = Router::new().route("/documents", post(ingest)).route("/documents/{id}", delete(remove));
     let reads = Router::new().route("/documents/{id}", get(fetch));
     require(writes, ADMIN_ROLES)
         .merge(require(reads, ANY_ROLE))
-        .with_state(Arc::new(Documents { index, writing: tokio::sync::Mutex::new(()) }))
+        .with_state(Arc::new(Documents { replica, _follower: follower }))
 }
 
 async fn ingest(
@@ -125,20 +135,18 @@ async fn ingest(
         ErrorResponse::new(rejection.status(), code, rejection.body_text())
     })?;
     let documents = parse_documents(&headers, &body)?;
-    let index = &documents_state.index;
-    let writer = index.clone();
-    // Waiting ingests queue here; the request timeout bounds how long.
-    let _writing = documents_state.writing.lock().await;
-    let owner = tenant.clone();
-    let report = on_blocking_thread(move || writer.upsert(owner.as_deref(), documents, &|_| {})).await?;
-    let IngestReport { added, replaced, unchanged, embedded } = report;
+    // Waiting ingests queue in the replica; the request timeout bounds how long.
+    let replica = &documents_state.replica;
+    let Written { report, sequence } = replica.ingest(tenant.clone(), documents).await.map_err(agent_error)?;
+    let IngestReport { added, replaced, unchanged, embedded, deleted: _ } = report;
     Ok(Json(IngestAnswer {
         added,
         replaced,
         unchanged,
         embedded,
-        documents: index.len(),
+        documents: replica.index().len(),
         tenant,
+        sequence,
         time_ms: started.elapsed().as_secs_f64() * 1000.0,
     }))
 }
@@ -183,9 +191,10 @@ async fn fetch(
     let requested = owner.tenant()?.unwrap_or_default();
     let tenant = caller.tenant(requested, None).map_err(|error| auth_error_response(&error))?;
     let tenant = Some(tenant.as_str()).filter(|tenant| !tenant.is_empty());
-    let found = match tenant.and_then(|tenant| documents.index.document(Some(tenant), &id)) {
+    let index = documents.replica.index();
+    let found = match tenant.and_then(|tenant| index.document(Some(tenant), &id)) {
         Some(own) => Some((own, tenant)),
-        None => documents.index.document(None, &id).map(|shared| (shared, None)),
+        None => index.document(None, &id).map(|shared| (shared, None)),
     };
     let (document, tenant) = found.ok_or_else(|| not_found(&id))?;
     Ok(Json(StoredDocument { document: (*document).clone(), tenant: tenant.map(str::to_owned) }))
@@ -196,23 +205,18 @@ async fn remove(
     QueryParams(owner): QueryParams<OwnerQuery>,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<DeleteAnswer>, ErrorResponse> {
-    let index = &documents.index;
     let tenant = owner.tenant()?.map(str::to_owned);
-    let (writer, ids) = (index.clone(), vec![id.clone()]);
-    let _writing = documents.writing.lock().await;
-    let deleted = on_blocking_thread(move || writer.delete(tenant.as_deref(), &ids)).await?;
-    if deleted == 0 {
+    let replica = &documents.replica;
+    let Written { report, sequence } = replica.delete(tenant, id.clone()).await.map_err(agent_error)?;
+    if report.deleted == 0 {
         return Err(not_found(&id));
     }
-    Ok(Json(DeleteAnswer { deleted: id, documents: index.len() }))
+    Ok(Json(DeleteAnswer { deleted: id, documents: replica.index().len(), sequence }))
 }
 
-/// Runs index work on a blocking thread (it computes vectors and writes files), its failures as
-/// the agent's error bodies.
-async fn on_blocking_thread<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, SearchError> + Send + 'static,
-) -> Result<T, ErrorResponse> {
-    crate::on_blocking_thread(work).await.map_err(|e| AgentError::from(e).into())
+/// The agent's error body of a failed change.
+fn agent_error(error: crate::error::SearchError) -> ErrorResponse {
+    AgentError::from(error).into()
 }
 
 fn not_found(id: &str) -> ErrorResponse {

@@ -27,10 +27,6 @@ impl Vectors {
     pub fn row(&self, index: usize) -> &[f32] {
         &self.values[index * self.dimensions..(index + 1) * self.dimensions]
     }
-
-    pub fn len(&self) -> usize {
-        self.values.len().checked_div(self.dimensions).unwrap_or(0)
-    }
 }
 
 /// The text a document is embedded by: its title, then its text.

@@ -22,6 +22,8 @@ pub enum SearchError {
     InvalidParameters(String),
     #[error("a ranking task failed: {0}")]
     Worker(String),
+    #[error("the document log is unavailable: {0}")]
+    Log(String),
     #[error("no profile finished before the caller's deadline (still ranking: {0})")]
     OutOfTime(String),
 }
@@ -32,7 +34,7 @@ impl From<SearchError> for AgentError {
             SearchError::EmptyQuery | SearchError::UnknownProfile { .. } | SearchError::InvalidParameters(_) => {
                 AgentError::InvalidInput(error.to_string())
             }
-            SearchError::ProfileUnavailable { .. } => AgentError::Unavailable(error.to_string()),
+            SearchError::ProfileUnavailable { .. } | SearchError::Log(_) => AgentError::Unavailable(error.to_string()),
             SearchError::Corpus { .. }
             | SearchError::CorpusFile { .. }
             | SearchError::Index(_)
@@ -41,5 +43,17 @@ impl From<SearchError> for AgentError {
             | SearchError::Worker(_) => AgentError::Internal(error.to_string()),
             SearchError::OutOfTime(_) => AgentError::Timeout(error.to_string()),
         }
+    }
+}
+
+impl From<mesh_storage::StorageError> for SearchError {
+    fn from(error: mesh_storage::StorageError) -> Self {
+        Self::Log(error.to_string())
+    }
+}
+
+impl From<sqlx::Error> for SearchError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Log(error.to_string())
     }
 }

@@ -12,10 +12,13 @@ mod error;
 pub mod eval;
 pub mod fusion;
 mod index;
+mod log;
+mod replica;
 
 use std::io::BufReader;
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use mesh_agent_kit::{AgentApp, AgentExtras, KitError};
 use mesh_client::HttpClient;
@@ -39,6 +42,7 @@ pub use documents::{DeleteAnswer, IngestAnswer, StoredDocument};
 pub use embed::EMBEDDING_BATCH_DOCUMENTS;
 pub use error::SearchError;
 pub use index::{DENSE_PROFILE, IndexLocation, IngestReport, SearchIndex, index_directory};
+pub use replica::Replica;
 
 /// The search agent's card as shipped in `agent-cards/`.
 const CARD_JSON: &str = include_str!("../../../agent-cards/search.json");
@@ -111,22 +115,42 @@ pub async fn open_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, Dens
     Ok((Arc::new(index), status))
 }
 
-/// [`open_index`], then, when the index holds no document yet, ingests the configured corpus or
-/// the bundled sample into it: what an agent does at start.
-pub async fn open_or_seed_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, DenseStatus), SearchError> {
+/// [`open_index`], then the replica's documents: with a document log, the log seeded with the
+/// initial corpus (by whichever replica comes first) and applied to the index; without one, the
+/// configured corpus or the bundled sample ingested into an empty index. What an agent does at
+/// start.
+pub async fn open_replica(config: &SearchConfig) -> Result<(Arc<Replica>, DenseStatus), SearchError> {
     let (index, status) = open_index(config).await?;
-    if index.is_empty() {
-        let (seeded, corpus_path) = (index.clone(), config.corpus_path.clone());
-        on_blocking_thread(move || {
-            let documents = read_corpus(corpus_path.as_deref())?;
-            tracing::info!(documents = documents.len(), "ingesting the initial corpus into an empty index");
-            seeded.upsert(None, documents, &|_| {})
-        })
-        .await?;
-    }
-    tracing::info!(documents = index.len(), embedded = index.embedded(), "index ready");
-    Ok((index, status))
+    let log = match &config.documents_database_url {
+        Some(url) => Some(log::DocumentLog::open(url, &agent_name(config)?).await?),
+        None => None,
+    };
+    let replica = Arc::new(Replica::new(index, log));
+    let corpus_path = config.corpus_path.clone();
+    replica.seed(move || read_corpus(corpus_path.as_deref())).await?;
+    let index = replica.index();
+    tracing::info!(
+        documents = index.len(),
+        embedded = index.embedded(),
+        applied_sequence = index.applied_sequence(),
+        "index ready"
+    );
+    Ok((replica, status))
 }
+
+/// The name the agent serves under: the configured one (shared by replicas of one agent), else
+/// its card's. Replicas of one name share one document log.
+fn agent_name(config: &SearchConfig) -> Result<String, SearchError> {
+    match &config.agent.name {
+        Some(name) => Ok(name.clone()),
+        None => serde_json::from_str::<AgentCard>(CARD_JSON)
+            .map(|card| card.name)
+            .map_err(|e| SearchError::InvalidParameters(format!("the bundled agent card is invalid: {e}"))),
+    }
+}
+
+/// Longest pause between two compactions of the document log's tombstones.
+const TOMBSTONE_COMPACTION_INTERVAL_MAX_MS: u64 = 3_600_000;
 
 /// Blocking work (ranking, computing vectors, writing the index) running at once: one piece per
 /// core. Unbounded, a burst of searches would start hundreds of blocking threads (tokio allows
@@ -192,7 +216,8 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
             SearchError::InvalidParameters(format!("rrf_k must be a positive number, not {}", config.rrf_k)).into()
         );
     }
-    let (index, dense) = open_or_seed_index(config).await?;
+    let (replica, dense) = open_replica(config).await?;
+    let index = replica.index().clone();
     let settings = SearchSettings {
         rrf_k: config.rrf_k,
         top_k_default: config.top_k_default,
@@ -205,28 +230,34 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
         DenseStatus::Disabled => Some("turned off in the configuration (dense.enabled = false)".to_owned()),
         DenseStatus::Available { .. } => None,
     };
-    let name = config.agent.name.clone().unwrap_or_else(|| card.name.clone());
+    let name = agent_name(config)?;
     let agent = SearchAgent::new(index.clone(), settings).with_dense_unavailable(unavailable).with_service(name);
     let probe_index = index.clone();
-    let extras = AgentExtras {
-        routes: documents::routes(index),
-        components: vec![
-            ("dense".to_owned(), Box::new(move || serde_json::to_value(&dense).unwrap_or_default())),
-            (
-                "index".to_owned(),
-                Box::new(move || {
-                    let cache = probe_index.query_cache();
-                    serde_json::json!({
-                        "documents": probe_index.len(), "embedded": probe_index.embedded(),
-                        "query_cache": {
-                            "entries": cache.entries, "capacity": cache.capacity,
-                            "hits": cache.hits, "misses": cache.misses,
-                        },
-                    })
-                }),
-            ),
-        ],
-        ..AgentExtras::default()
-    };
+    let sync_interval = Duration::from_millis(config.documents_sync_interval_ms.max(1));
+    let retention = Duration::from_millis(config.documents_tombstone_retention_ms);
+    let compaction_interval =
+        retention.clamp(sync_interval, Duration::from_millis(TOMBSTONE_COMPACTION_INTERVAL_MAX_MS).max(sync_interval));
+    let follower = replica.follow_log(sync_interval, retention, compaction_interval);
+    let mut components: Vec<(String, Box<dyn Fn() -> serde_json::Value + Send + Sync>)> = vec![
+        ("dense".to_owned(), Box::new(move || serde_json::to_value(&dense).unwrap_or_default())),
+        (
+            "index".to_owned(),
+            Box::new(move || {
+                let cache = probe_index.query_cache();
+                serde_json::json!({
+                    "documents": probe_index.len(), "embedded": probe_index.embedded(),
+                    "query_cache": {
+                        "entries": cache.entries, "capacity": cache.capacity,
+                        "hits": cache.hits, "misses": cache.misses,
+                    },
+                })
+            }),
+        ),
+    ];
+    if replica.log_report().is_some() {
+        let probe = replica.clone();
+        components.push(("document_log".to_owned(), Box::new(move || probe.log_report().unwrap_or_default())));
+    }
+    let extras = AgentExtras { routes: documents::routes(replica, follower), components, ..AgentExtras::default() };
     Ok(AgentApp::build_with(&config.agent, card, agent, http, extras).await?)
 }

@@ -5,7 +5,8 @@ use search::{SearchConfig, build};
 
 /// The search agent of the A2A mesh: BM25 profiles on tantivy and a sentence-embedding profile,
 /// fused with Reciprocal Rank Fusion. Settings also come from --config (TOML: data_dir,
-/// corpus_path, rrf_k, top_k_default, top_k_max, candidates_per_profile, a [dense] table with
+/// corpus_path, rrf_k, top_k_default, top_k_max, candidates_per_profile, documents_database_url,
+/// documents_sync_interval_ms, documents_tombstone_retention_ms, a [dense] table with
 /// enabled, model_dir, download, python, threads, and the agent keys) or MESH_SEARCH_<KEY>
 /// environment variables (MESH_SEARCH_DENSE__ENABLED=false for nested keys).
 #[derive(Debug, Parser)]

@@ -13,15 +13,16 @@
 mod keys;
 mod profiles;
 mod schema;
+mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use mesh_embedding::{Encoder, MODEL_ID, QUERY_CACHE_ENTRIES_DEFAULT, QueryCache, QueryCacheStats};
 use mesh_protocol::agents::{Modality, SearchProfile};
-use mesh_protocol::call::validate_tenant_id;
 use tantivy::collector::{DocSetCollector, TopDocs};
 use tantivy::query::{AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption, Value};
@@ -29,15 +30,14 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 pub use keys::{document_key, split_key};
 pub use profiles::DENSE_PROFILE;
+pub(crate) use schema::{vector_from_bytes, vector_to_bytes};
+pub use write::{Change, DocumentVector, Prepared, deletions_outside};
 
 use self::keys::{tenant_term, visible_to};
 use self::profiles::{FieldWeights, MODALITY_BOOST, PROFILES, ProfileSpec, Ranker, modality_term};
-use self::schema::{
-    Fields, StoredEntry, StoredFields, WRITER_MEMORY_BYTES, entry, open_directory, prepared, read_entry,
-};
+use self::schema::{Fields, StoredEntry, StoredFields, WRITER_MEMORY_BYTES, open_directory, prepared, read_entry};
 use crate::corpus::Document;
 use crate::dense::DenseVectors;
-use crate::embed::embed_documents;
 use crate::error::SearchError;
 
 /// Where the index lives.
@@ -67,6 +67,8 @@ pub struct IngestReport {
     pub unchanged: usize,
     /// Documents given a vector.
     pub embedded: usize,
+    /// Documents deleted.
+    pub deleted: usize,
 }
 
 /// A corpus on tantivy with an optional embedding model; searches run while documents are
@@ -83,6 +85,8 @@ pub struct SearchIndex {
     /// Vectors of recent queries: a repeated query costs no forward pass.
     queries: QueryCache,
     embedding_threads: usize,
+    /// The last document log entry the index holds, as its last commit recorded (0: none).
+    applied: AtomicU64,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -114,6 +118,7 @@ impl SearchIndex {
             SearchError::IndexDirectory { path: describe(location), reason: format!("cannot write to the index: {e}") }
         })?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        let applied = write::applied_sequence(index.load_metas()?.payload.as_deref());
         let dimensions = encoder.as_ref().map_or(0, |e| e.dimensions());
         let this = Self {
             index,
@@ -124,6 +129,7 @@ impl SearchIndex {
             encoder,
             queries: QueryCache::new(QUERY_CACHE_ENTRIES_DEFAULT),
             embedding_threads: embedding_threads.max(1),
+            applied: AtomicU64::new(applied),
         };
         let stale = this.load()?;
         if !stale.is_empty() {
@@ -155,97 +161,6 @@ impl SearchIndex {
             catalog.documents.insert(key, Arc::new(document));
         }
         Ok(stale)
-    }
-
-    /// Adds `documents` to those of `tenant` (`None`: the shared corpus), replacing those whose
-    /// id it holds already (a later duplicate in the batch wins). Vectors are computed first, on
-    /// every core, so searches run meanwhile; `progress` hears how many documents each finished
-    /// batch of vectors held. One commit makes the whole batch visible at once, or none of it.
-    pub fn upsert(
-        &self,
-        tenant: Option<&str>,
-        documents: Vec<Document>,
-        progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<IngestReport, SearchError> {
-        if let Some(tenant) = tenant {
-            validate_tenant_id(tenant).map_err(SearchError::InvalidParameters)?;
-        }
-        let mut by_id: HashMap<String, Document> = HashMap::with_capacity(documents.len());
-        for document in documents {
-            by_id.insert(document.id.clone(), document);
-        }
-        let unchanged = {
-            let catalog = self.catalog.read().unwrap_or_else(|e| e.into_inner());
-            let before = by_id.len();
-            // Re-ingesting a corpus costs only what changed: a document stored exactly so, with
-            // its vector when there is a model, is left alone.
-            by_id.retain(|id, document| {
-                let key = document_key(tenant, id);
-                let stored = catalog.documents.get(&key).is_some_and(|stored| **stored == *document);
-                !(stored && (self.encoder.is_none() || catalog.vectors.contains(&key)))
-            });
-            before - by_id.len()
-        };
-        // In id order: tantivy breaks score ties by document address, so equal scores rank by id.
-        let mut documents: Vec<Document> = by_id.into_values().collect();
-        if documents.is_empty() {
-            return Ok(IngestReport { unchanged, ..IngestReport::default() });
-        }
-        documents.sort_by(|a, b| a.id.cmp(&b.id));
-        let vectors = match &self.encoder {
-            Some(encoder) => Some(embed_documents(encoder, &documents, self.embedding_threads, progress)?),
-            None => None,
-        };
-        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        for (position, document) in documents.iter().enumerate() {
-            writer.delete_term(Term::from_field_text(self.fields.key, &document_key(tenant, &document.id)));
-            let vector = vectors.as_ref().map(|vectors| (vectors.row(position), MODEL_ID));
-            writer.add_document(entry(&self.fields, tenant, document, vector))?;
-        }
-        self.commit(&mut writer)?;
-        let mut catalog = self.catalog.write().unwrap_or_else(|e| e.into_inner());
-        let embedded = vectors.as_ref().map_or(0, |v| v.len());
-        let mut report = IngestReport { added: 0, replaced: 0, unchanged, embedded };
-        for (position, document) in documents.into_iter().enumerate() {
-            let key = document_key(tenant, &document.id);
-            if let Some(vectors) = &vectors {
-                catalog.vectors.upsert(&key, vectors.row(position));
-            }
-            match catalog.documents.insert(key, Arc::new(document)) {
-                Some(_) => report.replaced += 1,
-                None => report.added += 1,
-            }
-        }
-        Ok(report)
-    }
-
-    /// Deletes the documents of `ids` of `tenant` (`None`: the shared corpus); returns how many
-    /// were indexed.
-    pub fn delete(&self, tenant: Option<&str>, ids: &[String]) -> Result<usize, SearchError> {
-        let keys: Vec<String> = ids.iter().map(|id| document_key(tenant, id)).collect();
-        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        for key in &keys {
-            writer.delete_term(Term::from_field_text(self.fields.key, key));
-        }
-        self.commit(&mut writer)?;
-        let mut catalog = self.catalog.write().unwrap_or_else(|e| e.into_inner());
-        let mut deleted = 0;
-        for key in &keys {
-            if catalog.documents.remove(key).is_some() {
-                deleted += 1;
-            }
-            catalog.vectors.remove(key);
-        }
-        Ok(deleted)
-    }
-
-    fn commit(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
-        if let Err(error) = writer.commit() {
-            // Drop what the failed commit held so the next ingestion starts clean.
-            let _ = writer.rollback();
-            return Err(error.into());
-        }
-        Ok(self.reader.reload()?)
     }
 
     /// Documents of every owner.

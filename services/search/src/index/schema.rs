@@ -221,11 +221,11 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
+pub(crate) fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-fn vector_from_bytes(bytes: &[u8]) -> Vec<f32> {
+pub(crate) fn vector_from_bytes(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
