@@ -14,32 +14,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use http::{HeaderName, HeaderValue, Method};
-use mesh_client::{HttpClient, json_request};
-use mesh_protocol::agents::QueryAnswer;
-use mesh_protocol::call::CALL_DEADLINE_MS_HEADER;
-use mesh_protocol::error::ErrorBody;
+use load::{Outcome, QUERIES, query};
+use mesh_client::HttpClient;
 use mesh_protocol::registry::{AgentRecord, HealthStatus};
-use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
 use search::eval::quantile;
 
-/// Queries the workers cycle through.
-const QUERIES: &[&str] = &[
-    "show me robots playing soccer",
-    "jazz piano recordings",
-    "documentary about the ocean",
-    "funny cat videos",
-    "photos of mountains at sunset",
-    "news about electric cars",
-    "classical music for studying",
-    "cooking pasta tutorial",
-];
+#[path = "../tests/common/load.rs"]
+mod load;
+
 /// How often the watcher looks at the replica and the registry.
 const WATCH_PERIOD_MS: u64 = 100;
 /// Time the watcher allows each of its probes.
 const WATCH_TIMEOUT_MS: u64 = 1_000;
-/// Extra time a worker waits past a query's deadline, so a late answer is seen (and counted) rather than cut off.
-const LATE_GRACE_MS: u64 = 5_000;
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -59,17 +45,6 @@ struct Args {
     /// Deadline each query carries (x-mesh-deadline-ms).
     #[arg(long, default_value_t = 15_000)]
     deadline_ms: u64,
-}
-
-/// How one query went.
-#[derive(Debug, Clone)]
-struct Outcome {
-    /// `SUCCESS`, `PARTIAL`, `ERROR <code>`, `TIMEOUT <code>` or `NO BODY <status or failure>`.
-    kind: String,
-    latency_ms: f64,
-    /// The search agent that answered, from the answer's metadata.
-    searched_by: Option<String>,
-    finished: Instant,
 }
 
 /// What the watcher saw of the replica.
@@ -124,49 +99,6 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn query(http: &HttpClient, orchestrator_url: &str, text: &str, deadline_ms: u64) -> Outcome {
-    let task = TaskRequest::from_text(None, text, Some(serde_json::json!({"top_k": 5})));
-    let url = format!("{}/tasks/send", orchestrator_url.trim_end_matches('/'));
-    let started = Instant::now();
-    let outcome = |kind: String, searched_by: Option<String>| Outcome {
-        kind,
-        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
-        searched_by,
-        finished: Instant::now(),
-    };
-    let mut request = match json_request(Method::POST, &url, Some(&task)) {
-        Ok(request) => request,
-        Err(error) => return outcome(format!("NO BODY {error}"), None),
-    };
-    request.headers_mut().insert(HeaderName::from_static(CALL_DEADLINE_MS_HEADER), HeaderValue::from(deadline_ms));
-    let response = match http.send(request, Duration::from_millis(deadline_ms + LATE_GRACE_MS)).await {
-        Ok(response) => response,
-        Err(error) => return outcome(format!("NO BODY {error}"), None),
-    };
-    if response.status().is_success() {
-        return match serde_json::from_slice::<TaskResponse>(response.body()) {
-            Ok(answer) => {
-                let searched_by = mesh_client::reply_data::<QueryAnswer>(&url, &answer).ok().and_then(|a| {
-                    a.metadata.agents.into_iter().find(|c| c.capability == "search").and_then(|c| c.agent)
-                });
-                let kind = match answer.status {
-                    ResponseStatus::Success => "SUCCESS",
-                    ResponseStatus::Partial => "PARTIAL",
-                };
-                outcome(kind.to_owned(), searched_by)
-            }
-            Err(error) => outcome(format!("NO BODY {} {error}", response.status()), None),
-        };
-    }
-    match serde_json::from_slice::<ErrorBody>(response.body()) {
-        Ok(body) => {
-            let word = serde_json::to_value(body.status).ok().and_then(|v| v.as_str().map(str::to_owned));
-            outcome(format!("{} {} ({})", word.unwrap_or_default(), body.error_code, response.status()), None)
-        }
-        Err(_) => outcome(format!("NO BODY {}", response.status()), None),
-    }
-}
-
 async fn watch_replica(
     http: HttpClient,
     registry_url: String,
@@ -207,7 +139,7 @@ fn report(args: &Args, outcomes: &[Outcome], watch: &Watch) {
     for outcome in outcomes {
         *kinds.entry(outcome.kind.as_str()).or_default() += 1;
     }
-    let answered = outcomes.iter().filter(|o| o.kind == "SUCCESS" || o.kind == "PARTIAL").count();
+    let answered = outcomes.iter().filter(|o| o.answered()).count();
     let late = outcomes.iter().filter(|o| o.latency_ms > args.deadline_ms as f64).count();
     let no_body = outcomes.iter().filter(|o| o.kind.starts_with("NO BODY")).count();
     let mut latencies: Vec<f64> = outcomes.iter().map(|o| o.latency_ms).collect();

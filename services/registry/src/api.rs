@@ -20,8 +20,8 @@ use mesh_protocol::graph::{
     OrgChart, OutcomeStatus, Topology, TopologyAgent, TopologyLink,
 };
 use mesh_protocol::registry::{
-    AgentList, AgentPick, AgentRecord, AgentSummary, CapabilityAgents, Registration, RegistryStats, StatusMessage,
-    Success,
+    AgentList, AgentPick, AgentRecord, AgentSummary, CapabilityAgents, HealthStatus, Registration, RegistryStats,
+    StatusMessage, Success,
 };
 use serde::Deserialize;
 use tracing::Instrument;
@@ -213,9 +213,13 @@ async fn register(
         state.events.publish(EventBody::AgentRegistered { agent_id: name.clone(), url });
     }
     // A new instance's (or a changed one's) health is learnt now rather than at the next poll, so
-    // it joins the rotation at once; a refresh of the same instance waits for its turn (one check
-    // per interval across the replicas).
-    if changed && let Some(target) = state.directory.poll_target(&name) {
+    // it joins the rotation at once; so is that of an instance not known to be healthy, which is
+    // how an agent restarted at the same address comes back (it re-registers unchanged). A
+    // refresh of a healthy instance waits for its turn (one check per interval across replicas).
+    let not_healthy = state.directory.get(&name).is_ok_and(|record| record.health_status != HealthStatus::Healthy);
+    if (changed || not_healthy)
+        && let Some(target) = state.directory.poll_target(&name)
+    {
         let checker = state.checker.clone();
         tokio::spawn(async move { checker.check_now(target).await }.instrument(tracing::Span::current()));
     }

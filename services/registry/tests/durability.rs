@@ -8,8 +8,9 @@ mod common;
 
 use std::process::{Child, Command, Stdio};
 
-use common::{FakeAgent, ScratchDatabase, eventually};
+use common::{FakeAgent, eventually};
 use mesh_client::{HttpClient, RegistryClient};
+use mesh_test_support::ScratchDatabase;
 
 /// A registry process on a free port.
 struct RegistryProcess {
@@ -96,7 +97,7 @@ async fn sqlite_registrations_survive_sigkill() {
 
 #[tokio::test]
 async fn postgres_registrations_survive_sigkill() {
-    let Some(database) = ScratchDatabase::create().await else { return };
+    let Some(database) = ScratchDatabase::create("mesh_registry_test").await else { return };
     survives_sigkill(&database.url).await;
     database.drop_database().await;
 }

@@ -128,6 +128,27 @@ async fn a_failure_report_checks_the_agent_at_once_instead_of_at_the_next_poll()
     registry.stop().await;
 }
 
+/// An agent found unreachable that comes back at the same address re-registers unchanged (as an
+/// agent does at start): it is checked then, and back in rotation long before its next poll.
+#[tokio::test]
+async fn an_unreachable_agent_re_registering_is_checked_at_once() {
+    // Polls an hour apart: only the registration can make the registry notice.
+    let registry = TestRegistry::start_with(|config| config.health_check_interval_ms = 3_600_000).await;
+    let agent = FakeAgent::start("search_agent").await;
+    let registration = agent.registration(&["search"]);
+    registry.client.register(&registration).await.unwrap();
+    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+
+    agent.answer_health(503);
+    registry.client.report_failure("search_agent", &registration.url).await.unwrap();
+    assert_eq!(health_of(&registry, "search_agent").await, HealthStatus::Unhealthy);
+    agent.answer_health(200);
+    registry.client.register(&registration).await.unwrap();
+    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+    assert!(!registry.client.pick("search").await.unwrap().fallback, "back in rotation");
+    registry.stop().await;
+}
+
 #[tokio::test]
 async fn without_its_database_the_registry_is_unhealthy_and_not_ready_but_alive() {
     let registry = TestRegistry::start().await;

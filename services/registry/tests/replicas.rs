@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{FakeAgent, HealthProbe, ScratchDatabase, TestRegistry, eventually};
+use common::{FakeAgent, HealthProbe, TestRegistry, eventually};
 use mesh_client::ClientError;
 use mesh_protocol::registry::HealthStatus;
+use mesh_test_support::ScratchDatabase;
 
 /// The replicas' health interval: long enough that one replica's checks cannot hide in the
 /// others' (three replicas each checking would triple the count).
@@ -95,7 +96,7 @@ async fn each_agent_is_checked_once_per_interval_and_by_the_survivors_when_a_rep
 
 #[tokio::test]
 async fn postgres_each_agent_is_checked_once_per_interval_and_by_the_survivors_when_a_replica_dies() {
-    let Some(database) = ScratchDatabase::create().await else { return };
+    let Some(database) = ScratchDatabase::create("mesh_registry_test").await else { return };
     each_agent_is_checked_once_per_interval_and_by_the_survivors_when_a_replica_dies(&database.url).await;
     database.drop_database().await;
 }
@@ -109,7 +110,7 @@ async fn sqlite_each_agent_is_checked_once_per_interval_and_by_the_survivors_whe
 
 #[tokio::test]
 async fn a_change_through_one_replica_is_seen_by_the_others_within_the_sync_interval() {
-    let Some(database) = ScratchDatabase::create().await else { return };
+    let Some(database) = ScratchDatabase::create("mesh_registry_test").await else { return };
     let replicas = replicas(&database.url).await;
     let agent = FakeAgent::start("moving").await;
     // Bound: the sync interval, plus a reload; the wait allows ten times that on a busy machine,
@@ -157,7 +158,7 @@ async fn a_change_through_one_replica_is_seen_by_the_others_within_the_sync_inte
 
 #[tokio::test]
 async fn picks_through_every_replica_share_the_agents_evenly() {
-    let Some(database) = ScratchDatabase::create().await else { return };
+    let Some(database) = ScratchDatabase::create("mesh_registry_test").await else { return };
     let replicas = replicas(&database.url).await;
     let agents = observed_agents(&replicas, 3).await;
     for replica in &replicas {
@@ -182,7 +183,7 @@ async fn picks_through_every_replica_share_the_agents_evenly() {
 
 #[tokio::test]
 async fn a_client_given_every_replica_goes_on_through_the_others_when_one_stops() {
-    let Some(database) = ScratchDatabase::create().await else { return };
+    let Some(database) = ScratchDatabase::create("mesh_registry_test").await else { return };
     let mut replicas = replicas(&database.url).await;
     let urls: Vec<String> = replicas.iter().map(|r| r.url.clone()).collect();
     let client =

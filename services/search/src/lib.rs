@@ -122,7 +122,7 @@ pub async fn open_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, Dens
 pub async fn open_replica(config: &SearchConfig) -> Result<(Arc<Replica>, DenseStatus), SearchError> {
     let (index, status) = open_index(config).await?;
     let log = match &config.documents_database_url {
-        Some(url) => Some(log::DocumentLog::open(url, &agent_name(config)?).await?),
+        Some(url) => Some(log::DocumentLog::open(url, &config.agent.replica_group_or(&card_name()?)).await?),
         None => None,
     };
     let replica = Arc::new(Replica::new(index, log));
@@ -138,15 +138,20 @@ pub async fn open_replica(config: &SearchConfig) -> Result<(Arc<Replica>, DenseS
     Ok((replica, status))
 }
 
-/// The name the agent serves under: the configured one (shared by replicas of one agent), else
-/// its card's. Replicas of one name share one document log.
+/// The name the agent serves under: the configured one (each replica's own), else its card's.
 fn agent_name(config: &SearchConfig) -> Result<String, SearchError> {
     match &config.agent.name {
         Some(name) => Ok(name.clone()),
-        None => serde_json::from_str::<AgentCard>(CARD_JSON)
-            .map(|card| card.name)
-            .map_err(|e| SearchError::InvalidParameters(format!("the bundled agent card is invalid: {e}"))),
+        None => card_name(),
     }
+}
+
+/// The bundled card's name: the agent's replica group unless configured (replicas of one group
+/// share one document log).
+fn card_name() -> Result<String, SearchError> {
+    serde_json::from_str::<AgentCard>(CARD_JSON)
+        .map(|card| card.name)
+        .map_err(|e| SearchError::InvalidParameters(format!("the bundled agent card is invalid: {e}")))
 }
 
 /// Longest pause between two compactions of the document log's tombstones.

@@ -25,7 +25,12 @@ const CONVERGENCE_DEADLINE_MS: u64 = SYNC_INTERVAL_MS + 5_000;
 /// A replica named `name` keeping its index in `data`, on the log at `log_url`.
 fn config(name: &str, log_url: &str, data: &std::path::Path) -> SearchConfig {
     SearchConfig {
-        agent: mesh_agent_kit::AgentConfig { name: Some(name.to_owned()), ..local_agent_config() },
+        // A group of the test's own: tests sharing one PostgreSQL database keep to their own log.
+        agent: mesh_agent_kit::AgentConfig {
+            name: Some(name.to_owned()),
+            replica_group: Some(name.to_owned()),
+            ..local_agent_config()
+        },
         data_dir: Some(data.to_owned()),
         dense: DenseConfig { enabled: false, ..DenseConfig::default() },
         documents_database_url: Some(log_url.to_owned()),
@@ -254,6 +259,7 @@ fn replica_process(name: &str, url: &str, data: &std::path::Path, port: u16) -> 
     let child = Command::new(env!("CARGO_BIN_EXE_search"))
         .args(["--port", &port.to_string(), "--data-dir", &data.display().to_string()])
         .env("MESH_SEARCH_NAME", name)
+        .env("MESH_SEARCH_REPLICA_GROUP", name)
         .env("MESH_SEARCH_DOCUMENTS_DATABASE_URL", url)
         .env("MESH_SEARCH_DOCUMENTS_SYNC_INTERVAL_MS", "50")
         .env("MESH_SEARCH_DENSE__ENABLED", "false")

@@ -51,6 +51,11 @@ pub struct AgentConfig {
     pub registry_url: Option<String>,
     /// Name to register and serve in the card, for replicas of one agent; the card's name when absent.
     pub name: Option<String>,
+    /// The name replicas of one agent share: their A2A tasks are kept under it (and the search
+    /// agent's document log), so any replica reads, follows and cancels the others' tasks, and
+    /// fails those of a replica that died. The card's own name when absent, whatever `name` each
+    /// replica registers under (a pod's): replicas of one agent share without being told.
+    pub replica_group: Option<String>,
     /// Milliseconds between re-registrations once registered, so a registry that lost the entry
     /// (a wiped database, a name taken over and released) gets it back without a restart.
     pub registration_refresh_ms: u64,
@@ -115,6 +120,13 @@ pub struct AgentConfig {
     pub auth: mesh_auth::AuthConfig,
 }
 
+impl AgentConfig {
+    /// The replica group of an agent whose card is named `card_name`: `replica_group`, else that name.
+    pub fn replica_group_or(&self, card_name: &str) -> String {
+        self.replica_group.clone().unwrap_or_else(|| card_name.to_owned())
+    }
+}
+
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
@@ -123,6 +135,7 @@ impl Default for AgentConfig {
             public_url: None,
             registry_url: None,
             name: None,
+            replica_group: None,
             registration_refresh_ms: REGISTRATION_REFRESH_MS_DEFAULT,
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
@@ -275,6 +288,7 @@ impl AgentApp {
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(KitError::Serve)?;
         let url = config.public_url.clone().unwrap_or_else(|| reachable_url(local)).trim_end_matches('/').to_owned();
+        let replica_group = config.replica_group_or(&card.name);
         if let Some(name) = &config.name {
             card.name = name.clone();
         }
@@ -287,7 +301,7 @@ impl AgentApp {
             card = sign_card(card, &mesh_auth::CardSigner::load(key)?)?;
         }
         let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
-        let store = TaskStore::open(&store_url, &card.name).await?;
+        let store = TaskStore::open(&store_url, &replica_group).await?;
         let lease = Lease {
             ttl: Duration::from_millis(config.task_lease_ttl_ms),
             renew_interval: Duration::from_millis(config.task_lease_renew_ms),

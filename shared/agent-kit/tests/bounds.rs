@@ -330,17 +330,9 @@ async fn a_task_whose_artifacts_outgrow_the_cap_fails_saying_why() {
 
 #[tokio::test]
 async fn without_its_task_database_an_agent_is_unhealthy_and_not_ready_but_alive() {
-    let Ok(server_url) = std::env::var("MESH_TEST_POSTGRES_URL") else {
-        eprintln!("skipping: set MESH_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test) to run it");
-        return;
-    };
     // A database of its own, dropped under the running agent: the outage a probe must notice.
-    let name = format!("agent_health_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&server_url).await.unwrap();
-    // The name is ours: a fixed prefix and a UUID's hex digits.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
-    let (base, _) = server_url.rsplit_once('/').unwrap();
-    let config = AgentConfig { task_store_url: Some(format!("{base}/{name}")), ..AgentConfig::default() };
+    let Some(database) = mesh_test_support::ScratchDatabase::create("agent_health").await else { return };
+    let config = AgentConfig { task_store_url: Some(database.url.clone()), ..AgentConfig::default() };
     let agent = Served::start(
         AgentApp::build(&config, card("stored"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
             .await
@@ -350,7 +342,7 @@ async fn without_its_task_database_an_agent_is_unhealthy_and_not_ready_but_alive
     assert_eq!((status, health["components"]["database"]["status"].as_str()), (StatusCode::OK, Some("ok")), "{health}");
     assert_eq!(agent.get_json("/health/ready").await.0, StatusCode::OK);
 
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)"))).execute(&admin).await.unwrap();
+    database.drop_database().await;
     let deadline = Instant::now() + TIMEOUT;
     while agent.health().await != StatusCode::SERVICE_UNAVAILABLE {
         assert!(Instant::now() < deadline, "the agent never noticed its database gone");

@@ -75,10 +75,16 @@ struct Replica {
 }
 
 impl Replica {
-    async fn start(store: &str, name: &str) -> Self {
-        let config = AgentConfig { task_store_url: Some(store.to_owned()), ..AgentConfig::default() };
+    /// A replica of the agent whose card is named `group`, registering under a name of its own
+    /// (as a pod does): replicas share their tasks through the card's name, not their own.
+    async fn start(store: &str, group: &str) -> Self {
+        let config = AgentConfig {
+            task_store_url: Some(store.to_owned()),
+            name: Some(format!("{group}-{}", uuid::Uuid::new_v4().simple())),
+            ..AgentConfig::default()
+        };
         let turns = Arc::new(Turns::default());
-        let app = AgentApp::build_tasks(&config, card(name), Held(turns.clone()), HttpClient::with_reqwest().unwrap())
+        let app = AgentApp::build_tasks(&config, card(group), Held(turns.clone()), HttpClient::with_reqwest().unwrap())
             .await
             .unwrap();
         let url = app.url().to_owned();

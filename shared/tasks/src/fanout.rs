@@ -210,8 +210,19 @@ impl Fanout {
 
     /// Queues `event` of the task for the other replicas; waits only for room in the queue.
     pub(crate) async fn publish(&self, tenant: &str, task: &str, event: &StreamResponse) {
+        self.send(&self.identity, tenant, task, event).await;
+    }
+
+    /// Queues `event` of a task that `owner`, a replica found dead, ran: sent in its name, so
+    /// every live replica hears it, this one included (its own subscribers may follow the task).
+    pub(crate) async fn publish_for(&self, owner: &str, tenant: &str, task: &str, event: &StreamResponse) {
+        let identity = Identity { agent: self.identity.agent.clone(), replica: owner.to_owned() };
+        self.send(&identity, tenant, task, event).await;
+    }
+
+    async fn send(&self, sender: &Identity, tenant: &str, task: &str, event: &StreamResponse) {
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
-        let Some(payloads) = self.identity.encode(sequence, tenant, task, event) else {
+        let Some(payloads) = sender.encode(sequence, tenant, task, event) else {
             tracing::warn!(task, "a task event too large to share with the other replicas; not sent");
             return;
         };

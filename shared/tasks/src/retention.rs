@@ -108,7 +108,7 @@ impl TaskStore {
         loop {
             // Rows of a replica with a lease renewed since the cutoff are another live process's.
             let rows = sqlx::query(
-                "SELECT tenant, body FROM a2a_tasks t WHERE agent = $1 AND state IN ($2, $3) \
+                "SELECT tenant, owner, body FROM a2a_tasks t WHERE agent = $1 AND state IN ($2, $3) \
                  AND NOT EXISTS (SELECT 1 FROM a2a_task_replicas r WHERE r.agent = t.agent \
                  AND r.replica = t.owner AND r.renewed_at >= $4) ORDER BY updated_at LIMIT $5",
             )
@@ -140,7 +140,15 @@ impl TaskStore {
                     metadata: None,
                 });
                 apply(&mut task, &update);
-                saves.push(async move { self.save(&tenant, &task).await });
+                let owner: Option<String> = row.try_get("owner")?;
+                saves.push(async move {
+                    self.save(&tenant, &task).await?;
+                    // Subscribers following the task on any replica learn of its end now.
+                    if let (Some(fanout), Some(owner)) = (&self.fanout, owner) {
+                        fanout.publish_for(&owner, &tenant, &task.id, &update).await;
+                    }
+                    Ok::<_, TaskError>(())
+                });
             }
             // Saved concurrently, so the writer commits them in one transaction.
             for saved in futures::future::join_all(saves).await {

@@ -53,6 +53,12 @@ async fn only_the_running_tasks_of_replicas_without_a_live_lease_are_failed() {
     let url = mesh_test_support::postgres_url().unwrap();
     let dead = TaskStore::open(&url, live.agent()).await.unwrap();
     dead.save("", &task("orphaned", TaskState::Working)).await.unwrap();
+    // Subscribers following the orphaned task elsewhere, and on the sweeping replica itself.
+    let mut elsewhere = live.listen().unwrap();
+    let mut sweeper = starting.listen().unwrap();
+    for heard in [&mut elsewhere, &mut sweeper] {
+        assert_eq!(tokio::time::timeout(DEADLINE, heard.recv()).await.unwrap(), Some(Remote::Resync));
+    }
     let job = starting.start_lease(lease, Some("its replica died")).await.unwrap().unwrap();
     let state = |id: &'static str| {
         let starting = starting.clone();
@@ -60,6 +66,18 @@ async fn only_the_running_tasks_of_replicas_without_a_live_lease_are_failed() {
     };
     assert_eq!(state("runs-on-a-live-replica").await, TaskState::Working, "a live replica's task is left running");
     assert_eq!(state("orphaned").await, TaskState::Failed, "a dead replica's task is failed");
+    // ... and every replica hears so, the one that swept included.
+    for heard in [&mut elsewhere, &mut sweeper] {
+        match tokio::time::timeout(DEADLINE, heard.recv()).await.unwrap() {
+            Some(Remote::Event { id, event, .. }) => {
+                let StreamResponse::StatusUpdate(update) = *event else { panic!("a status update: {event:?}") };
+                assert_eq!((id.as_str(), update.status.state), ("orphaned", TaskState::Failed));
+                let message = update.status.message.expect("the failure says why");
+                assert_eq!(message.parts.first().and_then(|part| part.as_text()), Some("its replica died"));
+            }
+            other => panic!("the failure, not {other:?}"),
+        }
+    }
     renewing.abort();
     job.abort();
 }

@@ -46,6 +46,43 @@ pub fn kafka_brokers() -> Option<String> {
     env_part("a Kafka broker", "MESH_TEST_KAFKA_BROKERS", "scripts/kafka-broker.sh starts one on 127.0.0.1:9092")
 }
 
+/// A PostgreSQL database of its own for one test on the server `MESH_TEST_POSTGRES_URL` names, so
+/// tests running at once never see each other's rows; dropped by [`ScratchDatabase::drop_database`]
+/// (a failing test leaves it behind, under a name saying which test made it). `None` (the test
+/// skips) without the server outside CI, as [`require`] has it.
+pub struct ScratchDatabase {
+    /// The database's URL: the server's, with the database's name as its path.
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+impl ScratchDatabase {
+    /// Creates `<prefix>_<uuid>`; `prefix` is the test's own, lowercase ASCII letters and `_`.
+    pub async fn create(prefix: &str) -> Option<Self> {
+        use sqlx::Connection;
+        assert!(prefix.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "a plain prefix, not {prefix:?}");
+        let admin_url = postgres_url()?;
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("MESH_TEST_POSTGRES_URL is reachable");
+        // The name is the checked prefix and a UUID's hex digits, never input.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await.unwrap();
+        let mut url = url::Url::parse(&admin_url).expect("MESH_TEST_POSTGRES_URL is a URL");
+        url.set_path(&name);
+        Some(Self { url: url.into(), admin_url, name })
+    }
+
+    /// Drops the database, ending the sessions still open on it.
+    pub async fn drop_database(self) {
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(&self.admin_url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {} WITH (FORCE)", self.name)))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+}
+
 #[track_caller]
 fn require_as<T, E: Display>(ci: bool, part: &str, found: Result<T, E>) -> Option<T> {
     match found {

@@ -221,35 +221,3 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
-
-/// A PostgreSQL database of its own on the server of `MESH_TEST_POSTGRES_URL`, so runs never see
-/// each other's rows; dropped by [`ScratchDatabase::drop_database`]. `None` (the test skips)
-/// without the server outside CI.
-pub struct ScratchDatabase {
-    pub url: String,
-    admin_url: String,
-    name: String,
-}
-
-impl ScratchDatabase {
-    pub async fn create() -> Option<Self> {
-        use sqlx::Connection;
-        let admin_url = mesh_test_support::postgres_url()?;
-        let name = format!("mesh_registry_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("MESH_TEST_POSTGRES_URL is reachable");
-        // The name is generated above from a UUID, never from input.
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await.unwrap();
-        let mut url = url::Url::parse(&admin_url).unwrap();
-        url.set_path(&name);
-        Some(Self { url: url.into(), admin_url, name })
-    }
-
-    pub async fn drop_database(self) {
-        use sqlx::Connection;
-        let mut admin = sqlx::PgConnection::connect(&self.admin_url).await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {} WITH (FORCE)", self.name)))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-    }
-}
