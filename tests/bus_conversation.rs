@@ -4,6 +4,9 @@
 //! conversation goes on with its history intact and the seed's roles. The same again on Kafka
 //! when `MESH_TEST_KAFKA_BROKERS` names a broker.
 
+#[path = "common/binaries.rs"]
+mod binaries;
+
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -14,14 +17,9 @@ use tokio_tungstenite::tungstenite::Message;
 /// Longest one answer may take (the first includes the orchestrator's start and discovery).
 const ANSWER_DEADLINE_MS: u64 = 60_000;
 
-/// The orchestrator binary beside this test's own binaries, built when missing.
+/// The orchestrator binary beside this test's own binaries.
 fn orchestrator_binary() -> std::path::PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "orchestrator", "--bin", "orchestrator"])
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cannot build the orchestrator");
-    std::path::Path::new(env!("CARGO_BIN_EXE_a2a-mesh")).with_file_name("orchestrator")
+    binaries::service_binaries(&["orchestrator"]).join("orchestrator")
 }
 
 fn spawn_orchestrator(binary: &std::path::Path, registry: &str, bus: &mesh_bus::BusConfig) -> Child {

@@ -15,6 +15,8 @@
 //! fails). It runs the service binaries beside its own, which `cargo test --workspace` builds
 //! with the tests; when one is missing it builds them.
 
+#[path = "common/binaries.rs"]
+mod binaries;
 #[path = "common/load.rs"]
 mod load;
 
@@ -66,7 +68,8 @@ const REGISTRY_REPLICAS: usize = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_survive_kills_and_a_rolling_restart_under_load() {
     let Some(database) = ScratchDatabase::create("mesh_suite_replicas").await else { return };
-    let binaries = built_binaries();
+    let names: Vec<&str> = std::iter::once("registry").chain(AGENTS.map(|(binary, _)| binary)).collect();
+    let binaries = binaries::service_binaries(&names);
     let dir = tempfile::tempdir().unwrap();
     let mut mesh = Mesh::start(&binaries, &database.url, dir.path());
     let agent_names: Vec<String> = mesh.agents.iter().map(|agent| agent.name.clone()).collect();
@@ -74,6 +77,7 @@ async fn replicas_survive_kills_and_a_rolling_restart_under_load() {
 
     // While all registries run, the three of them together check each agent once per interval.
     let checks_per_agent_interval = mesh.checks_per_agent_interval(agent_names.len()).await;
+    eprintln!("checks per agent per interval, all registries together: {checks_per_agent_interval:.2}");
     assert!(
         (0.6..=1.5).contains(&checks_per_agent_interval),
         "checks per agent per interval across the registries: {checks_per_agent_interval:.2} (1 expected, 3 if each polled all)"
@@ -138,28 +142,6 @@ async fn replicas_survive_kills_and_a_rolling_restart_under_load() {
     balancer.stop();
     drop(mesh);
     database.drop_database().await;
-}
-
-/// The directory of the service binaries: beside this test's own binaries, where
-/// `cargo test --workspace` puts them. Missing ones (a run of this test alone) are built, in the
-/// workspace's default feature set; present ones are used as they are, so that this test never
-/// rebuilds what the workspace's test build just built with its own features.
-fn built_binaries() -> PathBuf {
-    let directory = Path::new(env!("CARGO_BIN_EXE_a2a-mesh")).parent().unwrap().to_owned();
-    let names = std::iter::once("registry").chain(AGENTS.iter().map(|(binary, _)| *binary));
-    if names.clone().all(|name| directory.join(name).exists()) {
-        return directory;
-    }
-    let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "--quiet", "--workspace"]);
-    for name in names {
-        build.args(["--bin", name]);
-    }
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    assert!(build.status().expect("cargo runs").success(), "cannot build the suite's binaries");
-    directory
 }
 
 fn free_port() -> u16 {
@@ -485,9 +467,9 @@ impl Load {
     }
 
     /// Stops the workers (each finishes its query) and returns the outcomes since the last take.
-    async fn stop(self) -> Vec<Outcome> {
+    async fn stop(mut self) -> Vec<Outcome> {
         self.stopped.store(true, Ordering::Relaxed);
-        for worker in self.workers {
+        for worker in std::mem::take(&mut self.workers) {
             worker.await.unwrap();
         }
         self.take()

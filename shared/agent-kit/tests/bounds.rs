@@ -382,11 +382,20 @@ async fn a_caller_chosen_seed_id_is_taken_once_across_replicas_sharing_a_store()
         let mut statuses = [first.unwrap().status(), second.unwrap().status()];
         statuses.sort();
         assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT], "{store}: one replica takes the id");
-        // Once answered, the id stays taken on either replica, and either reads the one record.
+        // Once answered, the id stays taken on either replica, and either reads the one record:
+        // the replica that answered at once, the other once the answer's record (written after
+        // the answer, for a seed call) is committed.
         let again = send(&b, "other").await.unwrap();
         assert_eq!(again.status(), StatusCode::CONFLICT, "{store}");
         for served in [&a, &b] {
-            let task = served.rpc("GetTask", json!({"id": id})).await;
+            let deadline = Instant::now() + TIMEOUT;
+            let task = loop {
+                let task = served.rpc("GetTask", json!({"id": id})).await;
+                if task["result"]["status"]["state"] == "TASK_STATE_COMPLETED" || Instant::now() > deadline {
+                    break task;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
             assert_eq!(task["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{store}: {task}");
             assert!(!task.to_string().contains("other"), "{store}: the record was overwritten: {task}");
         }

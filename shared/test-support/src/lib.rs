@@ -50,6 +50,7 @@ pub fn kafka_brokers() -> Option<String> {
 /// tests running at once never see each other's rows; dropped by [`ScratchDatabase::drop_database`]
 /// (a failing test leaves it behind, under a name saying which test made it). `None` (the test
 /// skips) without the server outside CI, as [`require`] has it.
+#[derive(Debug)]
 pub struct ScratchDatabase {
     /// The database's URL: the server's, with the database's name as its path.
     pub url: String,
