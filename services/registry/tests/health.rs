@@ -100,15 +100,20 @@ async fn polls_are_bounded_and_one_slow_agent_does_not_hold_back_the_others() {
     registry.stop().await;
 }
 
-#[tokio::test]
-async fn a_failure_report_checks_the_agent_at_once_instead_of_at_the_next_poll() {
-    // Polls an hour apart: only the report can make the registry notice.
+/// A registry polling an hour apart, and `search_agent` registered with it and found healthy.
+async fn healthy_agent_polled_hourly() -> (TestRegistry, FakeAgent, mesh_protocol::registry::Registration) {
     let registry = TestRegistry::start_with(|config| config.health_check_interval_ms = 3_600_000).await;
     let agent = FakeAgent::start("search_agent").await;
     let registration = agent.registration(&["search"]);
     registry.client.register(&registration).await.unwrap();
     wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
+    (registry, agent, registration)
+}
 
+#[tokio::test]
+async fn a_failure_report_checks_the_agent_at_once_instead_of_at_the_next_poll() {
+    // Polls an hour apart: only the report can make the registry notice.
+    let (registry, agent, registration) = healthy_agent_polled_hourly().await;
     agent.answer_health(503);
     let answer = registry.client.report_failure("search_agent", &registration.url).await.unwrap();
     assert_eq!(answer.message, "health checked: unhealthy");
@@ -133,12 +138,7 @@ async fn a_failure_report_checks_the_agent_at_once_instead_of_at_the_next_poll()
 #[tokio::test]
 async fn an_unreachable_agent_re_registering_is_checked_at_once() {
     // Polls an hour apart: only the registration can make the registry notice.
-    let registry = TestRegistry::start_with(|config| config.health_check_interval_ms = 3_600_000).await;
-    let agent = FakeAgent::start("search_agent").await;
-    let registration = agent.registration(&["search"]);
-    registry.client.register(&registration).await.unwrap();
-    wait_for(&registry, "search_agent", HealthStatus::Healthy).await;
-
+    let (registry, agent, registration) = healthy_agent_polled_hourly().await;
     agent.answer_health(503);
     registry.client.report_failure("search_agent", &registration.url).await.unwrap();
     assert_eq!(health_of(&registry, "search_agent").await, HealthStatus::Unhealthy);
