@@ -4,6 +4,10 @@
 //!
 //! - A: an echo agent on this kit (`AgentApp`), answering "echo: <text>", its tasks durable in a
 //!   SQLite file (a temporary one) as with an agent's default store;
+//! - Ab: A with `task_durability = "buffered"` (a file of its own): answers do not wait for the
+//!   commit, which the writer makes every flush interval (issue #17);
+//! - Am: A with `task_durability = "memory"`: no database at all, as the Python SDK's default
+//!   `InMemoryTaskStore` (issue #17's goal: Am/C >= 0.5 at concurrency 16);
 //! - B: the official Python SDK's echo agent (`a2a-sdk`, uvicorn, one worker);
 //! - C: a bare axum handler answering A's own response bytes: the floor HTTP and axum cost;
 //! - A': A with authentication on (an HS256 secret), every request carrying a bearer JWT that
@@ -11,12 +15,13 @@
 //! - T: A exporting every span over OTLP/HTTP to a local receiver (this process), and T10 the
 //!   same at a 10% sampling ratio: the cost of tracing (issue #13), as T/A and T10/A.
 //!
-//! Every kit server (A, A', T, T10) installs the kit's telemetry as an agent binary does (one
+//! Every kit server (A, Ab, Am, A', T, T10) installs the kit's telemetry as an agent binary does (one
 //! INFO log line per request, written to a discarded stderr); only T and T10 have an endpoint.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
 //! [--python PATH] [--python-agent SCRIPT] [--servers A,T,T10]` (`--servers` picks the servers
-//! measured besides A, which every ratio is over: any of B, C, A', T, T10; all by default).
+//! measured besides A, which every ratio is over: any of Ab, Am, B, C, A', T, T10; all by
+//! default). Ab and Am are also shown over B and C, beside A.
 //!
 //! Each server runs in its own process (A and C are this binary re-executed), so the load
 //! generator never shares a runtime with the server it measures. Every response is checked;
@@ -38,7 +43,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{SendRequest, handshake};
 use hyper_util::rt::TokioIo;
-use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
+use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskDurability, TaskInput};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::seed::Part;
@@ -78,6 +83,8 @@ const RECONNECT_PAUSE_MS: u64 = 10;
 /// Speed goals of issue #5: A over B at concurrency 16, and A over C at every concurrency.
 const GOAL_A_OVER_B_AT_16: f64 = 50.0;
 const GOAL_A_OVER_C: f64 = 0.5;
+/// Goal of issue #17: the kit with tasks in memory (Am) at half bare axum's (C) rate at c=16.
+const GOAL_MEMORY_OVER_C_AT_16: f64 = 0.5;
 /// Goal of issue #12: authentication on costs at most 5% of A's requests per second.
 const GOAL_AUTH_OVER_OPEN: f64 = 0.95;
 /// Goals of issue #13: every span exported costs at most 10%, a 10% sampling ratio at most 2%.
@@ -88,8 +95,11 @@ const TRACE_RATIO_10: &str = "0.1";
 
 /// Set in a re-executed child to the server it must run (`agent-kit` or `bare-axum`).
 const SERVE_ENV: &str = "SEND_MESSAGE_BENCH_SERVE";
-/// Set in the agent-kit child to its task store: a SQLite file, durable as an agent's default.
+/// Set in the agent-kit child to its task store: a SQLite file, durable as an agent's default
+/// (unset for Am, which has none).
 const TASK_STORE_ENV: &str = "SEND_MESSAGE_BENCH_TASK_STORE";
+/// Set in an agent-kit child to its `task_durability` when not the default (Ab, Am).
+const TASK_DURABILITY_ENV: &str = "SEND_MESSAGE_BENCH_TASK_DURABILITY";
 /// Set in an agent-kit child to the HS256 secret it verifies bearer tokens with (A').
 const AUTH_SECRET_ENV: &str = "SEND_MESSAGE_BENCH_AUTH_SECRET";
 /// The secret of A', and the subject of the token its requests carry.
@@ -156,7 +166,7 @@ impl Options {
                 _ => {
                     return Err(format!(
                         "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT, \
-                         --servers A,B,C,A',T,T10"
+                         --servers Ab,Am,B,C,A',T,T10"
                     )
                     .into());
                 }
@@ -175,6 +185,8 @@ impl Options {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     AgentKit,
+    AgentKitBuffered,
+    AgentKitMemory,
     PythonSdk,
     BareAxum,
     AgentKitAuth,
@@ -183,8 +195,10 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 8] = [
         Self::AgentKit,
+        Self::AgentKitBuffered,
+        Self::AgentKitMemory,
         Self::PythonSdk,
         Self::BareAxum,
         Self::AgentKitAuth,
@@ -200,6 +214,8 @@ impl Kind {
     fn label(self) -> &'static str {
         match self {
             Self::AgentKit => "A agent kit",
+            Self::AgentKitBuffered => "Ab kit buffered",
+            Self::AgentKitMemory => "Am kit memory",
             Self::PythonSdk => "B Python SDK",
             Self::BareAxum => "C bare axum",
             Self::AgentKitAuth => "A' kit + JWT",
@@ -231,7 +247,7 @@ impl Drop for Server {
     }
 }
 
-/// A, A' or C: this binary re-executed as a server, given its `settings` (variable, value) in
+/// A, Ab, Am, A' or C: this binary re-executed as a server, given its `settings` (variable, value) in
 /// the environment; it prints its address on its first line.
 fn start_rust(kind: Kind, settings: &[(&str, &str)], bearer: Option<String>) -> Result<Server, BoxError> {
     let role = if kind == Kind::BareAxum { "bare-axum" } else { "agent-kit" };
@@ -311,12 +327,15 @@ async fn serve_agent_kit() -> Result<(), BoxError> {
     let mut config = AgentConfig {
         port: 0,
         registry_url: None,
-        task_store_url: Some(std::env::var(TASK_STORE_ENV)?),
+        task_store_url: std::env::var(TASK_STORE_ENV).ok(),
         // Throughput is measured here, not the per-tenant limiter (one tenant sends everything).
         rate_limit_per_s: 0,
         ..AgentConfig::default()
     };
     config.auth.jwt_hs256_secret = std::env::var(AUTH_SECRET_ENV).ok();
+    if let Ok(durability) = std::env::var(TASK_DURABILITY_ENV) {
+        config.task_durability = TaskDurability::try_from(durability)?;
+    }
     let app = AgentApp::build(&config, card, Echo, HttpClient::with_reqwest()?).await?;
     announce(app.url().trim_start_matches("http://"))?;
     app.run_until_stopped(std::future::pending()).await?;
@@ -591,7 +610,9 @@ async fn run(options: Options) -> Result<(), BoxError> {
          absolute figures are what is left after the client's share; compare ratios."
     );
     println!(
-        "A keeps its tasks in a SQLite file (WAL), as an agent's default store does: each answer waits for its commit."
+        "A keeps its tasks in a SQLite file (WAL), as an agent's default store does: each answer waits for its commit. \
+         Ab keeps them in a file of its own, answering before the commit (flushed every {} ms); Am in memory alone.",
+        mesh_tasks::TASK_FLUSH_INTERVAL_MS_DEFAULT
     );
 
     // Declared before the servers so it is removed after A has been stopped.
@@ -602,6 +623,18 @@ async fn run(options: Options) -> Result<(), BoxError> {
     let a_reply = ready(&mut a).await?;
     servers.push(a);
     let measured = |kind| options.servers.contains(&kind);
+    if measured(Kind::AgentKitBuffered) {
+        let buffered_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-buffered.db").display());
+        let settings = [(TASK_STORE_ENV, buffered_tasks_url.as_str()), (TASK_DURABILITY_ENV, "buffered")];
+        let mut buffered = start_rust(Kind::AgentKitBuffered, &settings, None)?;
+        ready(&mut buffered).await?;
+        servers.push(buffered);
+    }
+    if measured(Kind::AgentKitMemory) {
+        let mut memory = start_rust(Kind::AgentKitMemory, &[(TASK_DURABILITY_ENV, "memory")], None)?;
+        ready(&mut memory).await?;
+        servers.push(memory);
+    }
     if measured(Kind::AgentKitAuth) {
         // A' keeps its tasks in a file of its own, so the two never contend for one database.
         let auth_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-auth.db").display());
@@ -718,11 +751,25 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
         );
     }
     println!();
+    println!("| concurrency | Ab/A req/s | Am/A req/s | Ab/B req/s | Am/B req/s | Ab/C req/s | Am/C req/s |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let over = |kind, base, concurrency| Some(rate(kind, concurrency)? / rate(base, concurrency)?);
+    for concurrency in CONCURRENCIES {
+        let cells: Vec<String> = [Kind::AgentKit, Kind::PythonSdk, Kind::BareAxum]
+            .into_iter()
+            .flat_map(|base| [Kind::AgentKitBuffered, Kind::AgentKitMemory].map(|kind| over(kind, base, concurrency)))
+            .map(shown)
+            .collect();
+        println!("| {concurrency} | {} |", cells.join(" | "));
+    }
+    println!();
     let goal = |name: String, value: Option<f64>, floor: f64| match value {
         Some(v) => println!("Goal {name} >= {floor}: {} ({v:.2}).", if v >= floor { "met" } else { "NOT met" }),
         None => println!("Goal {name} >= {floor}: not measured."),
     };
     goal("A/B at c=16".to_owned(), ratio(Kind::PythonSdk, 16), GOAL_A_OVER_B_AT_16);
+    let memory_over_c = over(Kind::AgentKitMemory, Kind::BareAxum, 16);
+    goal("Am/C at c=16".to_owned(), memory_over_c, GOAL_MEMORY_OVER_C_AT_16);
     for concurrency in CONCURRENCIES {
         goal(format!("A/C at c={concurrency}"), ratio(Kind::BareAxum, concurrency), GOAL_A_OVER_C);
     }

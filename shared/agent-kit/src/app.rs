@@ -63,8 +63,19 @@ pub struct AgentConfig {
     pub body_limit_bytes: usize,
     /// Where the agent's A2A tasks are kept: `sqlite://PATH`, `postgres://...`, or
     /// `sqlite::memory:` (gone at exit). Default: `sqlite://data/tasks/<agent name>.db` under the
-    /// working directory.
+    /// working directory. Unused with `task_durability = "memory"`.
     pub task_store_url: Option<String>,
+    /// What an answered task survives (`tasks.durability` in issue #17's words): `durable` (the
+    /// default: committed to the task store before its answer is sent, it survives SIGKILL),
+    /// `buffered` (answered once queued, committed within `task_flush_interval_ms`: SIGKILL loses
+    /// at most that span's writes, a graceful stop none), or `memory` (no database: kept in this
+    /// process alone, lost at exit, at most `memory_tasks_max`).
+    pub task_durability: TaskDurability,
+    /// With `buffered`, milliseconds the task writer gathers writes before it commits them.
+    pub task_flush_interval_ms: u64,
+    /// With `memory`, tasks kept at most: a new one past it evicts the oldest finished one, and
+    /// is refused when none is finished.
+    pub memory_tasks_max: usize,
     /// Also write the A2A 0.3 top-level card fields (`url`, `preferredTransport`,
     /// `protocolVersion`, `additionalInterfaces`) for 0.3 clients. On by default; strict 1.0
     /// validators (the conformance kit) reject them.
@@ -120,6 +131,37 @@ pub struct AgentConfig {
     pub auth: mesh_auth::AuthConfig,
 }
 
+/// What an agent's answered tasks survive (see [`AgentConfig::task_durability`]). Read from the
+/// lowercase names; any other value is refused, naming the key and the accepted ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum TaskDurability {
+    #[default]
+    Durable,
+    Buffered,
+    Memory,
+}
+
+impl TaskDurability {
+    /// Each durability by the name the configuration gives it.
+    const NAMES: [(&str, Self); 3] =
+        [("durable", Self::Durable), ("buffered", Self::Buffered), ("memory", Self::Memory)];
+}
+
+impl TryFrom<String> for TaskDurability {
+    type Error = String;
+
+    // A message of its own: serde's would not name the key, which agents' flattened
+    // configurations lose.
+    fn try_from(value: String) -> Result<Self, String> {
+        Self::NAMES
+            .iter()
+            .find(|(name, _)| *name == value)
+            .map(|(_, durability)| *durability)
+            .ok_or_else(|| format!("task_durability must be one of durable, buffered or memory, not {value:?}"))
+    }
+}
+
 impl AgentConfig {
     /// The replica group of an agent whose card is named `card_name`: `replica_group`, else that name.
     pub fn replica_group_or(&self, card_name: &str) -> String {
@@ -140,6 +182,9 @@ impl Default for AgentConfig {
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             task_store_url: None,
+            task_durability: TaskDurability::Durable,
+            task_flush_interval_ms: mesh_tasks::TASK_FLUSH_INTERVAL_MS_DEFAULT,
+            memory_tasks_max: mesh_tasks::MEMORY_TASKS_MAX_DEFAULT,
             legacy_card_fields: true,
             graph_refresh_ms: GRAPH_REFRESH_MS_DEFAULT,
             graph_mode_until_loaded: GraphMode::Open,
@@ -219,8 +264,10 @@ pub struct AgentApp {
     purger: tokio::task::JoinHandle<()>,
     /// Renews this replica's task lease (PostgreSQL), stopped with the agent.
     lease: Option<tokio::task::JoinHandle<()>>,
-    /// Checks that the task store's database answers, for `/health`.
-    database_probe: tokio::task::JoinHandle<()>,
+    /// Checks that the task store's database answers, for `/health` (none in memory).
+    database_probe: Option<tokio::task::JoinHandle<()>>,
+    /// Flushed when the agent stops, so a buffered store loses nothing to a graceful stop.
+    store: TaskStore,
     shutdown_drain: Duration,
     shutdown_unready: Duration,
 }
@@ -300,8 +347,15 @@ impl AgentApp {
         if let Some(key) = &config.auth.card_signing_key {
             card = sign_card(card, &mesh_auth::CardSigner::load(key)?)?;
         }
-        let store_url = config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
-        let store = TaskStore::open(&store_url, &replica_group).await?;
+        let store_url = || config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
+        let store = match config.task_durability {
+            TaskDurability::Durable => TaskStore::open(&store_url(), &replica_group).await?,
+            TaskDurability::Buffered => {
+                let flush_interval = Duration::from_millis(config.task_flush_interval_ms);
+                TaskStore::open_buffered(&store_url(), &replica_group, flush_interval).await?
+            }
+            TaskDurability::Memory => TaskStore::in_memory(&replica_group, config.memory_tasks_max),
+        };
         let lease = Lease {
             ttl: Duration::from_millis(config.task_lease_ttl_ms),
             renew_interval: Duration::from_millis(config.task_lease_renew_ms),
@@ -341,12 +395,26 @@ impl AgentApp {
         for (name, probe) in extras.components {
             metrics.add_component(name, probe);
         }
-        // Every answer waits for a task-store commit: without its database the agent cannot serve.
-        let database = DatabaseProbe::register(&metrics);
-        let probed = store.clone();
-        let probe_name = metrics.name().to_owned();
-        let database_probe = tokio::spawn(async move { database.run(&probe_name, || probed.ping()).await });
-        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store, task_limits);
+        let database_probe = match store.memory_occupancy() {
+            // No database to claim: the component says where the tasks are, and how full it is.
+            Some(_) => {
+                let kept = store.clone();
+                metrics.add_component("task_store", move || {
+                    let (tasks, tasks_max) = kept.memory_occupancy().unwrap_or_default();
+                    serde_json::json!({ "status": "ok", "durability": "memory", "tasks": tasks, "tasks_max": tasks_max })
+                });
+                None
+            }
+            // Every answer waits for the task store (its commit, or its queue the writer empties
+            // into the database): without its database the agent cannot serve.
+            None => {
+                let database = DatabaseProbe::register(&metrics);
+                let probed = store.clone();
+                let probe_name = metrics.name().to_owned();
+                Some(tokio::spawn(async move { database.run(&probe_name, || probed.ping()).await }))
+            }
+        };
+        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store.clone(), task_limits);
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
         }
@@ -372,6 +440,7 @@ impl AgentApp {
             purger,
             lease,
             database_probe,
+            store,
             shutdown_drain,
             shutdown_unready,
         })
@@ -443,11 +512,18 @@ impl AgentApp {
         let served = serve_draining(self.listener, self.router, leave_then_drain, self.shutdown_drain)
             .await
             .map_err(KitError::Serve);
+        // The answered tasks' writes still queued (a buffered store's last interval, background
+        // saves) are committed before the process may exit.
+        if let Err(error) = self.store.flush().await {
+            tracing::error!(%error, "could not save the queued tasks before stopping");
+        }
         self.purger.abort();
         if let Some(lease) = &self.lease {
             lease.abort();
         }
-        self.database_probe.abort();
+        if let Some(probe) = &self.database_probe {
+            probe.abort();
+        }
         if let Some(bus) = bus {
             bus.stop().await;
         }
@@ -470,5 +546,44 @@ fn registration_for(card: &AgentCard, url: &str) -> Registration {
         health_endpoint: DEFAULT_HEALTH_PATH.to_owned(),
         process_endpoint: DEFAULT_PROCESS_PATH.to_owned(),
         agent_card_url: Some(format!("{url}{AGENT_CARD_PATH}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// An agent binary's configuration: its own keys beside the kit's, flattened.
+    #[derive(Debug, Deserialize)]
+    struct Binary {
+        #[serde(flatten)]
+        agent: AgentConfig,
+    }
+
+    fn load(durability: &str) -> Result<Binary, mesh_config::ConfigError> {
+        let env = HashMap::from([("MESH_SEARCH_TASK_DURABILITY".to_owned(), durability.to_owned())]);
+        mesh_config::ConfigLoader::new("MESH_SEARCH", None).with_env(env).load()
+    }
+
+    #[test]
+    fn each_task_durability_is_read_by_its_name() {
+        assert_eq!(AgentConfig::default().task_durability, TaskDurability::Durable);
+        for (name, durability) in [
+            ("durable", TaskDurability::Durable),
+            ("buffered", TaskDurability::Buffered),
+            ("memory", TaskDurability::Memory),
+        ] {
+            assert_eq!(load(name).unwrap().agent.task_durability, durability, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_task_durability_is_refused_naming_the_key_and_the_choices() {
+        let error = load("fast").unwrap_err().to_string();
+        for expected in ["task_durability", "durable, buffered or memory", "\"fast\""] {
+            assert!(error.contains(expected), "{expected:?} missing from: {error}");
+        }
     }
 }

@@ -33,7 +33,7 @@ pub mod testing;
 
 pub use a2a::{TaskEvents, TaskHandler, Turn};
 pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router, task_agent_router};
-pub use app::{AgentApp, AgentConfig, AgentExtras, KitError};
+pub use app::{AgentApp, AgentConfig, AgentExtras, KitError, TaskDurability};
 pub use card::{CardDocument, sign_card};
 pub use cli::{AgentArgs, MainError};
 pub use error::{AgentError, ErrorResponse};

@@ -1,10 +1,12 @@
 //! The A2A surface of a kit agent on port 0: JSON-RPC and HTTP+JSON, 1.0 and 0.3, streams,
-//! multi-turn tasks, cancellation, subscriptions, durability and tenants.
+//! multi-turn tasks, cancellation, subscriptions, durability and tenants (the task and listing
+//! tests with the tasks in SQLite and in memory).
 
 use std::time::Duration;
 
 use mesh_agent_kit::{
-    AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskEvents, TaskHandler, TaskInput, Turn,
+    AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskDurability, TaskEvents, TaskHandler, TaskInput,
+    Turn,
 };
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, TaskState};
@@ -278,9 +280,20 @@ async fn streams_carry_the_task_then_its_changes_until_it_ends() {
     agent.stop().await;
 }
 
+/// [`config`], and the same agent keeping its tasks in memory: what both must serve alike.
+fn configs() -> [AgentConfig; 2] {
+    [config(), AgentConfig { task_durability: TaskDurability::Memory, ..config() }]
+}
+
 #[tokio::test]
 async fn tasks_take_turns_cancel_and_follow_subscriptions() {
-    let agent = task_agent(config()).await;
+    for config in configs() {
+        tasks_take_turns_cancel_and_follow_subscriptions_with(config).await;
+    }
+}
+
+async fn tasks_take_turns_cancel_and_follow_subscriptions_with(config: AgentConfig) {
+    let agent = task_agent(config).await;
     // A message answer makes no task.
     let hello = agent.rpc(Some("1.0"), "SendMessage", json!({"message": message("hello", json!({}))})).await;
     assert_eq!(hello["result"]["message"]["parts"][0]["text"], "hi there", "{hello}");
@@ -349,7 +362,13 @@ async fn tasks_take_turns_cancel_and_follow_subscriptions() {
 
 #[tokio::test]
 async fn the_http_json_binding_serves_tasks_lists_and_aip_193_errors() {
-    let agent = task_agent(config()).await;
+    for config in configs() {
+        the_http_json_binding_serves_tasks_lists_and_aip_193_errors_with(config).await;
+    }
+}
+
+async fn the_http_json_binding_serves_tasks_lists_and_aip_193_errors_with(config: AgentConfig) {
+    let agent = task_agent(config).await;
     let (status, sent) = agent
         .rest(
             reqwest::Method::POST,

@@ -4,7 +4,7 @@
 //! has nothing running it any more (its process crashed or was killed), so it is failed, at
 //! start and then every renewal; the running tasks of live replicas are left alone. On SQLite,
 //! one process's own file, nothing is renewed: at start every running task is failed, as a
-//! previous run of the process left it.
+//! previous run of the process left it. In memory there are neither leases nor earlier tasks.
 
 use std::time::Duration;
 
@@ -42,6 +42,7 @@ impl TaskStore {
     /// Renews this replica's lease, and forgets the leases expired `ttl` ago (their replicas'
     /// tasks count as orphaned either way, so the table stays as small as the live replicas).
     pub async fn renew_lease(&self, ttl: Duration) -> Result<(), TaskError> {
+        let Some(sql) = self.sql() else { return Ok(()) };
         sqlx::query(
             "INSERT INTO a2a_task_replicas (agent, replica, renewed_at) VALUES ($1, $2, $3) \
              ON CONFLICT (agent, replica) DO UPDATE SET renewed_at = excluded.renewed_at",
@@ -49,12 +50,12 @@ impl TaskStore {
         .bind(&self.agent)
         .bind(&self.replica)
         .bind(timestamp_before(Duration::ZERO))
-        .execute(&self.pool)
+        .execute(&sql.pool)
         .await?;
         sqlx::query("DELETE FROM a2a_task_replicas WHERE agent = $1 AND renewed_at < $2")
             .bind(&self.agent)
             .bind(timestamp_before(ttl))
-            .execute(&self.pool)
+            .execute(&sql.pool)
             .await?;
         Ok(())
     }
@@ -67,7 +68,8 @@ impl TaskStore {
         lease: Lease,
         interrupted_reason: Option<&str>,
     ) -> Result<Option<JoinHandle<()>>, TaskError> {
-        if self.backend == Backend::Postgres {
+        let shared = self.sql().is_some_and(|sql| sql.backend == Backend::Postgres);
+        if shared {
             self.renew_lease(lease.ttl).await?;
         }
         if let Some(reason) = interrupted_reason {
@@ -76,7 +78,7 @@ impl TaskStore {
                 tracing::warn!(agent = %self.agent, failed, "failed the running tasks no live process runs");
             }
         }
-        if self.backend != Backend::Postgres {
+        if !shared {
             return Ok(None);
         }
         let store = self.clone();

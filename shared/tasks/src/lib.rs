@@ -1,12 +1,14 @@
 //! A2A tasks apart from any transport: how events change a task ([`model`]) and where tasks live
 //! ([`TaskStore`]: SQLite by default, PostgreSQL by URL, through the same storage code as the
-//! registry). The agent kit runs handlers and speaks the protocol bindings on top of this. On
+//! registry, committed before a save returns or buffered; or in the process's memory alone). The agent kit runs handlers and speaks the protocol bindings on top of this. On
 //! PostgreSQL, replicas of one agent share the store: leases tell whose running tasks are
 //! orphaned ([`Lease`]), and task events travel between them ([`Remote`]).
 
 mod error;
 mod fanout;
 mod lease;
+mod list;
+mod memory;
 pub mod model;
 mod retention;
 mod store;
@@ -14,5 +16,7 @@ mod store;
 pub use error::TaskError;
 pub use fanout::Remote;
 pub use lease::{Lease, TASK_LEASE_RENEW_MS_DEFAULT, TASK_LEASE_TTL_MS_DEFAULT};
+pub use list::{LIST_PAGE_SIZE_DEFAULT, LIST_PAGE_SIZE_MAX, history_length};
+pub use memory::MEMORY_TASKS_MAX_DEFAULT;
 pub use retention::{FINISHED_TASK_TTL_MS_DEFAULT, Retention, TASK_PURGE_INTERVAL_MS_DEFAULT};
-pub use store::{LIST_PAGE_SIZE_DEFAULT, LIST_PAGE_SIZE_MAX, TaskStore, history_length};
+pub use store::{TASK_FLUSH_INTERVAL_MS_DEFAULT, TaskStore};

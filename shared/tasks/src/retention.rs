@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::TaskError;
 use crate::model::{apply, now_timestamp, state_name, terminal_states};
-use crate::store::TaskStore;
+use crate::store::{TaskStore, Tasks};
 
 /// Finished tasks are kept this long after their last change by default (7 days).
 pub const FINISHED_TASK_TTL_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
@@ -52,6 +52,10 @@ impl TaskStore {
     /// returns how many. Unfinished tasks are never deleted, however old.
     pub async fn purge_finished(&self, ttl: Duration) -> Result<u64, TaskError> {
         let cutoff = timestamp_before(ttl);
+        let pool = match &self.tasks {
+            Tasks::Memory(memory) => return Ok(memory.purge_finished(&cutoff)),
+            Tasks::Sql(sql) => &sql.pool,
+        };
         let [completed, failed, canceled, rejected] = terminal_states();
         let mut purged = 0;
         loop {
@@ -66,7 +70,7 @@ impl TaskStore {
             .bind(&rejected)
             .bind(&cutoff)
             .bind(PURGE_BATCH_ROWS)
-            .execute(&self.pool)
+            .execute(pool)
             .await?
             .rows_affected();
             purged += deleted;
@@ -101,7 +105,9 @@ impl TaskStore {
     /// (the process that did crashed or was killed), and a client polling one would otherwise
     /// wait forever. Tasks of live replicas, and tasks waiting for the user, are left as they are.
     /// Returns how many were failed. On SQLite no process holds a lease: every such task is failed.
+    /// In memory no task outlives its process: there is none.
     pub async fn fail_interrupted(&self, reason: &str, lease_ttl: Duration) -> Result<u64, TaskError> {
+        let Some(sql) = self.sql() else { return Ok(0) };
         let running = [TaskState::Submitted, TaskState::Working].map(state_name);
         let lease_cutoff = timestamp_before(lease_ttl);
         let mut failed = 0;
@@ -117,7 +123,7 @@ impl TaskStore {
             .bind(&running[1])
             .bind(&lease_cutoff)
             .bind(INTERRUPTED_BATCH_ROWS)
-            .fetch_all(&self.pool)
+            .fetch_all(&sql.pool)
             .await?;
             if rows.is_empty() {
                 return Ok(failed);

@@ -1,9 +1,13 @@
-//! The durable task store: one table for every agent and tenant, written by one group-commit
-//! writer so that many concurrent tasks cost one transaction, not one each.
+//! The task store, in one of three durabilities. `durable` and `buffered` keep tasks in one SQL
+//! table for every agent and tenant, written by one group-commit writer so that many concurrent
+//! tasks cost one transaction, not one each: a durable save returns once committed, a buffered
+//! one once queued (the writer commits what it gathered every flush interval). `memory` keeps
+//! them in the process alone (see [`crate::memory`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
 use mesh_storage::{AnyPool, Backend, Database, Row};
@@ -13,7 +17,9 @@ use tracing::Instrument;
 
 use crate::error::TaskError;
 use crate::fanout::{Fanout, Remote};
-use crate::model::{normalize_timestamp, now_timestamp, state_name, terminal_states, trim_history};
+use crate::list::ListQuery;
+use crate::memory::MemoryTasks;
+use crate::model::{normalize_timestamp, now_timestamp, state_name, terminal_states};
 
 /// The tasks' own migration history, kept apart from other components' (the registry's) so that
 /// they can share one PostgreSQL database without each taking the other's migrations for
@@ -21,11 +27,11 @@ use crate::model::{normalize_timestamp, now_timestamp, state_name, terminal_stat
 const MIGRATIONS_TABLE: &str = "_mesh_tasks_migrations";
 /// Most writes committed in one transaction; more wait for the next one.
 const WRITE_BATCH_MAX: usize = 512;
-/// Writes queued before writers wait (back-pressure instead of unbounded memory).
+/// Writes queued before writers wait (back-pressure instead of unbounded memory). It also bounds
+/// what a buffered store can lose to a crash: at most this many acknowledged writes are queued.
 const WRITE_QUEUE_MAX: usize = 8_192;
-/// `ListTasks` page size when the request names none, and the largest it may name (spec §3.1.4).
-pub const LIST_PAGE_SIZE_DEFAULT: usize = 50;
-pub const LIST_PAGE_SIZE_MAX: usize = 100;
+/// How long a buffered store's writer gathers writes before committing them, by default.
+pub const TASK_FLUSH_INTERVAL_MS_DEFAULT: u64 = 100;
 
 fn migrator() -> Migrator {
     let mut migrator = sqlx::migrate!("./migrations");
@@ -48,18 +54,41 @@ struct Write {
     done: Option<oneshot::Sender<Result<(), String>>>,
 }
 
-/// Tasks of one agent, durable in SQLite or PostgreSQL.
+/// What the writer takes from its queue, in order.
+#[derive(Debug)]
+enum Queued {
+    Write(Write),
+    /// Told the outcome once every write queued before it is committed.
+    Flush(oneshot::Sender<Result<(), String>>),
+}
+
+/// Tasks of one agent: in SQLite or PostgreSQL (durable or buffered), or in memory.
 #[derive(Debug, Clone)]
 pub struct TaskStore {
     pub(crate) agent: String,
     /// This process's name among the replicas sharing the table: the owner of the rows it writes.
     pub(crate) replica: String,
-    pub(crate) pool: AnyPool,
-    pub(crate) backend: Backend,
-    writes: mpsc::Sender<Write>,
-    pending: Arc<PendingWrites>,
+    pub(crate) tasks: Tasks,
     /// Task events shared with the other replicas (PostgreSQL only).
     pub(crate) fanout: Option<Arc<Fanout>>,
+}
+
+/// Where the tasks live.
+#[derive(Debug, Clone)]
+pub(crate) enum Tasks {
+    Sql(SqlTasks),
+    Memory(Arc<MemoryTasks>),
+}
+
+/// Tasks in a SQL table, and the writer's queue.
+#[derive(Debug, Clone)]
+pub(crate) struct SqlTasks {
+    pub(crate) pool: AnyPool,
+    pub(crate) backend: Backend,
+    writes: mpsc::Sender<Queued>,
+    pending: Arc<PendingWrites>,
+    /// Buffered: a save returns once queued, not committed.
+    buffered: bool,
 }
 
 /// The newest queued but not yet committed body of each task, so that a read right after a
@@ -118,9 +147,24 @@ impl PendingWrites {
 }
 
 impl TaskStore {
-    /// Opens (and migrates) the store at `database_url` for the agent named `agent`, and starts its
-    /// writer, which lives as long as the store has clones.
+    /// Opens (and migrates) the durable store at `database_url` for the agent named `agent`, and
+    /// starts its writer, which lives as long as the store has clones: [`Self::save`] returns
+    /// once the task is committed.
     pub async fn open(database_url: &str, agent: &str) -> Result<Self, TaskError> {
+        Self::open_sql(database_url, agent, None).await
+    }
+
+    /// [`Self::open`], buffered: [`Self::save`] returns once the write is queued, and the writer
+    /// gathers what is queued for up to `flush_interval` after the first write it takes, then
+    /// commits it all in one transaction (sooner when a batch fills or [`Self::flush`] asks).
+    /// A write is thus committed within `flush_interval` of being queued, plus the commit under
+    /// way when it was and its own; a crash loses at most the writes of that span (and never
+    /// more than the queue holds, since savers wait once it is full).
+    pub async fn open_buffered(database_url: &str, agent: &str, flush_interval: Duration) -> Result<Self, TaskError> {
+        Self::open_sql(database_url, agent, Some(flush_interval)).await
+    }
+
+    async fn open_sql(database_url: &str, agent: &str, flush_interval: Option<Duration>) -> Result<Self, TaskError> {
         let database = Database::connect(database_url, &migrator()).await?;
         let replica = uuid::Uuid::new_v4().to_string();
         let fanout = match database.backend() {
@@ -130,11 +174,35 @@ impl TaskStore {
         let (writes, queue) = mpsc::channel(WRITE_QUEUE_MAX);
         let pending = Arc::new(PendingWrites::default());
         let pool = database.pool().clone();
-        tokio::spawn(write_batches(pool.clone(), agent.to_owned(), replica.clone(), queue, pending.clone()));
-        Ok(Self { agent: agent.to_owned(), replica, pool, backend: database.backend(), writes, pending, fanout })
+        let writer =
+            Writer { pool: pool.clone(), agent: agent.to_owned(), replica: replica.clone(), pending: pending.clone() };
+        tokio::spawn(writer.run(queue, flush_interval));
+        let sql = SqlTasks { pool, backend: database.backend(), writes, pending, buffered: flush_interval.is_some() };
+        Ok(Self { agent: agent.to_owned(), replica, tasks: Tasks::Sql(sql), fanout })
     }
 
-    /// Saves the task and returns once it is committed.
+    /// A store keeping the agent's tasks in this process's memory alone, at most `tasks_max` of
+    /// them: no database, nothing survives the process, and nothing is
+    /// shared with replicas.
+    pub fn in_memory(agent: &str, tasks_max: usize) -> Self {
+        Self {
+            agent: agent.to_owned(),
+            replica: uuid::Uuid::new_v4().to_string(),
+            tasks: Tasks::Memory(Arc::new(MemoryTasks::new(tasks_max))),
+            fanout: None,
+        }
+    }
+
+    /// The SQL side of the store; `None` in memory.
+    pub(crate) fn sql(&self) -> Option<&SqlTasks> {
+        match &self.tasks {
+            Tasks::Sql(sql) => Some(sql),
+            Tasks::Memory(_) => None,
+        }
+    }
+
+    /// Saves the task and returns once it is as safe as the store's durability makes it:
+    /// committed (durable), queued for the next commit (buffered), or kept (memory).
     pub async fn save(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
         let span = if mesh_telemetry::recording() {
             tracing::info_span!(
@@ -150,12 +218,15 @@ impl TaskStore {
         };
         let started = std::time::Instant::now();
         let saved = async {
-            let (done, committed) = oneshot::channel();
-            self.enqueue(tenant, task, Some(done)).await?;
-            committed
-                .await
-                .map_err(|_| TaskError::Storage("the task writer stopped".into()))?
-                .map_err(TaskError::Storage)
+            match &self.tasks {
+                Tasks::Memory(memory) => self.keep(memory, tenant, task),
+                Tasks::Sql(sql) if sql.buffered => self.enqueue(sql, tenant, task, None).await,
+                Tasks::Sql(sql) => {
+                    let (done, committed) = oneshot::channel();
+                    self.enqueue(sql, tenant, task, Some(done)).await?;
+                    committed.await.map_err(|_| writer_stopped())?.map_err(TaskError::Storage)
+                }
+            }
         }
         .instrument(span)
         .await;
@@ -168,11 +239,14 @@ impl TaskStore {
     /// queued to be); says whether it did. The table's key decides, so processes sharing one
     /// database (replicas) never both create one id. Committed before it returns.
     pub async fn create(&self, tenant: &str, task: &Task) -> Result<bool, TaskError> {
-        if self.pending.get(tenant, &task.id).is_some() {
+        let sql = match &self.tasks {
+            Tasks::Memory(memory) => return memory.create(tenant, task, updated_at(task)),
+            Tasks::Sql(sql) => sql,
+        };
+        if sql.pending.get(tenant, &task.id).is_some() {
             return Ok(false);
         }
         let body = serde_json::to_string(task).map_err(|e| TaskError::Storage(e.to_string()))?;
-        let updated_at = task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp);
         let created = sqlx::query(
             "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body, owner) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (agent, tenant, id) DO NOTHING",
@@ -182,13 +256,39 @@ impl TaskStore {
         .bind(&task.id)
         .bind(&task.context_id)
         .bind(state_name(task.status.state))
-        .bind(&updated_at)
+        .bind(updated_at(task))
         .bind(&body)
         .bind(&self.replica)
-        .execute(&self.pool)
+        .execute(&sql.pool)
         .await?
         .rows_affected();
         Ok(created == 1)
+    }
+
+    /// Refuses a new task the store could not keep: in memory, when it is full of unfinished
+    /// tasks (the oldest finished one makes room otherwise); a SQL store always has room.
+    pub fn check_room(&self) -> Result<(), TaskError> {
+        match &self.tasks {
+            Tasks::Memory(memory) => memory.check_room(),
+            Tasks::Sql(_) => Ok(()),
+        }
+    }
+
+    /// In memory, how many tasks are kept and the most that may be; `None` for a SQL store.
+    pub fn memory_occupancy(&self) -> Option<(usize, usize)> {
+        match &self.tasks {
+            Tasks::Memory(memory) => Some(memory.occupancy()),
+            Tasks::Sql(_) => None,
+        }
+    }
+
+    /// Returns once every write queued before the call is committed (a graceful stop calls it
+    /// so that a buffered store loses nothing); at once in memory.
+    pub async fn flush(&self) -> Result<(), TaskError> {
+        let Some(sql) = self.sql() else { return Ok(()) };
+        let (done, flushed) = oneshot::channel();
+        sql.writes.send(Queued::Flush(done)).await.map_err(|_| writer_stopped())?;
+        flushed.await.map_err(|_| writer_stopped())?.map_err(TaskError::Storage)
     }
 
     /// The agent whose tasks these are.
@@ -215,9 +315,12 @@ impl TaskStore {
         self.fanout.as_ref().map(|fanout| fanout.listen())
     }
 
-    /// Answers whether the database answers a trivial query, for `/health`.
+    /// Answers whether the database answers a trivial query, for `/health` (a store in memory
+    /// has no database and always answers).
     pub async fn ping(&self) -> Result<(), TaskError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        if let Some(sql) = self.sql() {
+            sqlx::query("SELECT 1").execute(&sql.pool).await?;
+        }
         Ok(())
     }
 
@@ -226,123 +329,124 @@ impl TaskStore {
     /// [`Self::get`] sees it at once. Whatever order saves of one task reach the writer in, a
     /// state older than the stored one (by its status timestamp) never replaces it.
     pub async fn save_in_background(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
-        self.enqueue(tenant, task, None).await
+        match &self.tasks {
+            Tasks::Memory(memory) => self.keep(memory, tenant, task),
+            Tasks::Sql(sql) => self.enqueue(sql, tenant, task, None).await,
+        }
+    }
+
+    fn keep(&self, memory: &MemoryTasks, tenant: &str, task: &Task) -> Result<(), TaskError> {
+        self.count_write(task);
+        memory.save(tenant, task, updated_at(task))
+    }
+
+    fn count_write(&self, task: &Task) {
+        let state = state_name(task.status.state);
+        metrics::counter!("mesh_task_writes_total", mesh_telemetry::SERVICE_LABEL => self.agent.clone(), "state" => state)
+            .increment(1);
     }
 
     async fn enqueue(
         &self,
+        sql: &SqlTasks,
         tenant: &str,
         task: &Task,
         done: Option<oneshot::Sender<Result<(), String>>>,
     ) -> Result<(), TaskError> {
         let body = serde_json::to_string(task).map_err(|e| TaskError::Storage(e.to_string()))?;
-        let updated_at = task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp);
+        let updated_at = updated_at(task);
         // A place in the queue first: a caller that gives up while waiting for one leaves nothing
         // behind that was never written.
-        let permit = self.writes.reserve().await.map_err(|_| TaskError::Storage("the task writer stopped".into()))?;
-        let sequence = self.pending.queue(tenant, &task.id, &updated_at, &body);
-        let state = state_name(task.status.state);
-        metrics::counter!("mesh_task_writes_total", mesh_telemetry::SERVICE_LABEL => self.agent.clone(), "state" => state.clone())
-            .increment(1);
-        permit.send(Write {
+        let permit = sql.writes.reserve().await.map_err(|_| writer_stopped())?;
+        let sequence = sql.pending.queue(tenant, &task.id, &updated_at, &body);
+        self.count_write(task);
+        permit.send(Queued::Write(Write {
             tenant: tenant.to_owned(),
             id: task.id.clone(),
             context_id: task.context_id.clone(),
-            state,
+            state: state_name(task.status.state),
             updated_at,
             sequence,
             body,
             done,
-        });
+        }));
         metrics::gauge!("mesh_task_store_queue_depth", mesh_telemetry::SERVICE_LABEL => self.agent.clone())
-            .set((self.writes.max_capacity() - self.writes.capacity()) as f64);
+            .set((sql.writes.max_capacity() - sql.writes.capacity()) as f64);
         Ok(())
     }
 
     /// The stored task, whole: the newest of its committed and its queued states.
     pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Task>, TaskError> {
+        let sql = match &self.tasks {
+            Tasks::Memory(memory) => return Ok(memory.get(tenant, id)),
+            Tasks::Sql(sql) => sql,
+        };
         let row = sqlx::query("SELECT body, updated_at FROM a2a_tasks WHERE agent = $1 AND tenant = $2 AND id = $3")
             .bind(&self.agent)
             .bind(tenant)
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&sql.pool)
             .await?;
         let committed = match row {
             Some(row) => Some((row.try_get::<String, _>("updated_at")?, decode(&row)?)),
             None => None,
         };
-        match (self.pending.get(tenant, id), committed) {
+        match (sql.pending.get(tenant, id), committed) {
             (Some((queued_at, body)), Some((committed_at, _))) if queued_at >= committed_at => parse(&body).map(Some),
             (Some((_, body)), None) => parse(&body).map(Some),
             (_, committed) => Ok(committed.map(|(_, task)| task)),
         }
     }
 
-    /// A page of tasks, most recently updated first, filtered as the request asks.
+    /// A page of tasks, most recently updated first, filtered as the request asks. In a buffered
+    /// store, tasks queued and not yet committed are listed once committed (`GetTask` sees them
+    /// at once).
     pub async fn list(&self, tenant: &str, request: &ListTasksRequest) -> Result<ListTasksResponse, TaskError> {
-        let page_size = page_size(request.page_size)?;
-        let history_length = history_length(request.history_length)?;
+        let query = ListQuery::parse(request)?;
+        let sql = match &self.tasks {
+            Tasks::Memory(memory) => return Ok(memory.list(tenant, &query)),
+            Tasks::Sql(sql) => sql,
+        };
         let mut filters = String::from("agent = $1 AND tenant = $2");
         let mut binds = vec![self.agent.clone(), tenant.to_owned()];
-        if let Some(context_id) = &request.context_id {
+        if let Some(context_id) = &query.context_id {
             bind(&mut filters, &mut binds, " AND context_id = ?", context_id.clone());
         }
-        if let Some(state) = request.status {
+        if let Some(state) = query.state {
             bind(&mut filters, &mut binds, " AND state = ?", state_name(state));
         }
-        if let Some(after) = &request.status_timestamp_after {
-            let after = normalize_timestamp(after).ok_or_else(|| {
-                TaskError::InvalidParams(format!("statusTimestampAfter {after:?} is not an RFC 3339 timestamp"))
-            })?;
-            bind(&mut filters, &mut binds, " AND updated_at >= ?", after);
+        if let Some(since) = &query.updated_since {
+            bind(&mut filters, &mut binds, " AND updated_at >= ?", since.clone());
         }
         let count_sql = format!("SELECT COUNT(*) AS n FROM a2a_tasks WHERE {filters}");
         let count_binds = binds.len();
         let mut page_filters = filters;
-        if let Some(token) = request.page_token.as_deref().filter(|t| !t.is_empty()) {
-            let (updated_at, id) = PageCursor::decode(token)?;
+        if let Some((updated_at, id)) = &query.after {
             bind(&mut page_filters, &mut binds, " AND (updated_at < ?", updated_at.clone());
-            bind(&mut page_filters, &mut binds, " OR (updated_at = ?", updated_at);
-            bind(&mut page_filters, &mut binds, " AND id < ?))", id);
+            bind(&mut page_filters, &mut binds, " OR (updated_at = ?", updated_at.clone());
+            bind(&mut page_filters, &mut binds, " AND id < ?))", id.clone());
         }
         let page_sql = format!(
-            "SELECT body, updated_at, id FROM a2a_tasks WHERE {page_filters} ORDER BY updated_at DESC, id DESC LIMIT {}",
-            page_size + 1
+            "SELECT body, updated_at FROM a2a_tasks WHERE {page_filters} ORDER BY updated_at DESC, id DESC LIMIT {}",
+            query.page_size + 1
         );
         // Audited: the SQL is built from fixed clauses only; every value is a bind parameter.
         let mut count = sqlx::query(sqlx::AssertSqlSafe(count_sql));
         for value in &binds[..count_binds] {
             count = count.bind(value);
         }
-        let total: i64 = count.fetch_one(&self.pool).await?.try_get("n")?;
+        let total: i64 = count.fetch_one(&sql.pool).await?.try_get("n")?;
         let mut page = sqlx::query(sqlx::AssertSqlSafe(page_sql));
         for value in &binds {
             page = page.bind(value);
         }
-        let rows = page.fetch_all(&self.pool).await?;
-        let next_page_token = match rows.get(page_size) {
-            Some(_) => {
-                let last = &rows[page_size - 1];
-                PageCursor::encode(&last.try_get::<String, _>("updated_at")?, &last.try_get::<String, _>("id")?)
-            }
-            None => String::new(),
-        };
-        let include_artifacts = request.include_artifacts.unwrap_or(false);
-        let mut tasks = Vec::with_capacity(rows.len().min(page_size));
-        for row in rows.iter().take(page_size) {
-            let mut task = decode(row)?;
-            trim_history(&mut task, history_length);
-            if !include_artifacts {
-                task.artifacts.clear();
-            }
-            tasks.push(task);
-        }
-        Ok(ListTasksResponse {
-            page_size: i32::try_from(page_size).unwrap_or(i32::MAX),
-            tasks,
-            next_page_token,
-            total_size: i32::try_from(total).unwrap_or(i32::MAX),
-        })
+        let rows = page
+            .fetch_all(&sql.pool)
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get::<String, _>("updated_at")?, decode(row)?)))
+            .collect::<Result<Vec<_>, TaskError>>()?;
+        Ok(query.page(usize::try_from(total).unwrap_or(usize::MAX), rows))
     }
 }
 
@@ -360,69 +464,78 @@ pub(crate) fn parse(body: &str) -> Result<Task, TaskError> {
     serde_json::from_str(body).map_err(|e| TaskError::Storage(format!("a stored task does not parse: {e}")))
 }
 
-/// The page size a `ListTasks` request asks for, checked.
-fn page_size(requested: Option<i32>) -> Result<usize, TaskError> {
-    match requested {
-        None => Ok(LIST_PAGE_SIZE_DEFAULT),
-        Some(size) => usize::try_from(size).ok().filter(|s| (1..=LIST_PAGE_SIZE_MAX).contains(s)).ok_or_else(|| {
-            TaskError::InvalidParams(format!("pageSize must be between 1 and {LIST_PAGE_SIZE_MAX}, not {size}"))
-        }),
-    }
+/// The instant a task's state is stored under: its status time, else now.
+fn updated_at(task: &Task) -> String {
+    task.status.timestamp.as_deref().and_then(normalize_timestamp).unwrap_or_else(now_timestamp)
 }
 
-/// A request's `historyLength`, checked: absent means all, negative is an error.
-pub fn history_length(requested: Option<i32>) -> Result<Option<usize>, TaskError> {
-    requested
-        .map(|n| {
-            usize::try_from(n)
-                .map_err(|_| TaskError::InvalidParams(format!("historyLength must not be negative, not {n}")))
-        })
-        .transpose()
+fn writer_stopped() -> TaskError {
+    TaskError::Storage("the task writer stopped".into())
 }
 
-/// Where the next page starts: after the last task of this one in (updated_at, id) order. Sent
-/// hex-encoded so clients treat it as opaque.
-struct PageCursor;
-
-impl PageCursor {
-    fn encode(updated_at: &str, id: &str) -> String {
-        format!("{updated_at}\n{id}").bytes().map(|b| format!("{b:02x}")).collect()
-    }
-
-    fn decode(token: &str) -> Result<(String, String), TaskError> {
-        let invalid = || TaskError::InvalidParams(format!("pageToken {token:?} is not one this server issued"));
-        let bytes = (0..token.len())
-            .step_by(2)
-            .map(|i| token.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
-            .collect::<Option<Vec<u8>>>()
-            .ok_or_else(invalid)?;
-        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
-        let (updated_at, id) = text.split_once('\n').ok_or_else(invalid)?;
-        Ok((updated_at.to_owned(), id.to_owned()))
-    }
-}
-
-/// The writer: takes what is queued (up to a batch), commits it in one transaction, tells the
-/// waiting savers, repeats. Under load, batches grow by themselves; alone, a write commits at once.
-async fn write_batches(
+/// The writer of one SQL store: takes what is queued (up to a batch), commits it in one
+/// transaction, tells the waiting savers, repeats. Under load, batches grow by themselves; alone,
+/// a write of a durable store commits at once. A buffered store's writer also waits up to its
+/// flush interval after the first write it takes, gathering more for the same transaction.
+struct Writer {
     pool: AnyPool,
     agent: String,
     replica: String,
-    mut queue: mpsc::Receiver<Write>,
     pending: Arc<PendingWrites>,
-) {
-    let mut batch = Vec::with_capacity(WRITE_BATCH_MAX);
-    while queue.recv_many(&mut batch, WRITE_BATCH_MAX).await > 0 {
-        let result = commit(&pool, &agent, &replica, &batch).await.map_err(|e| e.to_string());
+}
+
+impl Writer {
+    async fn run(self, mut queue: mpsc::Receiver<Queued>, flush_interval: Option<Duration>) {
+        let mut taken = Vec::with_capacity(WRITE_BATCH_MAX);
+        let mut batch = Vec::with_capacity(WRITE_BATCH_MAX);
+        let mut flushes = Vec::new();
+        while queue.recv_many(&mut taken, WRITE_BATCH_MAX).await > 0 {
+            if let Some(interval) = flush_interval {
+                gather(&mut queue, &mut taken, interval).await;
+            }
+            for queued in taken.drain(..) {
+                match queued {
+                    Queued::Write(write) => batch.push(write),
+                    Queued::Flush(done) => flushes.push(done),
+                }
+            }
+            let result = if batch.is_empty() { Ok(()) } else { self.commit_batch(&mut batch).await };
+            // Every write before a flush request was in this batch or an earlier one.
+            for done in flushes.drain(..) {
+                let _ = done.send(result.clone());
+            }
+        }
+    }
+
+    async fn commit_batch(&self, batch: &mut Vec<Write>) -> Result<(), String> {
+        let result = commit(&self.pool, &self.agent, &self.replica, batch).await.map_err(|e| e.to_string());
         if let Err(error) = &result {
             tracing::error!(%error, writes = batch.len(), "could not save tasks");
         }
-        pending.settled(&batch);
+        self.pending.settled(batch);
         for write in batch.drain(..) {
             if let Some(done) = write.done {
                 // The saver may have gone (its client hung up); the write stands regardless.
                 let _ = done.send(result.clone());
             }
+        }
+        result
+    }
+}
+
+/// Takes more of the queue into `taken` until `interval` has passed, a batch is full, a flush is
+/// asked for or the queue closes.
+async fn gather(queue: &mut mpsc::Receiver<Queued>, taken: &mut Vec<Queued>, interval: Duration) {
+    let deadline = tokio::time::Instant::now() + interval;
+    let mut checked = 0;
+    while taken.len() < WRITE_BATCH_MAX {
+        if taken[checked..].iter().any(|queued| matches!(queued, Queued::Flush(_))) {
+            return;
+        }
+        checked = taken.len();
+        tokio::select! {
+            received = queue.recv_many(taken, WRITE_BATCH_MAX - taken.len()) => if received == 0 { return },
+            () = tokio::time::sleep_until(deadline) => return,
         }
     }
 }

@@ -1,6 +1,7 @@
-//! Retention of the task store, on SQLite (always) and PostgreSQL (when `MESH_TEST_POSTGRES_URL`
-//! is set): finished tasks past their time to live are purged, fresh and unfinished ones kept;
-//! tasks a crash left running are failed with the reason.
+//! Retention of the task store, on SQLite (always), PostgreSQL (when `MESH_TEST_POSTGRES_URL`
+//! is set) and in memory: finished tasks past their time to live are purged, fresh and unfinished
+//! ones kept; tasks a crash left running are failed with the reason (in a database: in memory,
+//! none outlives the process).
 
 mod common;
 
@@ -82,7 +83,7 @@ async fn a_purge_larger_than_one_batch_removes_everything_due() {
 
 #[tokio::test]
 async fn tasks_left_running_by_a_crash_are_failed_with_the_reason_at_start() {
-    for (backend, store, _dir) in common::stores("retention").await {
+    for (backend, store, _dir) in common::sql_stores("retention").await {
         for (tenant, id, state) in [
             ("", "working", TaskState::Working),
             ("acme", "submitted", TaskState::Submitted),

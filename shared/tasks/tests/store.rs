@@ -1,6 +1,9 @@
-//! The task store on SQLite (always) and PostgreSQL (when `MESH_TEST_POSTGRES_URL` is set).
+//! The task store on SQLite (always), PostgreSQL (when `MESH_TEST_POSTGRES_URL` is set) and in
+//! memory; a buffered store's writes committed within its flush interval and on a flush.
 
 mod common;
+
+use std::time::{Duration, Instant};
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, Message, Role, Task, TaskState, TaskStatus};
 use mesh_tasks::model::now_timestamp;
@@ -150,4 +153,53 @@ async fn tasks_survive_reopening_the_file() {
     let store = TaskStore::open(&url, "agent").await.unwrap();
     assert_eq!(store.get("", "kept").await.unwrap().unwrap().status.state, TaskState::Completed);
     assert_eq!(TaskStore::open(&url, "another-agent").await.unwrap().get("", "kept").await.unwrap(), None);
+}
+
+/// Where a buffered store and a durable reader of its table meet: a SQLite file (always) and the
+/// test PostgreSQL (when set), with the folder the file lives in.
+fn sql_urls() -> Vec<(String, String, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let mut urls = vec![("sqlite".to_owned(), file, Some(dir))];
+    if let Some(url) = mesh_test_support::postgres_url() {
+        urls.push(("postgres".to_owned(), url, None));
+    }
+    urls
+}
+
+/// Longest wait for a buffered write to reach the table in a test: far past its flush interval.
+const COMMIT_DEADLINE: Duration = Duration::from_secs(10);
+/// A flush interval no test outlasts: what such a store commits, a flush committed.
+const FLUSH_INTERVAL_NEVER: Duration = Duration::from_secs(3_600);
+
+#[tokio::test]
+async fn a_buffered_save_is_read_at_once_and_committed_by_a_flush() {
+    for (backend, url, _dir) in sql_urls() {
+        let agent = format!("buffered-{}", uuid::Uuid::new_v4());
+        let buffered = TaskStore::open_buffered(&url, &agent, FLUSH_INTERVAL_NEVER).await.unwrap();
+        let table = TaskStore::open(&url, &agent).await.unwrap();
+        for i in 0..3 {
+            buffered.save("", &task(&format!("t{i}"), "c1", TaskState::Completed)).await.unwrap();
+        }
+        // Answered before any commit: read back from the queue, not yet in the table.
+        assert_eq!(buffered.get("", "t1").await.unwrap().unwrap().status.state, TaskState::Completed, "{backend}");
+        assert_eq!(table.get("", "t1").await.unwrap(), None, "{backend}: the writer waits out its interval");
+        buffered.flush().await.unwrap();
+        assert_eq!(table.list("", &ListTasksRequest::default()).await.unwrap().total_size, 3, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn a_buffered_save_is_committed_within_the_flush_interval() {
+    for (backend, url, _dir) in sql_urls() {
+        let agent = format!("buffered-{}", uuid::Uuid::new_v4());
+        let buffered = TaskStore::open_buffered(&url, &agent, Duration::from_millis(50)).await.unwrap();
+        let table = TaskStore::open(&url, &agent).await.unwrap();
+        buffered.save("tenant", &task("t1", "c1", TaskState::Completed)).await.unwrap();
+        let deadline = Instant::now() + COMMIT_DEADLINE;
+        while table.get("tenant", "t1").await.unwrap().is_none() {
+            assert!(Instant::now() < deadline, "{backend}: not committed within {COMMIT_DEADLINE:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }

@@ -231,6 +231,8 @@ impl Core {
         }
     }
 
+    /// Saves the task: `durable`, as safely as the store's durability makes a save (committed,
+    /// queued for the next flush, or kept in memory); otherwise in the background.
     async fn save(&self, tenant: &str, task: &Task, durable: bool) -> Result<(), TaskError> {
         if durable { self.store.save(tenant, task).await } else { self.store.save_in_background(tenant, task).await }
     }
@@ -408,6 +410,9 @@ impl<H: TaskHandler> TaskEngine<H> {
                     metadata: None,
                 };
                 self.core.check_room(lock(&self.core.live).len())?;
+                // A store in memory may be full of unfinished tasks: refused now, not after the
+                // answer when the task could not be kept.
+                self.core.store.check_room()?;
                 (LiveTask::new(task, true), None, message)
             }
         };
@@ -848,7 +853,8 @@ impl TaskEvents {
             lock(&self.core.live).entry(self.key.clone()).or_insert_with(|| self.live.clone());
             let _ = self.caller.send(StreamResponse::Task(first));
         }
-        // A turn's end is saved before anyone hears of it, so an answered task is a durable one.
+        // A turn's end is saved before anyone hears of it, so an answered task is as durable as
+        // the store's durability makes it (committed, in the default `durable`).
         if let Err(error) = self.core.save(&self.key.0, &snapshot, ends_turn).await {
             tracing::error!(task = %self.key.1, %error, "could not save the task");
         }
