@@ -289,8 +289,7 @@ async fn report_failure(
         return Err(RegistryError::ReportStale { name, url: url.to_owned(), current: target.url });
     }
     tracing::info!(agent = %name, "failure reported; checking health now");
-    state.checker.check_now(target).await;
-    let health = state.directory.get(&name)?.health_status;
+    let health = state.checker.check_now(target).await;
     Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }
 

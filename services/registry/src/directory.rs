@@ -327,21 +327,10 @@ mod tests {
     use super::*;
 
     fn agent(name: &str, capabilities: &[&str]) -> StoredState {
-        StoredState { agent: registration(name, capabilities), health: HealthStatus::Unknown, last_health_check: None }
-    }
-
-    fn registration(name: &str, capabilities: &[&str]) -> StoredAgent {
-        let url = format!("http://127.0.0.1/{name}");
-        StoredAgent {
-            name: name.into(),
-            url: url.clone(),
-            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
-            health_endpoint: format!("{url}/health"),
-            process_endpoint: format!("{url}/tasks/send"),
-            agent_card_url: format!("{url}/.well-known/agent-card.json"),
-            registered_at: "2026-01-01T00:00:00Z".into(),
-            updated_at: "2026-01-01T00:00:00Z".into(),
-            owner: None,
+        StoredState {
+            agent: StoredAgent::for_test(name, capabilities),
+            health: HealthStatus::Unknown,
+            last_health_check: None,
         }
     }
 
@@ -433,10 +422,10 @@ mod tests {
     fn re_registration_keeps_health_unless_the_url_changes() {
         let directory = Directory::new(vec![agent("a", &["search"])]);
         set(&directory, "a", HealthStatus::Healthy);
-        assert!(!directory.upsert(registration("a", &["search", "rank"])));
+        assert!(!directory.upsert(StoredAgent::for_test("a", &["search", "rank"])));
         assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Healthy);
         assert_eq!(directory.discover("rank").unwrap().len(), 1);
-        let mut moved = registration("a", &["search"]);
+        let mut moved = StoredAgent::for_test("a", &["search"]);
         moved.url = "http://127.0.0.1/elsewhere".into();
         directory.upsert(moved);
         assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Unknown);
@@ -447,7 +436,7 @@ mod tests {
     fn a_stale_poll_result_is_ignored() {
         let directory = Directory::new(vec![agent("a", &["search"])]);
         let stale = directory.poll_target("a").unwrap();
-        let mut moved = registration("a", &["search"]);
+        let mut moved = StoredAgent::for_test("a", &["search"]);
         moved.url = "http://127.0.0.1/elsewhere".into();
         directory.upsert(moved);
         directory.set_health(&stale, HealthStatus::Healthy, "t".into());
@@ -459,7 +448,7 @@ mod tests {
         let directory = Directory::new(vec![]);
         let before = directory.mutations();
         // A registration lands after the snapshot was read (the snapshot does not contain it).
-        directory.upsert(registration("fresh", &["search"]));
+        directory.upsert(StoredAgent::for_test("fresh", &["search"]));
         assert!(directory.replace_all(vec![], before).is_none());
         assert!(directory.get("fresh").is_ok(), "the registration survives");
         // A snapshot read after it is applied.

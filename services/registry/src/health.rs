@@ -81,8 +81,9 @@ fn says_unhealthy(body: &[u8]) -> bool {
 }
 
 /// Checks agents' health for this replica: every check, whether due or asked for (a new
-/// registration, a reported failure), takes one of `concurrency_max` permits, and takes the
-/// check in the database first, so replicas sharing it check each agent once per interval.
+/// registration, a reported failure), holds one of `concurrency_max` permits until its result is
+/// stored. Due checks are taken in the database first, so replicas sharing it check each agent
+/// once per interval; a check asked for runs at once and moves the agent's next one on.
 #[derive(Debug)]
 pub struct Checker {
     directory: Arc<Directory>,
@@ -105,21 +106,34 @@ impl Checker {
         Self { directory, store, events, http, settings, permits }
     }
 
-    /// Checks `target` now, whenever it was due, and moves its next check one interval on.
-    pub async fn check_now(&self, target: PollTarget) {
-        match self.store.claim_now(&target, due_after(self.settings.interval)).await {
-            Ok(true) => {}
-            Ok(false) => return, // removed or re-registered elsewhere meanwhile
-            Err(error) => {
-                tracing::warn!(%error, agent = %target.name, "cannot take the check in storage; checking anyway")
+    /// Checks `target` now, whenever it was due, and answers with the health found as soon as
+    /// this replica applied it. Storing it (and moving the next check one interval on) follows
+    /// in the background, still under the check's permit: a caller reporting a failure waits
+    /// for the agent's answer, not for the database, whose latency would otherwise decide when
+    /// a simulated world moves on.
+    pub async fn check_now(self: &Arc<Self>, target: PollTarget) -> HealthStatus {
+        let Ok(permit) = self.permits.clone().acquire_owned().await else { return HealthStatus::Unknown };
+        let (health, checked_at) = self.check_and_apply(&target).await;
+        let checker = self.clone();
+        tokio::spawn(
+            async move {
+                match checker.store.claim_now(&target, due_after(checker.settings.interval)).await {
+                    Ok(true) => checker.store_health(&target, health, &checked_at).await,
+                    Ok(false) => {} // removed or re-registered elsewhere meanwhile
+                    Err(error) => {
+                        tracing::warn!(%error, agent = %target.name, "cannot store a health check; other replicas learn it later");
+                    }
+                }
+                drop(permit);
             }
-        }
-        let Ok(_permit) = self.permits.acquire().await else { return };
-        self.check_and_record(target).await;
+            .instrument(tracing::Span::current()),
+        );
+        health
     }
 
-    /// Polls `target`, records the result (in storage, then here), and announces a change.
-    async fn check_and_record(&self, target: PollTarget) {
+    /// Polls `target`, applies the result here and announces a change; returns the health
+    /// found and when.
+    async fn check_and_apply(&self, target: &PollTarget) -> (HealthStatus, String) {
         let span = if mesh_telemetry::recording() {
             tracing::info_span!(
                 "health_check",
@@ -141,11 +155,17 @@ impl Checker {
         )
         .record(started.elapsed().as_secs_f64());
         let checked_at = now_rfc3339();
-        if let Err(error) = self.store.record_health(&target, health, &checked_at).await {
-            tracing::warn!(%error, agent = %target.name, "cannot store a health check; other replicas learn it later");
+        if let Some(from) = self.directory.set_health(target, health, checked_at.clone()) {
+            self.events.publish(EventBody::HealthChanged { agent_id: target.name.clone(), from, to: health });
         }
-        if let Some(from) = self.directory.set_health(&target, health, checked_at) {
-            self.events.publish(EventBody::HealthChanged { agent_id: target.name, from, to: health });
+        (health, checked_at)
+    }
+
+    /// Stores a check's result for the other replicas (this one applied it already; of two
+    /// healths, the newer check wins at the next sync).
+    async fn store_health(&self, target: &PollTarget, health: HealthStatus, checked_at: &str) {
+        if let Err(error) = self.store.record_health(target, health, checked_at).await {
+            tracing::warn!(%error, agent = %target.name, "cannot store a health check; other replicas learn it later");
         }
     }
 
@@ -190,7 +210,8 @@ impl Checker {
                         let batch = &batch;
                         // The permit lives as long as the check, not just the closure.
                         async move {
-                            batch.check_and_record(target).await;
+                            let (health, checked_at) = batch.check_and_apply(&target).await;
+                            batch.store_health(&target, health, &checked_at).await;
                             drop(permit);
                         }
                     })

@@ -2,8 +2,9 @@
 //! one picked round-robin among the healthy ones, and the registry polls every agent's health.
 //!
 //! Lookups are answered from memory ([`directory`]); registrations are written to SQLite or
-//! PostgreSQL before they are acknowledged ([`store`]), and reloaded at start and at every
-//! health poll, so several replicas sharing one PostgreSQL database converge within one interval.
+//! PostgreSQL before they are acknowledged ([`store`]), with the healths found, and reloaded at
+//! start and whenever another replica changed them (read every `sync_interval_ms`), so several
+//! replicas sharing one PostgreSQL database converge within one sync interval.
 //!
 //! The communication graph (seed 004) lives here too: links between agents ([`links`], in the same
 //! database), their API and the policy feed agents cache ([`graph_api`]), and live events

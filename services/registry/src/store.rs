@@ -26,6 +26,23 @@ pub struct StoredAgent {
 }
 
 impl StoredAgent {
+    /// An agent at `http://127.0.0.1/{name}` with the usual endpoints, for tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(name: &str, capabilities: &[&str]) -> Self {
+        let url = format!("http://127.0.0.1/{name}");
+        Self {
+            name: name.into(),
+            url: url.clone(),
+            capabilities: capabilities.iter().map(|c| (*c).to_owned()).collect(),
+            health_endpoint: format!("{url}/health"),
+            process_endpoint: format!("{url}/tasks/send"),
+            agent_card_url: format!("{url}/.well-known/agent-card.json"),
+            registered_at: "2026-01-01T00:00:00Z".into(),
+            updated_at: "2026-01-01T00:00:00Z".into(),
+            owner: None,
+        }
+    }
+
     /// Whether `other` describes the same instance offering the same things: a re-registration
     /// that only refreshes the registration is not a change replicas need to hear of.
     pub(crate) fn same_instance(&self, other: &Self) -> bool {
@@ -193,8 +210,10 @@ impl AgentStore {
         Ok(result.rows_affected() > 0)
     }
 
-    /// Records a check's result, unless the agent was removed or re-registered elsewhere since;
-    /// a new health is announced to the other replicas.
+    /// Records a check's result, unless the agent was removed or re-registered elsewhere since,
+    /// or a newer check's result is stored already (checks are stored after they are applied,
+    /// in the background, so two may land out of order); a new health is announced to the other
+    /// replicas.
     pub async fn record_health(
         &self,
         target: &PollTarget,
@@ -204,7 +223,8 @@ impl AgentStore {
         let _turn = self.db.write_turn().await;
         let mut tx = self.db.pool().begin().await?;
         let changed = sqlx::query(
-            "UPDATE agents SET health = $1, last_health_check = $2 WHERE name = $3 AND url = $4 AND health <> $1",
+            "UPDATE agents SET health = $1, last_health_check = $2 WHERE name = $3 AND url = $4 AND health <> $1 \
+             AND (last_health_check IS NULL OR last_health_check < $2)",
         )
         .bind(health.as_str())
         .bind(checked_at)
@@ -217,12 +237,15 @@ impl AgentStore {
         if changed {
             bump_version(&mut tx).await?;
         } else {
-            sqlx::query("UPDATE agents SET last_health_check = $1 WHERE name = $2 AND url = $3")
-                .bind(checked_at)
-                .bind(&target.name)
-                .bind(&target.url)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE agents SET last_health_check = $1 WHERE name = $2 AND url = $3 \
+                 AND (last_health_check IS NULL OR last_health_check < $1)",
+            )
+            .bind(checked_at)
+            .bind(&target.name)
+            .bind(&target.url)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -283,4 +306,41 @@ fn parse_health(word: &str) -> HealthStatus {
         .into_iter()
         .find(|health| health.as_str() == word)
         .unwrap_or(HealthStatus::Unknown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checks are stored in the background after they are applied, so an older one can land
+    /// after a newer: it must not overwrite it.
+    #[tokio::test]
+    async fn an_older_check_stored_late_does_not_overwrite_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AgentStore::open(&format!("sqlite://{}", dir.path().join("registry.db").display())).await.unwrap();
+        let agent = StoredAgent::for_test("a", &["search"]);
+        store.upsert(&agent).await.unwrap();
+        let target = PollTarget { name: agent.name.clone(), url: agent.url.clone(), health_url: agent.health_endpoint };
+        let stored = || async { store.load_all().await.unwrap().remove(0) };
+
+        store.record_health(&target, HealthStatus::Healthy, "2026-01-01T00:00:02.000Z").await.unwrap();
+        let version = store.version().await.unwrap();
+        store.record_health(&target, HealthStatus::Unreachable, "2026-01-01T00:00:01.000Z").await.unwrap();
+        let state = stored().await;
+        assert_eq!(
+            (state.health, state.last_health_check.as_deref()),
+            (HealthStatus::Healthy, Some("2026-01-01T00:00:02.000Z"))
+        );
+        assert_eq!(store.version().await.unwrap(), version, "nothing changed for the other replicas");
+
+        store.record_health(&target, HealthStatus::Unreachable, "2026-01-01T00:00:03.000Z").await.unwrap();
+        assert_eq!(stored().await.health, HealthStatus::Unreachable, "a newer check is stored");
+        assert!(store.version().await.unwrap() > version);
+        store.record_health(&target, HealthStatus::Unreachable, "2026-01-01T00:00:04.000Z").await.unwrap();
+        assert_eq!(
+            stored().await.last_health_check.as_deref(),
+            Some("2026-01-01T00:00:04.000Z"),
+            "the same health, checked later"
+        );
+    }
 }
