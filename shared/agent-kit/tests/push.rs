@@ -161,14 +161,15 @@ async fn receive(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: axum::
     let status = {
         let mut behaviour = hook.behaviour.lock().unwrap();
         match *behaviour {
-            Behaviour::Accept => StatusCode::OK,
+            Behaviour::Accept => Some(StatusCode::OK),
             Behaviour::FailNext(n) => {
                 *behaviour = if n <= 1 { Behaviour::Accept } else { Behaviour::FailNext(n - 1) };
-                StatusCode::SERVICE_UNAVAILABLE
+                Some(StatusCode::SERVICE_UNAVAILABLE)
             }
-            Behaviour::Hang => return std::future::pending().await,
+            Behaviour::Hang => None,
         }
     };
+    let Some(status) = status else { return std::future::pending().await };
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
     hook.received.lock().unwrap().push(Received { headers, body, status });
     hook.arrived.notify_waiters();

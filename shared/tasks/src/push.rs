@@ -100,20 +100,9 @@ impl TaskStore {
             Tasks::Memory(memory) => return memory.push.put(tenant, task_id, stored),
             Tasks::Sql(sql) => sql,
         };
+        // The write comes first, so that the transaction holds SQLite's write lock from its first
+        // statement: one that read first could not upgrade after another commit (WAL).
         let mut transaction = sql.pool.begin().await?;
-        let others: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3 AND id <> $4",
-        )
-        .bind(&self.agent)
-        .bind(tenant)
-        .bind(task_id)
-        .bind(&id)
-        .fetch_one(&mut *transaction)
-        .await?
-        .try_get("n")?;
-        if others >= PUSH_CONFIGS_PER_TASK_MAX as i64 {
-            return Err(too_many_configs());
-        }
         sqlx::query(
             "INSERT INTO a2a_push_configs (agent, tenant, task_id, id, created_at, body, last_sequence) \
              VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (agent, tenant, task_id, id) DO UPDATE SET body = excluded.body",
@@ -126,6 +115,19 @@ impl TaskStore {
         .bind(to_json(&stored)?)
         .execute(&mut *transaction)
         .await?;
+        let configs: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3",
+        )
+        .bind(&self.agent)
+        .bind(tenant)
+        .bind(task_id)
+        .fetch_one(&mut *transaction)
+        .await?
+        .try_get("n")?;
+        if configs > PUSH_CONFIGS_PER_TASK_MAX as i64 {
+            // Dropping the transaction rolls the insert back.
+            return Err(too_many_configs());
+        }
         transaction.commit().await?;
         Ok(stored)
     }
@@ -188,15 +190,17 @@ impl TaskStore {
             Tasks::Sql(sql) => sql,
         };
         let bodies = events.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-        let mut transaction = sql.pool.begin().await?;
+        // Read before the transaction, which then only writes (see `put_push_config`): the bound
+        // may be passed by the notifications queued at the same moment, never by more.
         let queued: i64 = sqlx::query("SELECT COUNT(*) AS n FROM a2a_push_outbox WHERE agent = $1")
             .bind(&self.agent)
-            .fetch_one(&mut *transaction)
+            .fetch_one(&sql.pool)
             .await?
             .try_get("n")?;
         if queued >= PUSH_OUTBOX_ROWS_MAX as i64 {
             return Err(outbox_full());
         }
+        let mut transaction = sql.pool.begin().await?;
         let now = now_timestamp();
         let mut inserted = 0;
         for body in &bodies {
