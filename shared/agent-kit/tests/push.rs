@@ -3,7 +3,8 @@
 //! HTTP+JSON in 1.0 and over the 0.3 methods; every event of a task delivered with the client's
 //! token and credentials and a sequence number; a failing webhook served once it recovers; a
 //! refused address refused with a clear error; a hanging webhook delaying nothing; and pending
-//! notifications delivered by the next agent on the same store after a stop.
+//! notifications delivered by the next agent on the same store after a stop, and after a SIGKILL
+//! of a real agent process (this test binary run again as [`agent_process`]).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -119,8 +120,11 @@ struct Webhook {
 
 impl Webhook {
     async fn start(behaviour: Behaviour) -> Self {
-        let hook =
-            Arc::new(Hook { received: Mutex::new(Vec::new()), behaviour: Mutex::new(behaviour), arrived: Notify::new() });
+        let hook = Arc::new(Hook {
+            received: Mutex::new(Vec::new()),
+            behaviour: Mutex::new(behaviour),
+            arrived: Notify::new(),
+        });
         let app = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(hook.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -145,8 +149,7 @@ impl Webhook {
         let deadline = Instant::now() + TIMEOUT;
         loop {
             let arrived = self.hook.arrived.notified();
-            let accepted: Vec<Received> =
-                self.received().into_iter().filter(|r| r.status == StatusCode::OK).collect();
+            let accepted: Vec<Received> = self.received().into_iter().filter(|r| r.status == StatusCode::OK).collect();
             if accepted.len() >= count {
                 return accepted;
             }
@@ -203,22 +206,13 @@ impl Served {
         self.done.await.unwrap();
     }
 
-    /// A JSON-RPC call in the version its method belongs to; the whole response.
     async fn rpc(&self, method: &str, params: Value) -> Value {
-        let mut request = self.http.post(format!("{}/", self.url));
-        if !method.contains('/') {
-            request = request.header("A2A-Version", "1.0");
-        }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let response = request.json(&body).send().await.unwrap();
-        assert_eq!(response.status(), reqwest::StatusCode::OK);
-        response.json().await.unwrap()
+        rpc(&self.http, &self.url, method, params).await
     }
 
     /// An HTTP+JSON 1.0 call; the status and the body.
     async fn rest(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request =
-            self.http.request(method, format!("{}{path}", self.url)).header("A2A-Version", "1.0");
+        let mut request = self.http.request(method, format!("{}{path}", self.url)).header("A2A-Version", "1.0");
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -232,6 +226,18 @@ impl Served {
         let answer = self.rpc("SendMessage", send_params(text, webhook)).await;
         answer.get("result").cloned().unwrap_or_else(|| panic!("no result: {answer}"))
     }
+}
+
+/// A JSON-RPC call to the agent at `url` in the version its method belongs to; the whole response.
+async fn rpc(http: &reqwest::Client, url: &str, method: &str, params: Value) -> Value {
+    let mut request = http.post(format!("{url}/"));
+    if !method.contains('/') {
+        request = request.header("A2A-Version", "1.0");
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let response = request.json(&body).send().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    response.json().await.unwrap()
 }
 
 /// A config of the webhook at `url` with the test's token and credentials.
@@ -253,16 +259,33 @@ fn config(dir: &tempfile::TempDir) -> AgentConfig {
 async fn the_card_says_push_notifications_are_offered() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Served::start(&config(&dir)).await;
-    let card: Value = agent.http.get(format!("{}/.well-known/agent-card.json", agent.url)).send().await.unwrap().json().await.unwrap();
+    let card: Value = agent
+        .http
+        .get(format!("{}/.well-known/agent-card.json", agent.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(card["capabilities"]["pushNotifications"], true, "{card}");
     agent.stop().await;
 
     let off = AgentConfig { push_notifications: false, ..config(&dir) };
     let agent = Served::start(&off).await;
-    let card: Value = agent.http.get(format!("{}/.well-known/agent-card.json", agent.url)).send().await.unwrap().json().await.unwrap();
+    let card: Value = agent
+        .http
+        .get(format!("{}/.well-known/agent-card.json", agent.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(card["capabilities"]["pushNotifications"], false, "{card}");
     let task_id = agent.send("ask", None).await["task"]["id"].as_str().unwrap().to_owned();
-    let refused = agent.rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": "http://127.0.0.1:9/"})).await;
+    let refused =
+        agent.rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": "http://127.0.0.1:9/"})).await;
     assert_eq!(refused["error"]["code"], -32003, "{refused}");
     agent.stop().await;
 }
@@ -276,22 +299,38 @@ async fn configs_are_created_read_listed_and_deleted_over_every_binding_and_vers
         let task_id = agent.send("ask", None).await["task"]["id"].as_str().unwrap().to_owned();
 
         // JSON-RPC 1.0: without an id, the config is named as its task.
-        let created = agent.rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": hook, "token": TOKEN})).await;
-        assert_eq!(created["result"], json!({"id": task_id, "taskId": task_id, "url": hook, "token": TOKEN}), "{durability:?}");
+        let created = agent
+            .rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": hook, "token": TOKEN}))
+            .await;
+        assert_eq!(
+            created["result"],
+            json!({"id": task_id, "taskId": task_id, "url": hook, "token": TOKEN}),
+            "{durability:?}"
+        );
         let got = agent.rpc("GetTaskPushNotificationConfig", json!({"taskId": task_id, "id": task_id})).await;
         assert_eq!(got["result"], created["result"]);
 
         // HTTP+JSON 1.0: the path names the task.
         let (status, rest_created) = agent
-            .rest(reqwest::Method::POST, &format!("/tasks/{task_id}/pushNotificationConfigs"), Some(json!({"id": "second", "url": hook})))
+            .rest(
+                reqwest::Method::POST,
+                &format!("/tasks/{task_id}/pushNotificationConfigs"),
+                Some(json!({"id": "second", "url": hook})),
+            )
             .await;
-        assert_eq!((status, &rest_created["id"], &rest_created["taskId"]), (200, &json!("second"), &json!(task_id)), "{rest_created}");
+        assert_eq!(
+            (status, &rest_created["id"], &rest_created["taskId"]),
+            (200, &json!("second"), &json!(task_id)),
+            "{rest_created}"
+        );
         let (status, rest_got) =
             agent.rest(reqwest::Method::GET, &format!("/tasks/{task_id}/pushNotificationConfigs/second"), None).await;
         assert_eq!((status, rest_got), (200, rest_created.clone()));
-        let (status, listed) = agent.rest(reqwest::Method::GET, &format!("/tasks/{task_id}/pushNotificationConfigs"), None).await;
+        let (status, listed) =
+            agent.rest(reqwest::Method::GET, &format!("/tasks/{task_id}/pushNotificationConfigs"), None).await;
         assert_eq!(status, 200);
-        let mut ids: Vec<&str> = listed["configs"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+        let mut ids: Vec<&str> =
+            listed["configs"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
         ids.sort_unstable();
         let mut expected = ["second", task_id.as_str()];
         expected.sort_unstable();
@@ -303,26 +342,33 @@ async fn configs_are_created_read_listed_and_deleted_over_every_binding_and_vers
         let v03 = json!({"taskId": task_id, "pushNotificationConfig": {"id": "old", "url": hook, "authentication": {"schemes": ["Bearer"], "credentials": "c"}}});
         let set = agent.rpc("tasks/pushNotificationConfig/set", v03.clone()).await;
         assert_eq!(set["result"], v03, "{set}");
-        let got = agent.rpc("tasks/pushNotificationConfig/get", json!({"id": task_id, "pushNotificationConfigId": "old"})).await;
+        let got = agent
+            .rpc("tasks/pushNotificationConfig/get", json!({"id": task_id, "pushNotificationConfigId": "old"}))
+            .await;
         assert_eq!(got["result"], v03);
         let default = agent.rpc("tasks/pushNotificationConfig/get", json!({"id": task_id})).await;
         assert_eq!(default["result"]["pushNotificationConfig"]["id"], json!(task_id), "{default}");
         let listed = agent.rpc("tasks/pushNotificationConfig/list", json!({"id": task_id})).await;
         assert_eq!(listed["result"].as_array().map(Vec::len), Some(3), "{listed}");
-        let deleted = agent.rpc("tasks/pushNotificationConfig/delete", json!({"id": task_id, "pushNotificationConfigId": "old"})).await;
+        let deleted = agent
+            .rpc("tasks/pushNotificationConfig/delete", json!({"id": task_id, "pushNotificationConfigId": "old"}))
+            .await;
         assert_eq!(deleted["result"], Value::Null, "{deleted}");
 
         // Deletes are idempotent in both bindings; a deleted config is not found.
         for _ in 0..2 {
-            let deleted = agent.rpc("DeleteTaskPushNotificationConfig", json!({"taskId": task_id, "id": task_id})).await;
+            let deleted =
+                agent.rpc("DeleteTaskPushNotificationConfig", json!({"taskId": task_id, "id": task_id})).await;
             assert_eq!((deleted.get("error"), &deleted["result"]), (None, &Value::Null), "{deleted}");
-            let (status, body) =
-                agent.rest(reqwest::Method::DELETE, &format!("/tasks/{task_id}/pushNotificationConfigs/second"), None).await;
+            let (status, body) = agent
+                .rest(reqwest::Method::DELETE, &format!("/tasks/{task_id}/pushNotificationConfigs/second"), None)
+                .await;
             assert_eq!((status, body), (200, json!({})));
         }
         let gone = agent.rpc("GetTaskPushNotificationConfig", json!({"taskId": task_id, "id": "second"})).await;
         assert_eq!(gone["error"]["code"], -32001, "{gone}");
-        let (status, gone) = agent.rest(reqwest::Method::GET, &format!("/tasks/{task_id}/pushNotificationConfigs/second"), None).await;
+        let (status, gone) =
+            agent.rest(reqwest::Method::GET, &format!("/tasks/{task_id}/pushNotificationConfigs/second"), None).await;
         assert_eq!((status, &gone["error"]["status"]), (404, &json!("NOT_FOUND")), "{gone}");
         let listed = agent.rpc("ListTaskPushNotificationConfigs", json!({"taskId": task_id})).await;
         assert_eq!(listed["result"], json!({"configs": [], "nextPageToken": ""}));
@@ -349,7 +395,12 @@ async fn a_webhook_receives_every_state_change_of_a_task_with_its_token_and_sequ
     let summaries: Vec<String> = received.iter().map(Received::summary).collect();
     assert_eq!(
         summaries,
-        ["task TASK_STATE_SUBMITTED", "statusUpdate TASK_STATE_WORKING", "artifactUpdate", "statusUpdate TASK_STATE_COMPLETED"]
+        [
+            "task TASK_STATE_SUBMITTED",
+            "statusUpdate TASK_STATE_WORKING",
+            "artifactUpdate",
+            "statusUpdate TASK_STATE_COMPLETED"
+        ]
     );
     for (n, request) in received.iter().enumerate() {
         assert_eq!(request.sequence(), n as u64 + 1);
@@ -378,7 +429,8 @@ async fn a_webhook_receives_every_state_change_of_a_task_with_its_token_and_sequ
 /// The params of a `SendMessage` of `text`, with a webhook when given; a `wait` task is answered
 /// at once (it works until canceled).
 fn send_params(text: &str, webhook: Option<Value>) -> Value {
-    let message = json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]});
+    let message =
+        json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]});
     let mut configuration = json!({"returnImmediately": text == "wait"});
     if let Some(webhook) = webhook {
         configuration["taskPushNotificationConfig"] = webhook;
@@ -415,11 +467,17 @@ async fn a_refused_webhook_address_gets_a_clear_error() {
     for expected in ["169.254.169.254", "refused", "link-local"] {
         assert!(message.contains(expected), "{expected:?} missing from {message:?}");
     }
-    let (status, body) =
-        agent.rest(reqwest::Method::POST, &format!("/tasks/{task_id}/pushNotificationConfigs"), Some(json!({"url": metadata}))).await;
+    let (status, body) = agent
+        .rest(
+            reqwest::Method::POST,
+            &format!("/tasks/{task_id}/pushNotificationConfigs"),
+            Some(json!({"url": metadata})),
+        )
+        .await;
     assert_eq!((status, &body["error"]["status"]), (400, &json!("INVALID_ARGUMENT")), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("169.254.169.254"), "{body}");
-    let not_http = agent.rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": "file:///etc/passwd"})).await;
+    let not_http =
+        agent.rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": "file:///etc/passwd"})).await;
     assert_eq!(not_http["error"]["code"], -32602, "{not_http}");
 
     // Given with a message, it is refused before any task starts.
@@ -427,10 +485,12 @@ async fn a_refused_webhook_address_gets_a_clear_error() {
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let listed = agent.rpc("ListTasks", json!({})).await;
     assert_eq!(listed["result"]["totalSize"], 1, "only the first task exists: {listed}");
-    assert!(agent.rpc("ListTaskPushNotificationConfigs", json!({"taskId": task_id})).await["result"]["configs"]
-        .as_array()
-        .unwrap()
-        .is_empty());
+    assert!(
+        agent.rpc("ListTaskPushNotificationConfigs", json!({"taskId": task_id})).await["result"]["configs"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     agent.stop().await;
 }
 
@@ -492,4 +552,78 @@ async fn make_due(database: &str) {
     use sqlx::Connection;
     let mut connection = sqlx::SqliteConnection::connect(database).await.unwrap();
     sqlx::query("UPDATE a2a_push_outbox SET due_at = '0'").execute(&mut connection).await.unwrap();
+}
+
+/// Names the task store of the agent process [`agent_process`] serves.
+const AGENT_PROCESS_STORE_ENV: &str = "MESH_PUSH_TEST_AGENT_STORE";
+/// The line by which [`agent_process`] says where it listens.
+const AGENT_PROCESS_URL_LINE: &str = "agent listening at ";
+
+/// The agent process killed by [`pending_notifications_survive_a_sigkill_of_the_agent`], which
+/// runs this test binary again with only this test: an agent on the store it is given, retrying
+/// a notification after a second, serving until killed.
+#[tokio::test]
+#[ignore = "the agent process of pending_notifications_survive_a_sigkill_of_the_agent, which runs it"]
+async fn agent_process() {
+    let store =
+        std::env::var(AGENT_PROCESS_STORE_ENV).expect("run by pending_notifications_survive_a_sigkill_of_the_agent");
+    let config = AgentConfig {
+        task_store_url: Some(store),
+        push_delivery_timeout_ms: 1_000,
+        push_retry_delay_min_ms: 1_000,
+        push_retry_delay_max_ms: 1_000,
+        ..AgentConfig::default()
+    };
+    let app = AgentApp::build_tasks(&config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
+    println!("{AGENT_PROCESS_URL_LINE}{}", app.url());
+    app.run_until_stopped(std::future::pending()).await.unwrap();
+}
+
+#[tokio::test]
+async fn pending_notifications_survive_a_sigkill_of_the_agent() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let webhook = Webhook::start(Behaviour::FailNext(u32::MAX)).await;
+    let mut agent = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "agent_process", "--ignored", "--nocapture"])
+        .env(AGENT_PROCESS_STORE_ENV, &database)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(agent.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix(AGENT_PROCESS_URL_LINE) {
+                return url.to_owned();
+            }
+        }
+        panic!("the agent process ended without saying where it listens");
+    })
+    .await
+    .expect("the agent process starts");
+
+    let http = reqwest::Client::builder().timeout(TIMEOUT).build().unwrap();
+    let answer = rpc(&http, &url, "SendMessage", send_params("report", Some(webhook_config(&webhook.url())))).await;
+    assert_eq!(answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let deadline = Instant::now() + TIMEOUT;
+    while webhook.received().is_empty() {
+        assert!(Instant::now() < deadline, "no attempt within {TIMEOUT:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Killed with the first notification refused (or still being refused) and the rest queued.
+    agent.start_kill().unwrap();
+    agent.wait().await.unwrap();
+    assert_eq!(pending(&database).await, 4, "the four notifications wait in the outbox");
+
+    // The next agent delivers them all once the first is due again (its retry, or the killed
+    // process's claim expired): within the first agent's retry delay plus its claim.
+    webhook.set(Behaviour::Accept);
+    let next = Served::start(&config(&dir)).await;
+    let accepted = webhook.accepted(4).await;
+    let sequences: Vec<u64> = accepted.iter().map(Received::sequence).collect();
+    assert_eq!(sequences, [1, 2, 3, 4]);
+    next.stop().await;
+    assert_eq!(pending(&database).await, 0);
 }

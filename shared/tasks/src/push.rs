@@ -81,7 +81,8 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, TaskError> {
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, TaskError> {
-    serde_json::from_str(text).map_err(|e| TaskError::Storage(format!("a stored push notification does not parse: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| TaskError::Storage(format!("a stored push notification does not parse: {e}")))
 }
 
 impl TaskStore {
@@ -115,15 +116,14 @@ impl TaskStore {
         .bind(to_json(&stored)?)
         .execute(&mut *transaction)
         .await?;
-        let configs: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3",
-        )
-        .bind(&self.agent)
-        .bind(tenant)
-        .bind(task_id)
-        .fetch_one(&mut *transaction)
-        .await?
-        .try_get("n")?;
+        let configs: i64 =
+            sqlx::query("SELECT COUNT(*) AS n FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3")
+                .bind(&self.agent)
+                .bind(tenant)
+                .bind(task_id)
+                .fetch_one(&mut *transaction)
+                .await?
+                .try_get("n")?;
         if configs > PUSH_CONFIGS_PER_TASK_MAX as i64 {
             // Dropping the transaction rolls the insert back.
             return Err(too_many_configs());
@@ -133,7 +133,11 @@ impl TaskStore {
     }
 
     /// The task's webhook configs, in the order of their ids.
-    pub async fn push_configs(&self, tenant: &str, task_id: &str) -> Result<Vec<TaskPushNotificationConfig>, TaskError> {
+    pub async fn push_configs(
+        &self,
+        tenant: &str,
+        task_id: &str,
+    ) -> Result<Vec<TaskPushNotificationConfig>, TaskError> {
         let sql = match &self.tasks {
             Tasks::Memory(memory) => return Ok(memory.push.configs(tenant, task_id)),
             Tasks::Sql(sql) => sql,
@@ -168,7 +172,8 @@ impl TaskStore {
         for table_and_column in [("a2a_push_outbox", "config_id"), ("a2a_push_configs", "id")] {
             let (table, column) = table_and_column;
             // Audited: table and column names are the fixed pairs above; values are bound.
-            let statement = format!("DELETE FROM {table} WHERE agent = $1 AND tenant = $2 AND task_id = $3 AND {column} = $4");
+            let statement =
+                format!("DELETE FROM {table} WHERE agent = $1 AND tenant = $2 AND task_id = $3 AND {column} = $4");
             sqlx::query(sqlx::AssertSqlSafe(statement))
                 .bind(&self.agent)
                 .bind(tenant)
@@ -184,7 +189,12 @@ impl TaskStore {
     /// Queues `events` of the task for each of its webhooks, each taking its config's next
     /// sequence number, in one transaction; returns how many notifications were queued (none
     /// when the task has no config). Refused when the outbox holds [`PUSH_OUTBOX_ROWS_MAX`].
-    pub async fn enqueue_push(&self, tenant: &str, task_id: &str, events: &[StreamResponse]) -> Result<usize, TaskError> {
+    pub async fn enqueue_push(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        events: &[StreamResponse],
+    ) -> Result<usize, TaskError> {
         let sql = match &self.tasks {
             Tasks::Memory(memory) => return memory.push.enqueue(tenant, task_id, events),
             Tasks::Sql(sql) => sql,

@@ -547,6 +547,11 @@ impl<H: TaskHandler> TaskEngine<H> {
     ) -> Result<(Arc<LiveTask>, Option<Task>, Message), TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
         let live = self.core.live_or_stored(&key, no_more_messages).await?;
+        if self.core.push.is_some() && self.core.store.shares_events() && !lock(&live.state).push {
+            // A replica sharing the store may have given the task webhooks since it was loaded.
+            let pushed = self.core.store.has_push_configs(tenant, task_id).await?;
+            lock(&live.state).push |= pushed;
+        }
         let previous = {
             let mut state = lock(&live.state);
             let task = &state.task;

@@ -239,8 +239,12 @@ async fn dispatch<H: TaskHandler>(
         }
         m03::TASKS_PUSH_NOTIFICATION_CONFIG_LIST => {
             let request: v03::TaskIdParams = params(raw)?;
-            let request =
-                ListTaskPushNotificationConfigsRequest { tenant: None, task_id: request.id, page_size: None, page_token: None };
+            let request = ListTaskPushNotificationConfigsRequest {
+                tenant: None,
+                task_id: request.id,
+                page_size: None,
+                page_token: None,
+            };
             let listed = engine.push_configs(&inbound.tenant(None)?, &request).await?;
             let configs: Vec<v03::TaskPushNotificationConfig> = listed.configs.into_iter().map(Into::into).collect();
             Ok(reply(id, configs))

@@ -143,7 +143,11 @@ impl PushDelivery {
         if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
             return Err(invalid("must be an http or https URL with a host".into()));
         }
-        self.inner.http.vet(&config.url).await.map_err(|e| invalid(format!("refused by the outbound address policy: {e}")))?;
+        self.inner
+            .http
+            .vet(&config.url)
+            .await
+            .map_err(|e| invalid(format!("refused by the outbound address policy: {e}")))?;
         let headers = [config.token.clone(), config.authentication.as_ref().map(authorization)];
         if headers.iter().flatten().any(|value| HeaderValue::from_str(value).is_err()) {
             return Err(TaskError::InvalidParams(
@@ -230,7 +234,9 @@ impl PushDelivery {
         let request = request.body(Bytes::from(body)).map_err(|e| permanent(e.to_string()))?;
         match self.inner.http.send(request, self.inner.settings.delivery_timeout).await {
             Ok(response) if response.status().is_success() => Ok(()),
-            Ok(response) => Err(Failed { reason: format!("the webhook answered {}", response.status()), permanent: false }),
+            Ok(response) => {
+                Err(Failed { reason: format!("the webhook answered {}", response.status()), permanent: false })
+            }
             Err(error) => Err(Failed { permanent: error.is_refused_address(), reason: error.to_string() }),
         }
     }

@@ -45,9 +45,10 @@ impl<H: TaskHandler> TaskEngine<H> {
     ) -> Result<TaskPushNotificationConfig, TaskError> {
         let push = self.push_for_task(tenant, &request.task_id).await?;
         let configs = push.store().push_configs(tenant, &request.task_id).await?;
-        configs.into_iter().find(|config| config.id.as_deref() == Some(request.id.as_str())).ok_or_else(|| {
-            TaskError::PushConfigNotFound { task_id: request.task_id.clone(), id: request.id.clone() }
-        })
+        configs
+            .into_iter()
+            .find(|config| config.id.as_deref() == Some(request.id.as_str()))
+            .ok_or_else(|| TaskError::PushConfigNotFound { task_id: request.task_id.clone(), id: request.id.clone() })
     }
 
     /// Every webhook of the task, on one page: a task has at most

@@ -263,7 +263,6 @@ async fn push_configs_v1<H: TaskHandler>(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    RawQuery(raw): RawQuery,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     let Some((task_id, operation)) = PushOperation::parse(&path, &method) else {
@@ -272,7 +271,8 @@ async fn push_configs_v1<H: TaskHandler>(
     Version::require(&headers, Version::V1)?;
     let engine = &rest.engine;
     let tenant = path_tenant(&path, &inbound)?;
-    let one = |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
+    let one =
+        |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
     match operation {
         PushOperation::Create => {
             let mut config: TaskPushNotificationConfig = body(&headers, &bytes)?;
@@ -282,7 +282,7 @@ async fn push_configs_v1<H: TaskHandler>(
             Ok(json(engine.create_push_config(&tenant, &config).await?))
         }
         PushOperation::List => {
-            let query = query(raw);
+            let query = query(uri.query().map(str::to_owned));
             let request = ListTaskPushNotificationConfigsRequest {
                 tenant: None,
                 task_id: task_id.to_owned(),
@@ -315,7 +315,8 @@ async fn push_configs_v03<H: TaskHandler>(
     Version::require(&headers, Version::V03)?;
     let engine = &rest.engine;
     let tenant = inbound.tenant(None)?;
-    let one = |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
+    let one =
+        |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
     match operation {
         PushOperation::Create => {
             let request: v03_rest::CreateTaskPushNotificationConfigRequest = body(&headers, &bytes)?;
@@ -323,10 +324,15 @@ async fn push_configs_v03<H: TaskHandler>(
             Ok(json(v03_rest::TaskPushNotificationConfig::from(stored)))
         }
         PushOperation::List => {
-            let request =
-                ListTaskPushNotificationConfigsRequest { tenant: None, task_id: task_id.to_owned(), page_size: None, page_token: None };
+            let request = ListTaskPushNotificationConfigsRequest {
+                tenant: None,
+                task_id: task_id.to_owned(),
+                page_size: None,
+                page_token: None,
+            };
             let listed = engine.push_configs(&tenant, &request).await?;
-            let configs: Vec<v03_rest::TaskPushNotificationConfig> = listed.configs.into_iter().map(Into::into).collect();
+            let configs: Vec<v03_rest::TaskPushNotificationConfig> =
+                listed.configs.into_iter().map(Into::into).collect();
             Ok(json(serde_json::json!({ "configs": configs })))
         }
         PushOperation::Get(id) => {
