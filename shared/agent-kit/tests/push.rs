@@ -627,3 +627,19 @@ async fn pending_notifications_survive_a_sigkill_of_the_agent() {
     next.stop().await;
     assert_eq!(pending(&database).await, 0);
 }
+
+#[tokio::test]
+async fn notifications_are_delivered_from_a_postgresql_store_too() {
+    let Some(database) = mesh_test_support::ScratchDatabase::create("push_delivery").await else { return };
+    let webhook = Webhook::start(Behaviour::FailNext(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Served::start(&AgentConfig { task_store_url: Some(database.url.clone()), ..config(&dir) }).await;
+    let answer = agent.send("report", Some(webhook_config(&webhook.url()))).await;
+    assert_eq!(answer["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let accepted = webhook.accepted(4).await;
+    let sequences: Vec<u64> = accepted.iter().map(Received::sequence).collect();
+    assert_eq!(sequences, [1, 2, 3, 4]);
+    assert_eq!(accepted[3].summary(), "statusUpdate TASK_STATE_COMPLETED");
+    agent.stop().await;
+    database.drop_database().await;
+}
