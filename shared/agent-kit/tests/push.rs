@@ -628,12 +628,11 @@ async fn pending_notifications_survive_a_sigkill_of_the_agent() {
     assert_eq!(pending(&database).await, 0);
 }
 
-#[tokio::test]
-async fn notifications_are_delivered_from_a_postgresql_store_too() {
-    let Some(database) = mesh_test_support::ScratchDatabase::create("push_delivery").await else { return };
+/// An agent with `config` delivers a task's four events, in order, to a webhook that refuses
+/// the first attempt.
+async fn delivers_every_event(config: &AgentConfig) {
     let webhook = Webhook::start(Behaviour::FailNext(1)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let agent = Served::start(&AgentConfig { task_store_url: Some(database.url.clone()), ..config(&dir) }).await;
+    let agent = Served::start(config).await;
     let answer = agent.send("report", Some(webhook_config(&webhook.url()))).await;
     assert_eq!(answer["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
     let accepted = webhook.accepted(4).await;
@@ -641,5 +640,38 @@ async fn notifications_are_delivered_from_a_postgresql_store_too() {
     assert_eq!(sequences, [1, 2, 3, 4]);
     assert_eq!(accepted[3].summary(), "statusUpdate TASK_STATE_COMPLETED");
     agent.stop().await;
+}
+
+#[tokio::test]
+async fn notifications_are_delivered_from_a_postgresql_store_too() {
+    let Some(database) = mesh_test_support::ScratchDatabase::create("push_delivery").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    delivers_every_event(&AgentConfig { task_store_url: Some(database.url.clone()), ..config(&dir) }).await;
     database.drop_database().await;
+}
+
+#[tokio::test]
+async fn notifications_are_delivered_in_the_memory_and_buffered_durabilities_too() {
+    let dir = tempfile::tempdir().unwrap();
+    for durability in [TaskDurability::Memory, TaskDurability::Buffered] {
+        delivers_every_event(&AgentConfig { task_durability: durability, ..config(&dir) }).await;
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_outside_the_allowed_networks_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Served::start(&AgentConfig { push_allowed_networks: vec!["10.0.0.0/8".into()], ..config(&dir) }).await;
+    let task_id = agent.send("ask", None).await["task"]["id"].as_str().unwrap().to_owned();
+    let refused = agent
+        .rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": "http://127.0.0.1:9/hook"}))
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("127.0.0.1 is not in the allowed networks"), "{message}");
+    let allowed = agent
+        .rpc("CreateTaskPushNotificationConfig", json!({"taskId": task_id, "url": "http://10.1.2.3:9/hook"}))
+        .await;
+    assert_eq!(allowed["result"]["url"], "http://10.1.2.3:9/hook", "{allowed}");
+    agent.stop().await;
 }

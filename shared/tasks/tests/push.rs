@@ -157,3 +157,17 @@ async fn retention_deletes_a_finished_tasks_configs_and_notifications() {
         assert_eq!(left.iter().map(|p| p.task_id.as_str()).collect::<Vec<_>>(), ["running"], "{backend}");
     }
 }
+
+#[tokio::test]
+async fn a_task_failed_after_a_crash_tells_its_webhooks() {
+    for (backend, store, _dir) in common::sql_stores("push-interrupted").await {
+        store.save("", &task("left", TaskState::Working)).await.unwrap();
+        store.put_push_config("", "left", &config(None, "http://x.test/")).await.unwrap();
+        // No process holds a lease on these rows: the task is taken for a crashed process's.
+        assert_eq!(store.fail_interrupted("the agent stopped", Duration::from_secs(30)).await.unwrap(), 1, "{backend}");
+        let claimed = claim(&store).await;
+        assert_eq!(described(&claimed), [("left".into(), 1)], "{backend}");
+        let StreamResponse::StatusUpdate(update) = &claimed[0].event else { panic!("{backend}: {claimed:?}") };
+        assert_eq!(update.status.state, TaskState::Failed, "{backend}");
+    }
+}
