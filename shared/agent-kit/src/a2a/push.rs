@@ -23,7 +23,7 @@ use std::time::Duration;
 use backon::BackoffBuilder;
 use bytes::Bytes;
 use http::{HeaderValue, Request, header};
-use mesh_client::HttpClient;
+use mesh_client::{ClientError, HttpClient, TransportError};
 use mesh_protocol::a2a::v1::TaskPushNotificationConfig;
 use mesh_tasks::{PendingPush, PushOutcome, TaskError, TaskStore};
 use tokio::sync::{Notify, Semaphore};
@@ -138,16 +138,18 @@ impl PushDelivery {
     /// Checks a webhook config before it is stored: an http(s) URL whose host the outbound
     /// address policy allows (resolved now), and a token and credentials that fit in a header.
     pub async fn vet(&self, config: &TaskPushNotificationConfig) -> Result<(), TaskError> {
-        let invalid = |why: String| TaskError::InvalidParams(format!("push notification url {:?}: {why}", config.url));
-        let url = url::Url::parse(&config.url).map_err(|e| invalid(e.to_string()))?;
+        let invalid = |why: String| TaskError::InvalidParams(format!("push notification url {:?} {why}", config.url));
+        let url = url::Url::parse(&config.url).map_err(|e| invalid(format!("is not a URL: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
             return Err(invalid("must be an http or https URL with a host".into()));
         }
-        self.inner
-            .http
-            .vet(&config.url)
-            .await
-            .map_err(|e| invalid(format!("refused by the outbound address policy: {e}")))?;
+        self.inner.http.vet(&config.url).await.map_err(|error| {
+            let why = match error {
+                ClientError::Transport { source: TransportError::Refused(why), .. } => why,
+                other => other.to_string(),
+            };
+            invalid(format!("is refused by the outbound address policy: {why}"))
+        })?;
         let headers = [config.token.clone(), config.authentication.as_ref().map(authorization)];
         if headers.iter().flatten().any(|value| HeaderValue::from_str(value).is_err()) {
             return Err(TaskError::InvalidParams(
