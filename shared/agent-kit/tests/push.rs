@@ -679,3 +679,32 @@ async fn a_webhook_outside_the_allowed_networks_is_refused() {
     assert_eq!(allowed["result"]["url"], "http://10.1.2.3:9/hook", "{allowed}");
     agent.stop().await;
 }
+
+#[tokio::test]
+async fn a_webhook_given_with_the_answer_to_a_question_hears_the_rest_of_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let webhook = Webhook::start(Behaviour::Accept).await;
+    let agent = Served::start(&config(&dir)).await;
+    let asked = agent.send("ask", None).await;
+    let task_id = asked["task"]["id"].as_str().unwrap().to_owned();
+
+    let mut params = send_params("report", Some(webhook_config(&webhook.url())));
+    params["message"]["taskId"] = json!(task_id);
+    let answered = agent.rpc("SendMessage", params).await;
+    assert_eq!(answered["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answered}");
+    let received = webhook.accepted(4).await;
+    let summaries: Vec<String> = received.iter().map(Received::summary).collect();
+    assert_eq!(
+        summaries[1..],
+        ["statusUpdate TASK_STATE_WORKING", "artifactUpdate", "statusUpdate TASK_STATE_COMPLETED"]
+    );
+    assert!(summaries[0].starts_with("task "), "the task as the turn first showed it: {summaries:?}");
+    assert_eq!(received.iter().map(Received::sequence).collect::<Vec<_>>(), [1, 2, 3, 4]);
+
+    // A webhook given with a message to a task the tenant does not have is refused with it.
+    let mut params = send_params("report", Some(webhook_config(&webhook.url())));
+    params["message"]["taskId"] = json!("nope");
+    let refused = agent.rpc("SendMessage", params).await;
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    agent.stop().await;
+}

@@ -210,7 +210,7 @@ impl Core {
 
     /// Queues `events` of the task for its webhooks (see [`super::push`]); a failure is logged,
     /// never the task's.
-    async fn push(&self, key: &TaskKey, events: &[StreamResponse]) {
+    async fn notify_webhooks(&self, key: &TaskKey, events: &[StreamResponse]) {
         let Some(push) = &self.push else { return };
         match self.store.enqueue_push(&key.0, &key.1, events).await {
             Ok(0) => {}
@@ -263,7 +263,7 @@ impl Core {
                 live.cancellation.cancel();
                 tracing::warn!(task = %key.1, "a live task outlived its time to live; failed");
                 if push {
-                    self.push(&key, std::slice::from_ref(&update)).await;
+                    self.notify_webhooks(&key, std::slice::from_ref(&update)).await;
                 }
                 if let Err(error) = self.save(&key.0, &task, true).await {
                     tracing::error!(task = %key.1, %error, "could not save the expired task");
@@ -470,7 +470,16 @@ impl<H: TaskHandler> TaskEngine<H> {
             }
         }
         let (live, previous, mut message) = match message.task_id.clone().filter(|id| !id.is_empty()) {
-            Some(task_id) => self.continue_task(tenant, &task_id, message).await?,
+            Some(task_id) => {
+                if let Some(config) = &webhook {
+                    // Stored before the turn is claimed, so that a refused config leaves the task
+                    // as it was; the task must be the tenant's.
+                    let known = GetTaskRequest { tenant: None, id: task_id.clone(), history_length: Some(0) };
+                    self.get(tenant, &known).await?;
+                    self.core.store.put_push_config(tenant, &task_id, config).await?;
+                }
+                self.continue_task(tenant, &task_id, message).await?
+            }
             None => {
                 let context_id = message.context_id.clone().filter(|c| !c.is_empty()).unwrap_or_else(new_id);
                 let task = Task {
@@ -485,13 +494,14 @@ impl<H: TaskHandler> TaskEngine<H> {
                 // A store in memory may be full of unfinished tasks: refused now, not after the
                 // answer when the task could not be kept.
                 self.core.store.check_room()?;
+                if let Some(config) = &webhook {
+                    // Stored before the turn runs, so that its first event finds it.
+                    self.core.store.put_push_config(tenant, &task.id, config).await?;
+                }
                 (LiveTask::new(task, true), None, message)
             }
         };
-        if let Some(config) = &webhook {
-            // Stored before the turn runs, so its first event finds it.
-            let task_id = lock(&live.state).task.id.clone();
-            self.core.store.put_push_config(tenant, &task_id, config).await?;
+        if webhook.is_some() {
             lock(&live.state).push = true;
         }
         let (task_id, context_id, turn_number) = {
@@ -626,7 +636,7 @@ impl<H: TaskHandler> TaskEngine<H> {
         };
         live.cancellation.cancel();
         if lock(&live.state).push {
-            self.core.push(&key, std::slice::from_ref(&update)).await;
+            self.core.notify_webhooks(&key, std::slice::from_ref(&update)).await;
         }
         let saved = self.core.save(tenant, &task, true).await;
         self.core.forget(&key, &live);
@@ -940,7 +950,7 @@ impl TaskEvents {
             let mut events = Vec::with_capacity(2);
             events.extend(first.clone().map(StreamResponse::Task));
             events.push(event.clone());
-            self.core.push(&self.key, &events).await;
+            self.core.notify_webhooks(&self.key, &events).await;
         }
         if let Some(first) = first {
             lock(&self.core.live).entry(self.key.clone()).or_insert_with(|| self.live.clone());
