@@ -2,7 +2,9 @@
 //! (an axum server on port 0): configs created, read, listed and deleted over JSON-RPC and
 //! HTTP+JSON in 1.0 and over the 0.3 methods; every event of a task delivered with the client's
 //! token and credentials and a sequence number; a failing webhook served once it recovers; a
-//! refused address refused with a clear error; a hanging webhook delaying nothing; and pending
+//! redirect not followed, and delivery given up after its attempts; a refused address (or one
+//! outside the allowed networks) refused with a clear error; a hanging webhook delaying nothing;
+//! delivery from SQLite, PostgreSQL and memory stores; and pending
 //! notifications delivered by the next agent on the same store after a stop, and after a SIGKILL
 //! of a real agent process (this test binary run again as [`agent_process`]).
 
@@ -107,6 +109,8 @@ enum Behaviour {
 
 #[derive(Debug)]
 struct Hook {
+    /// Requests to `/redirect`, which sends them on to `/hook` with a 307.
+    redirected: std::sync::atomic::AtomicUsize,
     received: Mutex<Vec<Received>>,
     behaviour: Mutex<Behaviour>,
     arrived: Notify,
@@ -121,11 +125,15 @@ struct Webhook {
 impl Webhook {
     async fn start(behaviour: Behaviour) -> Self {
         let hook = Arc::new(Hook {
+            redirected: Default::default(),
             received: Mutex::new(Vec::new()),
             behaviour: Mutex::new(behaviour),
             arrived: Notify::new(),
         });
-        let app = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(hook.clone());
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(receive))
+            .route("/redirect", axum::routing::post(redirect))
+            .with_state(hook.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -158,6 +166,11 @@ impl Webhook {
             let _ = tokio::time::timeout(left, arrived).await;
         }
     }
+}
+
+async fn redirect(State(hook): State<Arc<Hook>>) -> axum::response::Redirect {
+    hook.redirected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    axum::response::Redirect::temporary("/hook")
 }
 
 async fn receive(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: axum::body::Bytes) -> StatusCode {
@@ -706,5 +719,27 @@ async fn a_webhook_given_with_the_answer_to_a_question_hears_the_rest_of_the_tas
     params["message"]["taskId"] = json!("nope");
     let refused = agent.rpc("SendMessage", params).await;
     assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed_and_delivery_gives_up_after_its_attempts() {
+    const ATTEMPTS: usize = 2;
+    let dir = tempfile::tempdir().unwrap();
+    let webhook = Webhook::start(Behaviour::Accept).await;
+    let config = AgentConfig { push_delivery_attempts_max: ATTEMPTS as u32, ..config(&dir) };
+    let agent = Served::start(&config).await;
+    let redirecting = format!("http://{}/redirect", webhook.addr);
+    agent.send("report", Some(webhook_config(&redirecting))).await;
+    // Each of the four notifications is tried twice, then given up for the next.
+    let deadline = Instant::now() + TIMEOUT;
+    while webhook.hook.redirected.load(std::sync::atomic::Ordering::SeqCst) < 4 * ATTEMPTS {
+        assert!(Instant::now() < deadline, "not every notification was tried {ATTEMPTS} times within {TIMEOUT:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Given up, none is tried again (retries come within 400 ms here).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(webhook.hook.redirected.load(std::sync::atomic::Ordering::SeqCst), 4 * ATTEMPTS);
+    assert!(webhook.received().is_empty(), "a redirect was followed: {:?}", webhook.received());
     agent.stop().await;
 }
