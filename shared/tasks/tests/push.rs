@@ -171,3 +171,37 @@ async fn a_task_failed_after_a_crash_tells_its_webhooks() {
         assert_eq!(update.status.state, TaskState::Failed, "{backend}");
     }
 }
+
+#[tokio::test]
+async fn replicas_sharing_a_store_never_claim_the_same_notification() {
+    const TASKS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = vec![format!("sqlite://{}", dir.path().join("tasks.db").display())];
+    urls.extend(mesh_test_support::postgres_url());
+    for url in urls {
+        let agent = format!("push-replicas-{}", uuid::Uuid::new_v4());
+        let (one, two) = (TaskStore::open(&url, &agent).await.unwrap(), TaskStore::open(&url, &agent).await.unwrap());
+        for n in 0..TASKS {
+            let id = format!("t{n}");
+            one.put_push_config("", &id, &config(None, "http://x.test/")).await.unwrap();
+            one.enqueue_push("", &id, &[update(&id, TaskState::Completed)]).await.unwrap();
+        }
+        // Both claim at once, a few at a time, until nothing is left.
+        let drain = |store: TaskStore| async move {
+            let mut claimed = Vec::new();
+            loop {
+                let batch = store.claim_push(3, CLAIM).await.unwrap();
+                if batch.is_empty() {
+                    return claimed;
+                }
+                claimed.extend(batch.into_iter().map(|push| push.task_id));
+            }
+        };
+        let (mut first, second) = tokio::join!(drain(one), drain(two));
+        first.extend(second);
+        first.sort();
+        let mut expected: Vec<String> = (0..TASKS).map(|n| format!("t{n}")).collect();
+        expected.sort();
+        assert_eq!(first, expected, "{url}: each notification claimed exactly once");
+    }
+}
