@@ -1,6 +1,6 @@
 //! A2A push notifications on real agents on port 0, with a webhook receiver of the test's own
 //! (an axum server on port 0): configs created, read, listed and deleted over JSON-RPC and
-//! HTTP+JSON in 1.0 and over the 0.3 methods; every event of a task delivered with the client's
+//! HTTP+JSON in 1.0 and in 0.3; every event of a task delivered with the client's
 //! token and credentials and a sequence number; a failing webhook served once it recovers; a
 //! redirect not followed, and delivery given up after its attempts; a refused address (or one
 //! outside the allowed networks) refused with a clear error; a hanging webhook delaying nothing;
@@ -227,9 +227,13 @@ impl Served {
         rpc(&self.http, &self.url, method, params).await
     }
 
-    /// An HTTP+JSON 1.0 call; the status and the body.
+    /// An HTTP+JSON call, in 1.0 (0.3 under `/v1/`, without a version header); the status and
+    /// the body.
     async fn rest(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.url)).header("A2A-Version", "1.0");
+        let mut request = self.http.request(method, format!("{}{path}", self.url));
+        if !path.starts_with("/v1/") {
+            request = request.header("A2A-Version", "1.0");
+        }
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -371,6 +375,21 @@ async fn configs_are_created_read_listed_and_deleted_over_every_binding_and_vers
             .rpc("tasks/pushNotificationConfig/delete", json!({"id": task_id, "pushNotificationConfigId": "old"}))
             .await;
         assert_eq!(deleted["result"], Value::Null, "{deleted}");
+
+        // 0.3 over HTTP+JSON, the body in the proto field names the SDK writes.
+        let configs = format!("/v1/tasks/{task_id}/pushNotificationConfigs");
+        let body = json!({"parent": format!("tasks/{task_id}"), "config_id": "rest03",
+            "config": {"name": "", "push_notification_config": {"url": hook, "token": TOKEN}}});
+        let (status, created) = agent.rest(reqwest::Method::POST, &configs, Some(body)).await;
+        let name = format!("tasks/{task_id}/pushNotificationConfigs/rest03");
+        let expected = json!({"name": name, "pushNotificationConfig": {"id": "rest03", "url": hook, "token": TOKEN}});
+        assert_eq!((status, &created), (200, &expected), "{created}");
+        let (status, got) = agent.rest(reqwest::Method::GET, &format!("{configs}/rest03"), None).await;
+        assert_eq!((status, got), (200, expected.clone()));
+        let (status, listed) = agent.rest(reqwest::Method::GET, &configs, None).await;
+        assert_eq!((status, listed["configs"].as_array().map(Vec::len)), (200, Some(3)), "{listed}");
+        let (status, deleted) = agent.rest(reqwest::Method::DELETE, &format!("{configs}/rest03"), None).await;
+        assert_eq!((status, deleted), (200, json!({})));
 
         // Deletes are idempotent in both bindings; a deleted config is not found.
         for _ in 0..2 {
