@@ -16,6 +16,11 @@ returnImmediately (0.3: blocking false), expects a task that is not finished, su
 it, cancels it and expects the canceled state in the cancel answer, the subscription and a
 later GetTask. The SDK's own echo agent has no such behaviour; our agents do.
 
+`--push-webhook URL` additionally sends a message whose configuration sets a push notification
+webhook at URL (token PUSH_TOKEN), then creates, gets, lists and deletes a second config of
+that task with the SDK's push notification config calls (in 0.3 over HTTP+JSON the SDK has
+no list and delete: SKIP). The caller checks what the webhook received.
+
 `--credential C` hands C to the SDK's own `AuthInterceptor` for every security scheme the card
 declares: the interceptor, reading the card, decides how to send it (an agent that requires
 authentication refuses every check otherwise).
@@ -38,7 +43,10 @@ from a2a.client.client import Client
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
@@ -48,9 +56,10 @@ from a2a.types.a2a_pb2 import (
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
-from a2a.utils.errors import TaskNotCancelableError
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
 BINDINGS = {"jsonrpc": "JSONRPC", "http_json": "HTTP+JSON"}
 
@@ -64,6 +73,10 @@ WIRE_OPERATIONS = {
         "list": {"ListTasks"},
         "cancel": {"CancelTask"},
         "subscribe": {"SubscribeToTask"},
+        "push-create": {"CreateTaskPushNotificationConfig"},
+        "push-get": {"GetTaskPushNotificationConfig"},
+        "push-list": {"ListTaskPushNotificationConfigs"},
+        "push-delete": {"DeleteTaskPushNotificationConfig"},
     },
     ("JSONRPC", "0.3"): {
         "send": {"message/send"},
@@ -71,6 +84,10 @@ WIRE_OPERATIONS = {
         "get": {"tasks/get"},
         "cancel": {"tasks/cancel"},
         "subscribe": {"tasks/resubscribe"},
+        "push-create": {"tasks/pushNotificationConfig/set"},
+        "push-get": {"tasks/pushNotificationConfig/get"},
+        "push-list": {"tasks/pushNotificationConfig/list"},
+        "push-delete": {"tasks/pushNotificationConfig/delete"},
     },
     ("HTTP+JSON", "1.0"): {
         "send": {"POST /message:send"},
@@ -79,6 +96,10 @@ WIRE_OPERATIONS = {
         "list": {"GET /tasks"},
         "cancel": {"POST /tasks/{id}:cancel"},
         "subscribe": {"POST /tasks/{id}:subscribe", "GET /tasks/{id}:subscribe"},
+        "push-create": {"POST /tasks/{id}/pushNotificationConfigs"},
+        "push-get": {"GET /tasks/{id}/pushNotificationConfigs/{config}"},
+        "push-list": {"GET /tasks/{id}/pushNotificationConfigs"},
+        "push-delete": {"DELETE /tasks/{id}/pushNotificationConfigs/{config}"},
     },
     ("HTTP+JSON", "0.3"): {
         "send": {"POST /v1/message:send"},
@@ -86,6 +107,8 @@ WIRE_OPERATIONS = {
         "get": {"GET /v1/tasks/{id}"},
         "cancel": {"POST /v1/tasks/{id}:cancel"},
         "subscribe": {"POST /v1/tasks/{id}:subscribe", "GET /v1/tasks/{id}:subscribe"},
+        "push-create": {"POST /v1/tasks/{id}/pushNotificationConfigs"},
+        "push-get": {"GET /v1/tasks/{id}/pushNotificationConfigs/{config}"},
     },
 }
 
@@ -98,6 +121,9 @@ TERMINAL_STATES = {
 
 # Long enough for a loaded 2-core CI machine, short enough that a hung stream fails the run.
 CALL_TIMEOUT_SECONDS = 30.0
+# The token of the webhook set with the message, and the id of the config created after it.
+PUSH_TOKEN = "interop-push-token"
+PUSH_CONFIG_ID = "interop-hook"
 LIST_CONTEXT_TASKS = 3
 
 
@@ -142,6 +168,7 @@ class Wire:
             path = path[len(self.base_path) :]
         for task_id in self.task_ids:
             path = path.replace(task_id, "{id}")
+        path = path.replace(PUSH_CONFIG_ID, "{config}")
         return f"{request.method} {path}"
 
     async def on_request(self, request: httpx.Request) -> None:
@@ -570,6 +597,63 @@ class Checker:
             f"{subscribe_wire}; {cancel_wire}"
         )
 
+    async def check_push(self) -> str:
+        """A webhook set with a message, then a second config created, read, listed, deleted."""
+        assert self.blocking is not None
+        webhook = self.args.push_webhook
+        mark = self.wire.mark()
+        text = f"{self.sent_text} pushed"
+        message = self.new_message(text)
+        given = TaskPushNotificationConfig(url=webhook, token=PUSH_TOKEN)
+        task = await self.send_blocking(message, task_push_notification_config=given)
+        self.check_completed_task(task, message, text)
+        self.expect_wire(mark, "send")
+
+        mark = self.wire.mark()
+        wanted = TaskPushNotificationConfig(
+            task_id=task.id, id=PUSH_CONFIG_ID, url=webhook, token="second-token"
+        )
+        created = await self.blocking.create_task_push_notification_config(wanted)
+        expect(
+            (created.task_id, created.id, created.url, created.token)
+            == (task.id, PUSH_CONFIG_ID, webhook, "second-token"),
+            f"created config differs: {created}",
+        )
+        wire = [self.expect_wire(mark, "push-create")]
+
+        mark = self.wire.mark()
+        got = await self.blocking.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task.id, id=PUSH_CONFIG_ID)
+        )
+        expect((got.id, got.url) == (PUSH_CONFIG_ID, webhook), f"got config differs: {got}")
+        wire.append(self.expect_wire(mark, "push-get"))
+
+        if "push-list" not in self.operations:
+            return f"task {task.id}: created and read; list and delete: the SDK has none in 0.3 HTTP+JSON; {wire}"
+        mark = self.wire.mark()
+        listed = await self.blocking.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+        ids = sorted(config.id for config in listed.configs)
+        # The config given with the message is named as its task, as the SDK names it.
+        expect(ids == sorted([task.id, PUSH_CONFIG_ID]), f"listed configs {ids}")
+        wire.append(self.expect_wire(mark, "push-list"))
+
+        mark = self.wire.mark()
+        await self.blocking.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=PUSH_CONFIG_ID)
+        )
+        wire.append(self.expect_wire(mark, "push-delete"))
+        try:
+            gone = await self.blocking.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task.id, id=PUSH_CONFIG_ID)
+            )
+        except TaskNotFoundError:
+            pass
+        else:
+            raise CheckFailed(f"a deleted config was still found: {gone}")
+        return f"task {task.id}: configs {ids} created, read, listed, deleted; {wire}"
+
     async def run(self) -> int:
         print(f"== {self.args.url} {self.binding} {self.version}", flush=True)
         async with httpx.AsyncClient(timeout=CALL_TIMEOUT_SECONDS) as http:
@@ -592,6 +676,10 @@ class Checker:
                 await self.check("cancel-running", self.check_cancel_running)
             else:
                 self.report("SKIP", "cancel-running", "no --long-running-prefix given")
+            if self.args.push_webhook:
+                await self.check("push", self.check_push)
+            else:
+                self.report("SKIP", "push", "no --push-webhook given")
             for client in (self.blocking, self.streaming):
                 if client is not None:
                     await client.close()
@@ -630,6 +718,11 @@ def main() -> int:
         "--long-running-prefix",
         default="",
         help="messageId prefix that makes the agent keep the task running until canceled",
+    )
+    parser.add_argument(
+        "--push-webhook",
+        default="",
+        help="a webhook URL to set push notification configs to (the caller checks what it gets)",
     )
     parser.add_argument(
         "--credential",

@@ -13,7 +13,7 @@ use mesh_protocol::seed::{
 };
 use serde_json::{Map, Value};
 
-use crate::a2a::{Inbound, SeedTasks, TaskEngine, TaskHandler, TaskLimits, a2a_router, seed::seed_task};
+use crate::a2a::{EngineSettings, Inbound, SeedTasks, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
 use crate::call_safety::admit_calls;
 use crate::card::CardDocument;
 use crate::error::{AgentError, ErrorResponse};
@@ -105,11 +105,11 @@ pub fn agent_router<H: AgentHandler>(
     metrics: Arc<ServiceMetrics>,
     store: TaskStore,
     join: Option<mesh_bus::ConversationJoin>,
-    limits: TaskLimits,
+    settings: impl Into<EngineSettings>,
 ) -> Router {
     let card = Arc::new(card);
     let handler = Arc::new(handler);
-    let engine = TaskEngine::with_limits(store, Arc::new(SeedTasks::new(handler.clone(), join)), limits);
+    let engine = TaskEngine::with_settings(store, Arc::new(SeedTasks::new(handler.clone(), join)), settings.into());
     let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
     metrics.set_circuits(move || handler.circuits());
@@ -124,10 +124,10 @@ pub fn task_agent_router<T: TaskHandler>(
     handler: T,
     metrics: Arc<ServiceMetrics>,
     store: TaskStore,
-    limits: TaskLimits,
+    settings: impl Into<EngineSettings>,
 ) -> Router {
     let card = Arc::new(card);
-    let engine = TaskEngine::with_limits(store, Arc::new(handler), limits);
+    let engine = TaskEngine::with_settings(store, Arc::new(handler), settings.into());
     task_routes(a2a_router(engine, card.clone()), &card, metrics.clone()).merge(card_and_health_routes(card, metrics))
 }
 

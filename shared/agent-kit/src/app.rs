@@ -16,7 +16,11 @@ use tokio::net::TcpListener;
 
 use mesh_tasks::{Lease, Retention, TaskStore};
 
-use crate::a2a::{TaskHandler, TaskLimits, describe_interfaces, describe_security};
+use crate::a2a::push::{
+    PUSH_DELIVERIES_MAX_DEFAULT, PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT, PUSH_DELIVERY_TIMEOUT_MS_DEFAULT,
+    PUSH_RETRY_DELAY_MAX_MS_DEFAULT, PUSH_RETRY_DELAY_MIN_MS_DEFAULT, PushDelivery, PushSettings,
+};
+use crate::a2a::{EngineSettings, TaskHandler, TaskLimits, describe_interfaces, describe_security};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::auth::AccessControl;
 use crate::card::CardDocument;
@@ -129,6 +133,21 @@ pub struct AgentConfig {
     pub task_lease_renew_ms: u64,
     /// How callers authenticate, and the credential this agent presents (see [`crate::auth`]).
     pub auth: mesh_auth::AuthConfig,
+    /// Offer A2A push notifications (webhooks clients set on their tasks; see
+    /// [`crate::a2a::push`]): on by default, and the card says so.
+    pub push_notifications: bool,
+    /// The networks (CIDR) webhooks may be in; empty: any address but the always-refused ones
+    /// (link-local and metadata addresses), as the registry's `allowed_networks`.
+    pub push_allowed_networks: Vec<String>,
+    /// Milliseconds a webhook has to answer one notification.
+    pub push_delivery_timeout_ms: u64,
+    /// Attempts at one notification, the first included, before delivery gives up.
+    pub push_delivery_attempts_max: u32,
+    /// Milliseconds before the first retry of a notification, doubling (plus jitter) up to the max.
+    pub push_retry_delay_min_ms: u64,
+    pub push_retry_delay_max_ms: u64,
+    /// Notifications in delivery at once, at most.
+    pub push_deliveries_max: usize,
 }
 
 /// What an agent's answered tasks survive (see [`AgentConfig::task_durability`]). Read from the
@@ -208,6 +227,13 @@ impl Default for AgentConfig {
             task_lease_ttl_ms: mesh_tasks::TASK_LEASE_TTL_MS_DEFAULT,
             task_lease_renew_ms: mesh_tasks::TASK_LEASE_RENEW_MS_DEFAULT,
             auth: mesh_auth::AuthConfig::default(),
+            push_notifications: true,
+            push_allowed_networks: Vec::new(),
+            push_delivery_timeout_ms: PUSH_DELIVERY_TIMEOUT_MS_DEFAULT,
+            push_delivery_attempts_max: PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT,
+            push_retry_delay_min_ms: PUSH_RETRY_DELAY_MIN_MS_DEFAULT,
+            push_retry_delay_max_ms: PUSH_RETRY_DELAY_MAX_MS_DEFAULT,
+            push_deliveries_max: PUSH_DELIVERIES_MAX_DEFAULT,
         }
     }
 }
@@ -228,6 +254,10 @@ pub enum KitError {
     Bus(#[from] mesh_bus::BusError),
     #[error("{0}")]
     Auth(#[from] mesh_auth::AuthError),
+    #[error("push_allowed_networks: {0}")]
+    PushNetworks(#[from] mesh_client::address_policy::InvalidNetwork),
+    #[error("cannot build the push notification client: {0}")]
+    PushClient(#[from] mesh_client::TransportError),
 }
 
 /// What an agent adds to the kit's routes and health report.
@@ -268,6 +298,8 @@ pub struct AgentApp {
     database_probe: Option<tokio::task::JoinHandle<()>>,
     /// Flushed when the agent stops, so a buffered store loses nothing to a graceful stop.
     store: TaskStore,
+    /// Delivers push notifications while the agent runs.
+    push: Option<PushDelivery>,
     shutdown_drain: Duration,
     shutdown_unready: Duration,
 }
@@ -325,7 +357,7 @@ impl AgentApp {
         mut card: AgentCard,
         http: HttpClient,
         extras: AgentExtras,
-        routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore, TaskLimits) -> axum::Router,
+        routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore, EngineSettings) -> axum::Router,
     ) -> Result<Self, KitError> {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
@@ -340,6 +372,7 @@ impl AgentApp {
             card.name = name.clone();
         }
         describe_interfaces(&mut card, &url, config.legacy_card_fields);
+        card.capabilities.push_notifications = Some(config.push_notifications);
         if access.enabled() {
             describe_security(&mut card, config.legacy_card_fields);
         }
@@ -355,6 +388,10 @@ impl AgentApp {
                 TaskStore::open_buffered(&store_url(), &replica_group, flush_interval).await?
             }
             TaskDurability::Memory => TaskStore::in_memory(&replica_group, config.memory_tasks_max),
+        };
+        let push = match config.push_notifications {
+            true => Some(push_delivery(config, &store)?),
+            false => None,
         };
         let lease = Lease {
             ttl: Duration::from_millis(config.task_lease_ttl_ms),
@@ -414,7 +451,8 @@ impl AgentApp {
                 Some(tokio::spawn(async move { database.run(&probe_name, || probed.ping()).await }))
             }
         };
-        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store.clone(), task_limits);
+        let engine = EngineSettings { limits: task_limits, push: push.clone() };
+        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store.clone(), engine);
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
         }
@@ -441,6 +479,7 @@ impl AgentApp {
             lease,
             database_probe,
             store,
+            push,
             shutdown_drain,
             shutdown_unready,
         })
@@ -471,6 +510,8 @@ impl AgentApp {
         let metrics = self.metrics.clone();
         let graph_tasks = self.graph.map(|graph| graph.start()).unwrap_or_default();
         let bus = self.bus.map(crate::bus::BusRunner::spawn);
+        // Notifications left pending by an earlier run of the agent go out now too.
+        let pushing = self.push.as_ref().map(PushDelivery::start);
         let registering = registration.clone().map(|(registry, registration)| {
             tokio::spawn(async move {
                 let mut announced = false;
@@ -518,6 +559,10 @@ impl AgentApp {
             tracing::error!(%error, "could not save the queued tasks before stopping");
         }
         self.purger.abort();
+        if let Some(pushing) = &pushing {
+            // What is under way finishes on its own; what is pending waits in the outbox.
+            pushing.abort();
+        }
         if let Some(lease) = &self.lease {
             lease.abort();
         }
@@ -529,6 +574,20 @@ impl AgentApp {
         }
         served
     }
+}
+
+/// The delivery of the agent's push notifications, under its outbound address policy.
+fn push_delivery(config: &AgentConfig, store: &TaskStore) -> Result<PushDelivery, KitError> {
+    let policy = mesh_client::AddressPolicy::from_networks(&config.push_allowed_networks)?;
+    let guard = mesh_client::OutboundGuard::new(policy, Arc::new(mesh_client::SystemLookup));
+    let settings = PushSettings {
+        delivery_timeout: Duration::from_millis(config.push_delivery_timeout_ms),
+        attempts_max: config.push_delivery_attempts_max.max(1),
+        retry_delay_min: Duration::from_millis(config.push_retry_delay_min_ms),
+        retry_delay_max: Duration::from_millis(config.push_retry_delay_max_ms),
+        deliveries_max: config.push_deliveries_max,
+    };
+    Ok(PushDelivery::new(store.clone(), HttpClient::guarded(guard)?, settings))
 }
 
 /// The default task store: a SQLite file per agent under `data/tasks/`.

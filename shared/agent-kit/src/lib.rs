@@ -8,7 +8,9 @@
 //!
 //! Task calls are admitted by their call context first ([`call_safety`]: cycles, the depth limit,
 //! the caller's deadline, and the links of the communication graph, [`graph`]), and any agent
-//! can offer the [`call_agent`] and [`agent_message`] (`send_agent_message`) skills.
+//! can offer the [`call_agent`] and [`agent_message`] (`send_agent_message`) skills. Every agent
+//! delivers A2A push notifications to the webhooks its clients set on their tasks
+//! ([`a2a::push`]).
 
 pub mod a2a;
 mod agent;

@@ -262,6 +262,7 @@ async fn card_is_served_at_both_paths_with_validators_and_revalidated_with_304()
     let agent = Agent::with_defaults().await;
     let mut expected = card();
     mesh_agent_kit::a2a::describe_interfaces(&mut expected, &agent.url, true);
+    expected.capabilities.push_notifications = Some(true);
     let mut etags = Vec::new();
     for path in CARD_PATHS {
         let response = agent.get(path).await;

@@ -1,12 +1,14 @@
 //! The official A2A Python SDK (`a2a-sdk`) as the client of a kit agent: it sends, streams, gets,
-//! lists and cancels over JSON-RPC and HTTP+JSON, in 1.0 and in 0.3 mode
-//! (`tests/interop/client_checks.py`), against an open agent and against one that requires a
+//! lists and cancels over JSON-RPC and HTTP+JSON, in 1.0 and in 0.3 mode, and sets push
+//! notification webhooks (with a message, and with its config calls), whose notifications a
+//! webhook here receives (`tests/interop/client_checks.py`), against an open agent and against one that requires a
 //! token (sent by the SDK's own `AuthInterceptor`, from the card's security schemes). Runs where
 //! `MESH_A2A_PYTHON` names a Python with the SDK (`.ci/run` makes one); skips with a message
 //! elsewhere, and fails under CI.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use mesh_agent_kit::conformance::{TckAgent, card};
 use mesh_agent_kit::{AgentApp, AgentConfig};
@@ -44,18 +46,55 @@ async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
 /// The HS256 secret of the protected agent.
 const SECRET: &str = "interop-test-secret-of-32-bytes-at-least";
 
+/// The token the checks give the webhook they set with a message (`PUSH_TOKEN` there).
+const PUSH_TOKEN: &str = "interop-push-token";
+/// Longest wait for the notifications of the runs' tasks once the runs are over.
+const PUSH_WAIT_S: u64 = 20;
+
+/// The notifications a webhook received: each one's `X-A2A-Notification-Token` and body.
+type Notifications = Arc<Mutex<Vec<(String, serde_json::Value)>>>;
+
+/// A webhook on port 0 keeping what it receives; its URL.
+async fn webhook(received: Notifications) -> String {
+    let receive = |axum::extract::State(received): axum::extract::State<Notifications>,
+                   headers: axum::http::HeaderMap,
+                   axum::Json(body): axum::Json<serde_json::Value>| async move {
+        let token = headers.get("x-a2a-notification-token").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        received.lock().unwrap().push((token.to_owned(), body));
+    };
+    let app = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(received);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// How many notifications of a completed task carrying the checks' token arrived.
+fn completions(received: &Notifications) -> usize {
+    let received = received.lock().unwrap();
+    received
+        .iter()
+        .filter(|(token, body)| {
+            token == PUSH_TOKEN && body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        })
+        .count()
+}
+
 /// Serves the conformance agent with `config` and runs the SDK's checks on both bindings in
-/// both versions; returns the runs that failed.
+/// both versions; returns the runs that failed. Each run that passed set a webhook here with a
+/// message: the completion of its task must reach it, with the run's token.
 async fn run_checks(python: &str, config: &AgentConfig, credential: Option<&str>) -> Vec<String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/client_checks.py");
     let app =
         AgentApp::build_tasks(config, card().unwrap(), TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
     let url = app.url().to_owned();
     let server = tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let received = Notifications::default();
+    let hook = webhook(received.clone()).await;
     let mut failures = Vec::new();
     for transport in ["jsonrpc", "http_json"] {
         for protocol in ["1.0", "0.3"] {
-            let run = || check_run(python, &script, &url, transport, protocol, credential);
+            let run = || check_run(python, &script, &url, &hook, transport, protocol, credential);
             // A run that fails is run once more: under a loaded CI machine the SDK's pooled
             // connection has been seen closed by the server as a request went out on it
             // (`Server disconnected without sending a response`, once in many runs). A run that
@@ -64,6 +103,17 @@ async fn run_checks(python: &str, config: &AgentConfig, credential: Option<&str>
                 failures.push(format!("{transport} {protocol}"));
             }
         }
+    }
+    // Every passing run sent one message with the webhook; a run tried twice may have sent two.
+    let passed = 4 - failures.len();
+    let deadline = Instant::now() + Duration::from_secs(PUSH_WAIT_S);
+    while completions(&received) < passed {
+        assert!(
+            Instant::now() < deadline,
+            "{passed} completions expected at the webhook: {:?}",
+            received.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     server.abort();
     failures
@@ -74,6 +124,7 @@ async fn check_run(
     python: &str,
     script: &std::path::Path,
     url: &str,
+    webhook: &str,
     transport: &str,
     protocol: &str,
     credential: Option<&str>,
@@ -83,6 +134,7 @@ async fn check_run(
         .arg(script)
         .args(["--url", url, "--transport", transport, "--protocol", protocol])
         .args(["--long-running-prefix", LONG_RUNNING_PREFIX])
+        .args(["--push-webhook", webhook])
         .kill_on_drop(true);
     if let Some(credential) = credential {
         command.args(["--credential", credential]);

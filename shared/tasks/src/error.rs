@@ -6,6 +6,11 @@ use mesh_storage::StorageError;
 pub enum TaskError {
     #[error("task {0} not found")]
     NotFound(String),
+    /// The agent delivers no push notifications.
+    #[error("push notifications are not supported by this agent")]
+    PushNotSupported,
+    #[error("task {task_id} has no push notification config {id}")]
+    PushConfigNotFound { task_id: String, id: String },
     #[error("task {id} is {state} and cannot be canceled")]
     NotCancelable { id: String, state: String },
     /// The operation exists but not for this task now (e.g. a message to a finished task).
@@ -26,8 +31,10 @@ pub enum TaskError {
 impl TaskError {
     pub fn code(&self) -> A2aErrorCode {
         match self {
-            Self::NotFound(_) => A2aErrorCode::TaskNotFound,
+            // The spec's error for a config that does not exist.
+            Self::NotFound(_) | Self::PushConfigNotFound { .. } => A2aErrorCode::TaskNotFound,
             Self::NotCancelable { .. } => A2aErrorCode::TaskNotCancelable,
+            Self::PushNotSupported => A2aErrorCode::PushNotificationNotSupported,
             Self::Unsupported(_) => A2aErrorCode::UnsupportedOperation,
             Self::InvalidParams(_) => A2aErrorCode::InvalidParams,
             // A2A has no code for a full agent or an oversize task; the message says which.

@@ -22,6 +22,8 @@ type Key = (String, String);
 pub(crate) struct MemoryTasks {
     tasks_max: usize,
     kept: Mutex<Kept>,
+    /// The tasks' push notification configs and pending notifications.
+    pub(crate) push: crate::push::MemoryPush,
 }
 
 #[derive(Debug, Default)]
@@ -67,7 +69,7 @@ fn full(tasks_max: usize) -> TaskError {
 
 impl MemoryTasks {
     pub(crate) fn new(tasks_max: usize) -> Self {
-        Self { tasks_max, kept: Mutex::new(Kept::default()) }
+        Self { tasks_max, kept: Mutex::new(Kept::default()), push: crate::push::MemoryPush::default() }
     }
 
     fn kept(&self) -> MutexGuard<'_, Kept> {

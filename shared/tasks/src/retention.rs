@@ -47,13 +47,29 @@ pub(crate) fn timestamp_before(age: Duration) -> String {
         .map_or_else(|| "0".to_owned(), |t| t.to_rfc3339_opts(SecondsFormat::Micros, true))
 }
 
+/// The instant `delay` from now, as stored timestamps are written (the far future when out of
+/// range).
+pub(crate) fn timestamp_after(delay: Duration) -> String {
+    let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+    Utc::now()
+        .checked_add_signed(delay)
+        .map_or_else(|| "9".to_owned(), |t| t.to_rfc3339_opts(SecondsFormat::Micros, true))
+}
+
 impl TaskStore {
-    /// Deletes this agent's finished tasks last changed more than `ttl` ago, every tenant's;
-    /// returns how many. Unfinished tasks are never deleted, however old.
+    /// Deletes this agent's finished tasks last changed more than `ttl` ago, every tenant's,
+    /// with their push notification configs and pending notifications; returns how many tasks.
+    /// Unfinished tasks are never deleted, however old.
     pub async fn purge_finished(&self, ttl: Duration) -> Result<u64, TaskError> {
         let cutoff = timestamp_before(ttl);
+        let purged = self.purge_finished_tasks(&cutoff).await?;
+        self.purge_orphan_push(&cutoff).await?;
+        Ok(purged)
+    }
+
+    async fn purge_finished_tasks(&self, cutoff: &str) -> Result<u64, TaskError> {
         let pool = match &self.tasks {
-            Tasks::Memory(memory) => return Ok(memory.purge_finished(&cutoff)),
+            Tasks::Memory(memory) => return Ok(memory.purge_finished(cutoff)),
             Tasks::Sql(sql) => &sql.pool,
         };
         let [completed, failed, canceled, rejected] = terminal_states();
@@ -68,7 +84,7 @@ impl TaskStore {
             .bind(&failed)
             .bind(&canceled)
             .bind(&rejected)
-            .bind(&cutoff)
+            .bind(cutoff)
             .bind(PURGE_BATCH_ROWS)
             .execute(pool)
             .await?
@@ -149,6 +165,10 @@ impl TaskStore {
                 let owner: Option<String> = row.try_get("owner")?;
                 saves.push(async move {
                     self.save(&tenant, &task).await?;
+                    // Its webhooks hear of the end too (queued before the agent serves again).
+                    if let Err(error) = self.enqueue_push(&tenant, &task.id, std::slice::from_ref(&update)).await {
+                        tracing::error!(task = %task.id, %error, "could not queue the push notification of a failed task");
+                    }
                     // Subscribers following the task on any replica learn of its end now.
                     if let (Some(fanout), Some(owner)) = (&self.fanout, owner) {
                         fanout.publish_for(&owner, &tenant, &task.id, &update).await;

@@ -28,6 +28,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::push::PushDelivery;
+
 /// Tasks kept in memory at once (running, or waiting for the user) by default.
 pub const LIVE_TASKS_MAX_DEFAULT: usize = 10_000;
 /// How long a live task may go without a change by default: a running turn is failed after it,
@@ -57,6 +59,20 @@ impl Default for TaskLimits {
             subscribers_per_task_max: TASK_SUBSCRIBERS_MAX_DEFAULT,
             artifact_bytes_max: TASK_ARTIFACT_BYTES_MAX_DEFAULT,
         }
+    }
+}
+
+/// What an engine is built with: its bounds, and the delivery of push notifications (without it,
+/// the push notification operations answer `PushNotificationNotSupported`).
+#[derive(Debug, Clone, Default)]
+pub struct EngineSettings {
+    pub limits: TaskLimits,
+    pub push: Option<PushDelivery>,
+}
+
+impl From<TaskLimits> for EngineSettings {
+    fn from(limits: TaskLimits) -> Self {
+        Self { limits, push: None }
     }
 }
 
@@ -110,6 +126,8 @@ struct LiveState {
     turn: u64,
     /// When the task last changed, for its time to live.
     touched: Instant,
+    /// The task has push notification webhooks: its events are queued for them.
+    push: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -122,6 +140,7 @@ struct Core {
     store: TaskStore,
     live: Mutex<HashMap<TaskKey, Arc<LiveTask>>>,
     limits: TaskLimits,
+    push: Option<PushDelivery>,
     /// Stops following the other replicas' events when the engine is gone.
     _following: Option<tokio_util::sync::DropGuard>,
 }
@@ -136,6 +155,7 @@ impl LiveTask {
                 closed: false,
                 turn: 0,
                 touched: Instant::now(),
+                push: false,
             }),
             cancellation: CancellationToken::new(),
         })
@@ -170,11 +190,33 @@ impl Core {
         if stored.status.state.is_terminal() {
             return Err(finished(&stored));
         }
+        let push = match &self.push {
+            Some(_) => self.store.has_push_configs(&key.0, &key.1).await?,
+            None => false,
+        };
         let mut live = lock(&self.live);
         if !live.contains_key(key) {
             self.check_room(live.len())?;
         }
-        Ok(live.entry(key.clone()).or_insert_with(|| LiveTask::new(stored, false)).clone())
+        Ok(live
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let task = LiveTask::new(stored, false);
+                lock(&task.state).push = push;
+                task
+            })
+            .clone())
+    }
+
+    /// Queues `events` of the task for its webhooks (see [`super::push`]); a failure is logged,
+    /// never the task's.
+    async fn notify_webhooks(&self, key: &TaskKey, events: &[StreamResponse]) {
+        let Some(push) = &self.push else { return };
+        match self.store.enqueue_push(&key.0, &key.1, events).await {
+            Ok(0) => {}
+            Ok(_) => push.wake(),
+            Err(error) => tracing::error!(task = %key.1, %error, "could not queue push notifications"),
+        }
     }
 
     /// Refuses one more live task when `live` are kept already.
@@ -213,13 +255,16 @@ impl Core {
                     let message = Message::text(Role::Agent, new_id(), reason);
                     let update = status_update(&state.task, TaskState::Failed, Some(message));
                     apply(&mut state.task, &update);
-                    Some((state.task.clone(), update, std::mem::take(&mut state.subscribers)))
+                    Some((state.task.clone(), update, std::mem::take(&mut state.subscribers), state.push))
                 }
             };
             self.forget(&key, &live);
-            if let Some((task, update, subscribers)) = failed {
+            if let Some((task, update, subscribers, push)) = failed {
                 live.cancellation.cancel();
                 tracing::warn!(task = %key.1, "a live task outlived its time to live; failed");
+                if push {
+                    self.notify_webhooks(&key, std::slice::from_ref(&update)).await;
+                }
                 if let Err(error) = self.save(&key.0, &task, true).await {
                     tracing::error!(task = %key.1, %error, "could not save the expired task");
                 }
@@ -358,10 +403,16 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// An engine bounded by `limits`, whose expired live tasks a background job sweeps for as
     /// long as the engine exists.
     pub fn with_limits(store: TaskStore, handler: Arc<H>, limits: TaskLimits) -> Self {
+        Self::with_settings(store, handler, limits.into())
+    }
+
+    /// [`Self::with_limits`], with push notifications delivered by `settings.push` when given.
+    pub fn with_settings(store: TaskStore, handler: Arc<H>, settings: EngineSettings) -> Self {
+        let EngineSettings { limits, push } = settings;
         let heard = store.listen();
         let stop = CancellationToken::new();
         let following = heard.is_some().then(|| stop.clone().drop_guard());
-        let core = Arc::new(Core { store, live: Mutex::new(HashMap::new()), limits, _following: following });
+        let core = Arc::new(Core { store, live: Mutex::new(HashMap::new()), limits, push, _following: following });
         if let Some(heard) = heard {
             tokio::spawn(follow_others(Arc::downgrade(&core), heard, stop));
         }
@@ -375,6 +426,18 @@ impl<H: TaskHandler> TaskEngine<H> {
         &self.core.store
     }
 
+    /// The delivery of push notifications; `None` when the agent offers none.
+    pub(crate) fn push_delivery(&self) -> Option<&PushDelivery> {
+        self.core.push.as_ref()
+    }
+
+    /// Notes that the task, if live here, has webhooks now: its next events are queued for them.
+    pub(crate) fn note_webhooks(&self, tenant: &str, task_id: &str) {
+        if let Some(live) = self.core.live(&(tenant.to_owned(), task_id.to_owned())) {
+            lock(&live.state).push = true;
+        }
+    }
+
     /// Starts a turn for the request's message: a new task, or the next turn of the task it names.
     pub async fn start(
         &self,
@@ -382,8 +445,17 @@ impl<H: TaskHandler> TaskEngine<H> {
         request: SendMessageRequest,
         call: CallScope,
     ) -> Result<TurnEvents, TaskError> {
-        let SendMessageRequest { mut message, metadata, .. } = request;
+        let SendMessageRequest { mut message, metadata, configuration, .. } = request;
         check_user_message(&message)?;
+        // As the official SDK does, a webhook given to an agent without push notifications is
+        // ignored (the card says it has none); one given to an agent with them is checked first.
+        let webhook = match (configuration.and_then(|c| c.task_push_notification_config), &self.core.push) {
+            (Some(config), Some(push)) => {
+                push.vet(&config).await?;
+                Some(config)
+            }
+            _ => None,
+        };
         // The conversation the call was admitted in (the link policy's answer rule read it) is
         // the one the message joins.
         if let Some(admitted) = call.context().context_id.as_deref() {
@@ -398,7 +470,16 @@ impl<H: TaskHandler> TaskEngine<H> {
             }
         }
         let (live, previous, mut message) = match message.task_id.clone().filter(|id| !id.is_empty()) {
-            Some(task_id) => self.continue_task(tenant, &task_id, message).await?,
+            Some(task_id) => {
+                if let Some(config) = &webhook {
+                    // Stored before the turn is claimed, so that a refused config leaves the task
+                    // as it was; the task must be the tenant's.
+                    let known = GetTaskRequest { tenant: None, id: task_id.clone(), history_length: Some(0) };
+                    self.get(tenant, &known).await?;
+                    self.core.store.put_push_config(tenant, &task_id, config).await?;
+                }
+                self.continue_task(tenant, &task_id, message).await?
+            }
             None => {
                 let context_id = message.context_id.clone().filter(|c| !c.is_empty()).unwrap_or_else(new_id);
                 let task = Task {
@@ -413,9 +494,16 @@ impl<H: TaskHandler> TaskEngine<H> {
                 // A store in memory may be full of unfinished tasks: refused now, not after the
                 // answer when the task could not be kept.
                 self.core.store.check_room()?;
+                if let Some(config) = &webhook {
+                    // Stored before the turn runs, so that its first event finds it.
+                    self.core.store.put_push_config(tenant, &task.id, config).await?;
+                }
                 (LiveTask::new(task, true), None, message)
             }
         };
+        if webhook.is_some() {
+            lock(&live.state).push = true;
+        }
         let (task_id, context_id, turn_number) = {
             let mut state = lock(&live.state);
             message.task_id = Some(state.task.id.clone());
@@ -469,6 +557,11 @@ impl<H: TaskHandler> TaskEngine<H> {
     ) -> Result<(Arc<LiveTask>, Option<Task>, Message), TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
         let live = self.core.live_or_stored(&key, no_more_messages).await?;
+        if self.core.push.is_some() && self.core.store.shares_events() && !lock(&live.state).push {
+            // A replica sharing the store may have given the task webhooks since it was loaded.
+            let pushed = self.core.store.has_push_configs(tenant, task_id).await?;
+            lock(&live.state).push |= pushed;
+        }
         let previous = {
             let mut state = lock(&live.state);
             let task = &state.task;
@@ -542,6 +635,9 @@ impl<H: TaskHandler> TaskEngine<H> {
             (state.task.clone(), update, std::mem::take(&mut state.subscribers), state.running)
         };
         live.cancellation.cancel();
+        if lock(&live.state).push {
+            self.core.notify_webhooks(&key, std::slice::from_ref(&update)).await;
+        }
         let saved = self.core.save(tenant, &task, true).await;
         self.core.forget(&key, &live);
         if saved.is_ok() && !ran_here && self.core.store.shares_events() {
@@ -814,7 +910,7 @@ impl TaskEvents {
 
     async fn emit(&self, event: StreamResponse) -> Result<(), TaskClosed> {
         let mut refused = false;
-        let (snapshot, first, ends_turn, event) = {
+        let (snapshot, first, ends_turn, event, push) = {
             let mut published = lock(&self.published);
             let mut state = lock(&self.live.state);
             if state.closed || state.turn != self.turn {
@@ -847,8 +943,15 @@ impl TaskEvents {
             if ends_turn {
                 state.running = false;
             }
-            (state.task.clone(), first, ends_turn, event)
+            (state.task.clone(), first, ends_turn, event, state.push)
         };
+        if push {
+            // Queued before the state is saved: a saved state's notification is never lost.
+            let mut events = Vec::with_capacity(2);
+            events.extend(first.clone().map(StreamResponse::Task));
+            events.push(event.clone());
+            self.core.notify_webhooks(&self.key, &events).await;
+        }
         if let Some(first) = first {
             lock(&self.core.live).entry(self.key.clone()).or_insert_with(|| self.live.clone());
             let _ = self.caller.send(StreamResponse::Task(first));

@@ -8,7 +8,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use futures::StreamExt;
 use mesh_protocol::a2a::v1::{
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, SubscribeToTaskRequest,
+    CancelTaskRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest, ListTasksRequest, SendMessageRequest,
+    SubscribeToTaskRequest, TaskPushNotificationConfig, TaskPushNotificationConfigRequest,
 };
 use mesh_protocol::a2a::v03;
 use mesh_protocol::jsonrpc::{A2aErrorCode, ErrorObject, Id, Response as RpcResponse, method};
@@ -204,10 +205,61 @@ async fn dispatch<H: TaskHandler>(
             let events = engine.subscribe(&inbound.tenant(None)?, &request.id).await?;
             Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd).map(v03::StreamEvent::from)))
         }
-        v1::GET_EXTENDED_AGENT_CARD | m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD => {
-            Err(Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured))
+        v1::CREATE_TASK_PUSH_NOTIFICATION_CONFIG => {
+            let mut config: TaskPushNotificationConfig = params(raw)?;
+            let tenant = inbound.tenant(config.tenant.take().as_deref())?;
+            Ok(reply(id, engine.create_push_config(&tenant, &config).await?))
         }
-        _ => Err(Failure::standard(A2aErrorCode::PushNotificationNotSupported)),
+        v1::GET_TASK_PUSH_NOTIFICATION_CONFIG => {
+            let request: TaskPushNotificationConfigRequest = params(raw)?;
+            Ok(reply(id, engine.push_config(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
+        }
+        v1::LIST_TASK_PUSH_NOTIFICATION_CONFIGS => {
+            let request: ListTaskPushNotificationConfigsRequest = params(raw)?;
+            Ok(reply(id, engine.push_configs(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
+        }
+        v1::DELETE_TASK_PUSH_NOTIFICATION_CONFIG => {
+            let request: TaskPushNotificationConfigRequest = params(raw)?;
+            engine.delete_push_config(&inbound.tenant(request.tenant.as_deref())?, &request).await?;
+            // `google.protobuf.Empty`, which the SDK answers as a null result.
+            Ok(reply(id, Value::Null))
+        }
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_SET => {
+            let config: v03::TaskPushNotificationConfig = params(raw)?;
+            let stored = engine.create_push_config(&inbound.tenant(None)?, &config.into()).await?;
+            Ok(reply(id, v03::TaskPushNotificationConfig::from(stored)))
+        }
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_GET => {
+            let request: v03::PushNotificationConfigParams = params(raw)?;
+            // Without a config id, the task's default config: the one named as the task.
+            let config_id = request.push_notification_config_id.unwrap_or_else(|| request.id.clone());
+            let request = TaskPushNotificationConfigRequest { tenant: None, task_id: request.id, id: config_id };
+            let config = engine.push_config(&inbound.tenant(None)?, &request).await?;
+            Ok(reply(id, v03::TaskPushNotificationConfig::from(config)))
+        }
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_LIST => {
+            let request: v03::TaskIdParams = params(raw)?;
+            let request = ListTaskPushNotificationConfigsRequest {
+                tenant: None,
+                task_id: request.id,
+                page_size: None,
+                page_token: None,
+            };
+            let listed = engine.push_configs(&inbound.tenant(None)?, &request).await?;
+            let configs: Vec<v03::TaskPushNotificationConfig> = listed.configs.into_iter().map(Into::into).collect();
+            Ok(reply(id, configs))
+        }
+        m03::TASKS_PUSH_NOTIFICATION_CONFIG_DELETE => {
+            let request: v03::PushNotificationConfigParams = params(raw)?;
+            let config_id = request
+                .push_notification_config_id
+                .ok_or_else(|| Failure::invalid_params("\"pushNotificationConfigId\" is missing"))?;
+            let request = TaskPushNotificationConfigRequest { tenant: None, task_id: request.id, id: config_id };
+            engine.delete_push_config(&inbound.tenant(None)?, &request).await?;
+            Ok(reply(id, Value::Null))
+        }
+        // The methods left of the known ones: the extended card's, which this agent has not.
+        _ => Err(Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured)),
     }
 }
 

@@ -9,6 +9,8 @@
 
 pub mod engine;
 mod jsonrpc;
+pub mod push;
+mod push_configs;
 mod rest;
 pub(crate) mod seed;
 
@@ -31,10 +33,11 @@ use mesh_tasks::TaskError;
 use serde::Serialize;
 
 pub use engine::{
-    Answer, LIVE_TASK_TTL_MS_DEFAULT, LIVE_TASKS_MAX_DEFAULT, TASK_ARTIFACT_BYTES_MAX_DEFAULT,
+    Answer, EngineSettings, LIVE_TASK_TTL_MS_DEFAULT, LIVE_TASKS_MAX_DEFAULT, TASK_ARTIFACT_BYTES_MAX_DEFAULT,
     TASK_SUBSCRIBERS_MAX_DEFAULT, TaskClosed, TaskEngine, TaskEvents, TaskHandler, TaskLimits, Turn, TurnEvents,
     answer,
 };
+pub use push::{PushDelivery, PushSettings};
 pub use seed::SeedTasks;
 
 /// Seconds between SSE keep-alive comments, so proxies do not close a quiet stream.
@@ -116,9 +119,11 @@ impl From<TaskError> for Failure {
             tracing::error!(%detail, "task storage failed");
             return Self::new(error.code(), "the agent could not store the task");
         }
-        let message = match error.code() {
+        let message = match &error {
             // The SDK's exact words, which clients match on.
-            A2aErrorCode::TaskNotFound | A2aErrorCode::TaskNotCancelable => error.code().default_message().to_owned(),
+            TaskError::NotFound(_) | TaskError::NotCancelable { .. } | TaskError::PushNotSupported => {
+                error.code().default_message().to_owned()
+            }
             _ => error.to_string(),
         };
         Self::new(error.code(), message)
@@ -245,7 +250,8 @@ fn sse<T: Serialize, S: Stream<Item = T> + Send + 'static>(documents: S) -> Resp
 
 /// Fills in how the card reaches the agent: JSON-RPC and HTTP+JSON at `url`, in 1.0 and in 0.3
 /// (1.0 first: clients take the first interface of a binding), plus, with `legacy_fields`, the
-/// 0.3 top-level fields old clients read; streaming is always on.
+/// 0.3 top-level fields old clients read; streaming is always on (push notifications are the
+/// agent's configuration's to declare).
 pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool) {
     // Without a trailing slash: clients append paths (`{url}/message:send`) to it.
     let root = url.trim_end_matches('/').to_owned();
@@ -262,7 +268,6 @@ pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool)
         interface(binding::HTTP_JSON, PROTOCOL_VERSION_0_3),
     ];
     card.capabilities.streaming = Some(true);
-    card.capabilities.push_notifications = Some(false);
     if !legacy_fields {
         return;
     }

@@ -11,7 +11,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
-use mesh_protocol::a2a::v1::{CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, TaskState};
+use mesh_protocol::a2a::v1::{
+    CancelTaskRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest, ListTasksRequest, SendMessageRequest,
+    TaskPushNotificationConfig, TaskPushNotificationConfigRequest, TaskState,
+};
 use mesh_protocol::a2a::{v03, v03_rest};
 use mesh_protocol::jsonrpc::{A2aErrorCode, RestErrorBody};
 use serde::Serialize;
@@ -45,16 +48,16 @@ pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<CardDocume
             .route(&format!("{prefix}/message:stream"), post(stream_v1::<H>))
             .route(&format!("{prefix}/tasks"), get(list_v1::<H>))
             .route(&format!("{prefix}/tasks/{{target}}"), get(task_v1::<H>).post(task_v1::<H>))
-            .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs"), any(push_configs))
-            .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs/{{config}}"), any(push_configs))
+            .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs"), any(push_configs_v1::<H>))
+            .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs/{{config}}"), any(push_configs_v1::<H>))
             .route(&format!("{prefix}/extendedAgentCard"), get(extended_card));
     }
     router
         .route("/v1/message:send", post(send_v03::<H>))
         .route("/v1/message:stream", post(stream_v03::<H>))
         .route("/v1/tasks/{target}", get(task_v03::<H>).post(task_v03::<H>))
-        .route("/v1/tasks/{target}/pushNotificationConfigs", any(push_configs))
-        .route("/v1/tasks/{target}/pushNotificationConfigs/{config}", any(push_configs))
+        .route("/v1/tasks/{target}/pushNotificationConfigs", any(push_configs_v03::<H>))
+        .route("/v1/tasks/{target}/pushNotificationConfigs/{config}", any(push_configs_v03::<H>))
         .route("/v1/card", get(card_v03::<H>))
         .with_state(Arc::new(Rest { engine, card }))
 }
@@ -228,8 +231,118 @@ impl<'a> TaskOperation<'a> {
     }
 }
 
-async fn push_configs() -> Failure {
-    Failure::standard(A2aErrorCode::PushNotificationNotSupported)
+/// What `/tasks/{id}/pushNotificationConfigs[/{config}]` asks for, by method: `POST` creates,
+/// `GET` lists (or, with a config, gets), `DELETE` (with a config) deletes.
+#[derive(Debug, PartialEq)]
+enum PushOperation<'a> {
+    Create,
+    List,
+    Get(&'a str),
+    Delete(&'a str),
+}
+
+impl<'a> PushOperation<'a> {
+    /// `None` for any other method (no route: 404, as elsewhere).
+    fn parse(path: &'a HashMap<String, String>, method: &Method) -> Option<(&'a str, Self)> {
+        let task_id = path.get("target")?.as_str();
+        let operation = match (path.get("config").map(String::as_str), method) {
+            (None, &Method::POST) => Self::Create,
+            (None, &Method::GET) => Self::List,
+            (Some(config), &Method::GET) => Self::Get(config),
+            (Some(config), &Method::DELETE) => Self::Delete(config),
+            _ => return None,
+        };
+        Some((task_id, operation))
+    }
+}
+
+async fn push_configs_v1<H: TaskHandler>(
+    State(rest): Shared<H>,
+    Path(path): Path<HashMap<String, String>>,
+    inbound: Inbound,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    let Some((task_id, operation)) = PushOperation::parse(&path, &method) else {
+        return Ok(no_route(&method, uri.path()).into_response());
+    };
+    Version::require(&headers, Version::V1)?;
+    let engine = &rest.engine;
+    let tenant = path_tenant(&path, &inbound)?;
+    let one =
+        |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
+    match operation {
+        PushOperation::Create => {
+            let mut config: TaskPushNotificationConfig = body(&headers, &bytes)?;
+            // The path names the task (and the tenant, under `/{tenant}/`).
+            config.task_id = Some(task_id.to_owned());
+            config.tenant = None;
+            Ok(json(engine.create_push_config(&tenant, &config).await?))
+        }
+        PushOperation::List => {
+            let query = query(uri.query().map(str::to_owned));
+            let request = ListTaskPushNotificationConfigsRequest {
+                tenant: None,
+                task_id: task_id.to_owned(),
+                page_size: int_param(&query, "pageSize")?,
+                page_token: query.get("pageToken").cloned(),
+            };
+            Ok(json(engine.push_configs(&tenant, &request).await?))
+        }
+        PushOperation::Get(id) => Ok(json(engine.push_config(&tenant, &one(id)).await?)),
+        PushOperation::Delete(id) => {
+            engine.delete_push_config(&tenant, &one(id)).await?;
+            // `google.protobuf.Empty`.
+            Ok(json(serde_json::json!({})))
+        }
+    }
+}
+
+async fn push_configs_v03<H: TaskHandler>(
+    State(rest): Shared<H>,
+    Path(path): Path<HashMap<String, String>>,
+    inbound: Inbound,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    let Some((task_id, operation)) = PushOperation::parse(&path, &method) else {
+        return Ok(no_route(&method, uri.path()).into_response());
+    };
+    Version::require(&headers, Version::V03)?;
+    let engine = &rest.engine;
+    let tenant = inbound.tenant(None)?;
+    let one =
+        |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
+    match operation {
+        PushOperation::Create => {
+            let request: v03_rest::CreateTaskPushNotificationConfigRequest = body(&headers, &bytes)?;
+            let stored = engine.create_push_config(&tenant, &request.into_v1(task_id)).await?;
+            Ok(json(v03_rest::TaskPushNotificationConfig::from(stored)))
+        }
+        PushOperation::List => {
+            let request = ListTaskPushNotificationConfigsRequest {
+                tenant: None,
+                task_id: task_id.to_owned(),
+                page_size: None,
+                page_token: None,
+            };
+            let listed = engine.push_configs(&tenant, &request).await?;
+            let configs: Vec<v03_rest::TaskPushNotificationConfig> =
+                listed.configs.into_iter().map(Into::into).collect();
+            Ok(json(serde_json::json!({ "configs": configs })))
+        }
+        PushOperation::Get(id) => {
+            Ok(json(v03_rest::TaskPushNotificationConfig::from(engine.push_config(&tenant, &one(id)).await?)))
+        }
+        PushOperation::Delete(id) => {
+            engine.delete_push_config(&tenant, &one(id)).await?;
+            Ok(json(serde_json::json!({})))
+        }
+    }
 }
 
 async fn extended_card() -> Failure {

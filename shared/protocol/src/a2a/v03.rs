@@ -304,6 +304,27 @@ pub struct TaskIdParams {
     pub metadata: Option<JsonObject>,
 }
 
+/// Params and result of `tasks/pushNotificationConfig/set` and `get`: a webhook of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPushNotificationConfig {
+    pub task_id: String,
+    pub push_notification_config: PushNotificationConfig,
+}
+
+/// Params of `tasks/pushNotificationConfig/get` (without a config id: the one named as the task)
+/// and `tasks/pushNotificationConfig/delete` (which needs one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushNotificationConfigParams {
+    /// The task's id.
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push_notification_config_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<JsonObject>,
+}
+
 /// An entry of the 0.3 card's `additionalInterfaces`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -653,6 +674,18 @@ impl From<v1::TaskPushNotificationConfig> for PushNotificationConfig {
                 credentials: auth.credentials,
             }),
         }
+    }
+}
+
+impl From<TaskPushNotificationConfig> for v1::TaskPushNotificationConfig {
+    fn from(config: TaskPushNotificationConfig) -> Self {
+        Self { task_id: Some(config.task_id), ..config.push_notification_config.into() }
+    }
+}
+
+impl From<v1::TaskPushNotificationConfig> for TaskPushNotificationConfig {
+    fn from(config: v1::TaskPushNotificationConfig) -> Self {
+        Self { task_id: config.task_id.clone().unwrap_or_default(), push_notification_config: config.into() }
     }
 }
 

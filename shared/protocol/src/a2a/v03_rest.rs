@@ -254,6 +254,48 @@ pub enum SendMessageResponse {
     Message(Message),
 }
 
+/// A task's webhook at `/v1/tasks/{id}/pushNotificationConfigs`: the resource name
+/// `tasks/{taskId}/pushNotificationConfigs/{configId}` and the 0.3 config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPushNotificationConfig {
+    #[serde(default)]
+    pub name: String,
+    #[serde(alias = "push_notification_config")]
+    pub push_notification_config: v03::PushNotificationConfig,
+}
+
+/// Body of `POST /v1/tasks/{id}/pushNotificationConfigs` (the SDK writes proto field names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateTaskPushNotificationConfigRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "config_id")]
+    pub config_id: Option<String>,
+    pub config: TaskPushNotificationConfig,
+}
+
+impl CreateTaskPushNotificationConfigRequest {
+    /// The 1.0 config for task `task_id`: the config's own id, else the request's `configId`.
+    pub fn into_v1(self, task_id: &str) -> v1::TaskPushNotificationConfig {
+        let mut config = self.config.push_notification_config;
+        config.id = config.id.filter(|id| !id.is_empty()).or(self.config_id).filter(|id| !id.is_empty());
+        v1::TaskPushNotificationConfig { task_id: Some(task_id.to_owned()), ..config.into() }
+    }
+}
+
+impl From<v1::TaskPushNotificationConfig> for TaskPushNotificationConfig {
+    fn from(config: v1::TaskPushNotificationConfig) -> Self {
+        let name = format!(
+            "tasks/{}/pushNotificationConfigs/{}",
+            config.task_id.as_deref().unwrap_or_default(),
+            config.id.as_deref().unwrap_or_default()
+        );
+        Self { name, push_notification_config: config.into() }
+    }
+}
+
 /// One event (one SSE `data:`) of `/v1/message:stream` and `/v1/tasks/{id}:subscribe`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -419,6 +419,44 @@ pub struct SubscribeToTaskRequest {
     pub id: String,
 }
 
+/// Params of `GetTaskPushNotificationConfig` and `DeleteTaskPushNotificationConfig`
+/// (`GET|DELETE /tasks/{taskId}/pushNotificationConfigs/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPushNotificationConfigRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(alias = "task_id")]
+    pub task_id: String,
+    pub id: String,
+}
+
+/// Params of `ListTaskPushNotificationConfigs` (`GET /tasks/{taskId}/pushNotificationConfigs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTaskPushNotificationConfigsRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(alias = "task_id")]
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "page_size")]
+    pub page_size: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "page_token")]
+    pub page_token: Option<String>,
+}
+
+/// Result of `ListTaskPushNotificationConfigs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTaskPushNotificationConfigsResponse {
+    pub configs: Vec<TaskPushNotificationConfig>,
+    /// Empty on the last page.
+    #[serde(default)]
+    pub next_page_token: String,
+}
+
 /// One way to reach the agent: a URL, a binding and a protocol version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,0 +1,291 @@
+//! Push notification delivery: POSTs each notification of the task store's outbox (see
+//! [`mesh_tasks::PendingPush`]) to its client's webhook, as the A2A spec's push notification
+//! payload (a `StreamResponse`), until the webhook answers 2xx or delivery gives up.
+//!
+//! - Every event of a task with webhooks (the task when first shown, each status and artifact
+//!   update) is queued in the store's outbox before the task state it reports is saved, so a
+//!   notification is never lost to a crash once its state is: delivery is at least once. Each
+//!   carries `X-A2A-Notification-Sequence` (1, 2, ... per webhook config) and
+//!   `X-A2A-Notification-Task-Id`, so the client drops what it saw already.
+//! - The client's `token` travels in `X-A2A-Notification-Token` (as the official SDK sends it),
+//!   its `authentication` as `Authorization: <scheme> <credentials>`.
+//! - A failed attempt (no 2xx answer within the timeout) is tried again after an exponential
+//!   backoff with jitter, until `attempts_max` attempts, then given up (logged and counted).
+//! - Deliveries run on their own tasks, at most `deliveries_max` at once: a task's turn only
+//!   queues its notifications, so a webhook that hangs delays no task and holds no turn.
+//! - Webhooks are reached through a client under the outbound address policy (no link-local or
+//!   metadata address, no redirect, the allowed networks when configured), and their URLs are
+//!   checked when a config is created, so a refused one is refused then with a clear error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::BackoffBuilder;
+use bytes::Bytes;
+use http::{HeaderValue, Request, header};
+use mesh_client::{ClientError, HttpClient, TransportError};
+use mesh_protocol::a2a::v1::TaskPushNotificationConfig;
+use mesh_tasks::{PendingPush, PushOutcome, TaskError, TaskStore};
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Longest wait for a webhook's answer by default (the spec recommends 10 to 30 s).
+pub const PUSH_DELIVERY_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Attempts at one notification by default, the first included, before delivery gives up.
+pub const PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT: u32 = 8;
+/// Wait before the first retry by default; each next one doubles, up to the maximum, plus jitter.
+pub const PUSH_RETRY_DELAY_MIN_MS_DEFAULT: u64 = 1_000;
+pub const PUSH_RETRY_DELAY_MAX_MS_DEFAULT: u64 = 60_000;
+/// Deliveries in flight at once by default.
+pub const PUSH_DELIVERIES_MAX_DEFAULT: usize = 16;
+/// Time between two reads of the outbox when nothing new was queued: retries come due, and
+/// notifications left by a stopped process (or a replica) are picked up, within this.
+const PUSH_OUTBOX_POLL_MS: u64 = 500;
+/// A claimed notification stays the claimer's for its delivery timeout plus this margin; a
+/// process killed mid-delivery leaves a claim that expires so, and another delivers it.
+const PUSH_CLAIM_MARGIN_MS: u64 = 5_000;
+
+/// Header carrying the client's token for its webhook (the official SDKs' name).
+pub const NOTIFICATION_TOKEN_HEADER: &str = "X-A2A-Notification-Token";
+/// Header carrying the notification's sequence number within its webhook config, from 1.
+pub const NOTIFICATION_SEQUENCE_HEADER: &str = "X-A2A-Notification-Sequence";
+/// Header carrying the id of the task the notification is about.
+pub const NOTIFICATION_TASK_ID_HEADER: &str = "X-A2A-Notification-Task-Id";
+/// The payload's media type, as the spec's example sends it.
+const NOTIFICATION_CONTENT_TYPE: &str = "application/a2a+json";
+
+/// How notifications are delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushSettings {
+    pub delivery_timeout: Duration,
+    pub attempts_max: u32,
+    pub retry_delay_min: Duration,
+    pub retry_delay_max: Duration,
+    pub deliveries_max: usize,
+}
+
+impl Default for PushSettings {
+    fn default() -> Self {
+        Self {
+            delivery_timeout: Duration::from_millis(PUSH_DELIVERY_TIMEOUT_MS_DEFAULT),
+            attempts_max: PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT,
+            retry_delay_min: Duration::from_millis(PUSH_RETRY_DELAY_MIN_MS_DEFAULT),
+            retry_delay_max: Duration::from_millis(PUSH_RETRY_DELAY_MAX_MS_DEFAULT),
+            deliveries_max: PUSH_DELIVERIES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// The delivery of one agent's push notifications. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PushDelivery {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: TaskStore,
+    /// A client of its own under the outbound address policy, carrying no credential of the
+    /// mesh: a webhook is a third party's URL.
+    http: HttpClient,
+    settings: PushSettings,
+    /// Rung when notifications are queued or a delivery ends, so the next is sent at once.
+    wake: Notify,
+    permits: Arc<Semaphore>,
+}
+
+/// Why an attempt failed, and whether another could succeed.
+#[derive(Debug)]
+struct Failed {
+    reason: String,
+    /// No retry can help (the address is refused, the request cannot be built).
+    permanent: bool,
+}
+
+impl PushDelivery {
+    /// Delivers the notifications queued in `store` through `http`, which must be guarded by the
+    /// outbound address policy ([`HttpClient::guarded`]). Nothing is sent until [`Self::start`].
+    pub fn new(store: TaskStore, http: HttpClient, settings: PushSettings) -> Self {
+        let permits = Arc::new(Semaphore::new(settings.deliveries_max.max(1)));
+        Self { inner: Arc::new(Inner { store, http, settings, wake: Notify::new(), permits }) }
+    }
+
+    /// Delivers until the returned job is aborted (deliveries under way finish on their own).
+    pub fn start(&self) -> JoinHandle<()> {
+        let delivery = self.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_millis(PUSH_OUTBOX_POLL_MS));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = delivery.inner.wake.notified() => {}
+                    _ = ticks.tick() => {}
+                }
+                delivery.send_due().await;
+            }
+        })
+    }
+
+    /// Says that notifications were queued.
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    pub fn store(&self) -> &TaskStore {
+        &self.inner.store
+    }
+
+    /// Checks a webhook config before it is stored: an http(s) URL whose host the outbound
+    /// address policy allows (resolved now), and a token and credentials that fit in a header.
+    pub async fn vet(&self, config: &TaskPushNotificationConfig) -> Result<(), TaskError> {
+        let invalid = |why: String| TaskError::InvalidParams(format!("push notification url {:?} {why}", config.url));
+        let url = url::Url::parse(&config.url).map_err(|e| invalid(format!("is not a URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            return Err(invalid("must be an http or https URL with a host".into()));
+        }
+        self.inner.http.vet(&config.url).await.map_err(|error| {
+            let why = match error {
+                ClientError::Transport { source: TransportError::Refused(why), .. } => why,
+                other => other.to_string(),
+            };
+            invalid(format!("is refused by the outbound address policy: {why}"))
+        })?;
+        let headers = [config.token.clone(), config.authentication.as_ref().map(authorization)];
+        if headers.iter().flatten().any(|value| HeaderValue::from_str(value).is_err()) {
+            return Err(TaskError::InvalidParams(
+                "the push notification token and credentials must be printable ASCII (they travel in headers)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Claims and sends due notifications while permits are free.
+    async fn send_due(&self) {
+        let claim_for = self.inner.settings.delivery_timeout + Duration::from_millis(PUSH_CLAIM_MARGIN_MS);
+        loop {
+            let free = self.inner.permits.available_permits();
+            if free == 0 {
+                // A delivery ending rings the bell.
+                return;
+            }
+            let claimed = match self.inner.store.claim_push(free, claim_for).await {
+                Ok(claimed) if !claimed.is_empty() => claimed,
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "could not read the push notification outbox");
+                    return;
+                }
+            };
+            for push in claimed {
+                // Only this loop takes permits, and it claimed no more than were free.
+                let Ok(permit) = self.inner.permits.clone().acquire_owned().await else { return };
+                let delivery = self.clone();
+                tokio::spawn(async move {
+                    delivery.attempt(push).await;
+                    drop(permit);
+                    delivery.wake();
+                });
+            }
+        }
+    }
+
+    /// One attempt at a notification, and its outcome recorded in the outbox.
+    async fn attempt(&self, push: PendingPush) {
+        let settings = &self.inner.settings;
+        let agent = self.inner.store.agent().to_owned();
+        let outcome = match self.post(&push).await {
+            Ok(()) => {
+                count(&agent, "delivered");
+                PushOutcome::Done
+            }
+            Err(failed) => {
+                let attempts = push.attempts.saturating_add(1);
+                if failed.permanent || attempts >= settings.attempts_max {
+                    tracing::warn!(task = %push.task_id, config = push.config_id(), sequence = push.sequence, attempts,
+                        reason = %failed.reason, "push notification given up");
+                    count(&agent, "given_up");
+                    PushOutcome::Done
+                } else {
+                    let delay = retry_delay(settings, attempts);
+                    tracing::info!(task = %push.task_id, config = push.config_id(), sequence = push.sequence, attempts,
+                        reason = %failed.reason, retry_in_ms = delay.as_millis() as u64, "push notification failed; retrying");
+                    count(&agent, "retried");
+                    PushOutcome::RetryIn(delay)
+                }
+            }
+        };
+        if let Err(error) = self.inner.store.settle_push(&push, outcome).await {
+            // The claim expires and the notification is sent again: at least once still holds.
+            tracing::error!(task = %push.task_id, %error, "could not record a push notification's delivery");
+        }
+    }
+
+    async fn post(&self, push: &PendingPush) -> Result<(), Failed> {
+        let permanent = |reason: String| Failed { reason, permanent: true };
+        let body = serde_json::to_vec(&push.event).map_err(|e| permanent(e.to_string()))?;
+        let mut request = Request::post(&push.config.url)
+            .header(header::CONTENT_TYPE, NOTIFICATION_CONTENT_TYPE)
+            .header(NOTIFICATION_SEQUENCE_HEADER, push.sequence)
+            .header(NOTIFICATION_TASK_ID_HEADER, &push.task_id);
+        if let Some(token) = &push.config.token {
+            request = request.header(NOTIFICATION_TOKEN_HEADER, token);
+        }
+        if let Some(authentication) = &push.config.authentication {
+            request = request.header(header::AUTHORIZATION, authorization(authentication));
+        }
+        let request = request.body(Bytes::from(body)).map_err(|e| permanent(e.to_string()))?;
+        match self.inner.http.send(request, self.inner.settings.delivery_timeout).await {
+            Ok(response) if response.status().is_success() => Ok(()),
+            Ok(response) => {
+                Err(Failed { reason: format!("the webhook answered {}", response.status()), permanent: false })
+            }
+            Err(error) => Err(Failed { permanent: error.is_refused_address(), reason: error.to_string() }),
+        }
+    }
+}
+
+/// The `Authorization` value of a config's authentication: `<scheme> <credentials>`.
+fn authorization(authentication: &mesh_protocol::a2a::v1::AuthenticationInfo) -> String {
+    match &authentication.credentials {
+        Some(credentials) => format!("{} {credentials}", authentication.scheme),
+        None => authentication.scheme.clone(),
+    }
+}
+
+/// The wait before the retry that follows `attempts` failed attempts: the minimum delay doubled
+/// for each failure after the first, capped at the maximum, plus a random jitter (up to as much
+/// again) so webhooks failing together are not retried in lockstep.
+fn retry_delay(settings: &PushSettings, attempts: u32) -> Duration {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(settings.retry_delay_min)
+        .with_max_delay(settings.retry_delay_max)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(attempts.saturating_sub(1) as usize)
+        .unwrap_or(settings.retry_delay_max)
+}
+
+fn count(agent: &str, outcome: &'static str) {
+    metrics::counter!("mesh_push_notifications_total", mesh_telemetry::SERVICE_LABEL => agent.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_wait_longer_each_time_up_to_the_maximum() {
+        let settings = PushSettings {
+            retry_delay_min: Duration::from_millis(100),
+            retry_delay_max: Duration::from_millis(1_000),
+            ..PushSettings::default()
+        };
+        for (attempts, base_ms) in [(1, 100), (2, 200), (3, 400), (4, 800), (5, 1_000), (9, 1_000)] {
+            let delay = retry_delay(&settings, attempts).as_millis() as u64;
+            // The jitter adds up to the delay again.
+            assert!((base_ms..=2 * base_ms).contains(&delay), "after {attempts} failures: {delay} ms, base {base_ms}");
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Push notification configs and their outbox on SQLite, PostgreSQL (when
+//! `MESH_TEST_POSTGRES_URL` is set) and in memory: configs are bounded per task and keyed by
+//! tenant, notifications take their config's next sequence number and are handed out one at a
+//! time per config, in order, and leave with their task when retention deletes it.
+
+mod common;
+
+use std::time::Duration;
+
+use mesh_protocol::a2a::v1::{
+    StreamResponse, Task, TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use mesh_tasks::model::now_timestamp;
+use mesh_tasks::{PUSH_CONFIGS_PER_TASK_MAX, PendingPush, PushOutcome, TaskError, TaskStore};
+
+/// Long enough that no claim expires during a test.
+const CLAIM: Duration = Duration::from_secs(60);
+
+fn config(id: Option<&str>, url: &str) -> TaskPushNotificationConfig {
+    TaskPushNotificationConfig {
+        tenant: None,
+        id: id.map(str::to_owned),
+        task_id: None,
+        url: url.to_owned(),
+        token: Some("secret".into()),
+        authentication: None,
+    }
+}
+
+fn task(id: &str, state: TaskState) -> Task {
+    Task {
+        id: id.into(),
+        context_id: "c".into(),
+        status: TaskStatus { state, message: None, timestamp: Some(now_timestamp()) },
+        artifacts: Vec::new(),
+        history: Vec::new(),
+        metadata: None,
+    }
+}
+
+fn update(task_id: &str, state: TaskState) -> StreamResponse {
+    StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+        task_id: task_id.into(),
+        context_id: "c".into(),
+        status: TaskStatus { state, message: None, timestamp: Some(now_timestamp()) },
+        metadata: None,
+    })
+}
+
+/// Claims what is due and describes it as `(config id, sequence)`.
+async fn claim(store: &TaskStore) -> Vec<PendingPush> {
+    let mut claimed = store.claim_push(100, CLAIM).await.unwrap();
+    claimed.sort_by(|a, b| (a.config_id(), a.sequence).cmp(&(b.config_id(), b.sequence)));
+    claimed
+}
+
+fn described(claimed: &[PendingPush]) -> Vec<(String, i64)> {
+    claimed.iter().map(|push| (push.config_id().to_owned(), push.sequence)).collect()
+}
+
+#[tokio::test]
+async fn configs_are_stored_per_tenant_task_bounded_and_deleted_idempotently() {
+    for (backend, store, _dir) in common::stores("push-configs").await {
+        // No id: the task's own, as the official SDK names it; the same id replaces.
+        let stored = store.put_push_config("a", "t1", &config(None, "http://one.test/")).await.unwrap();
+        assert_eq!((stored.id.as_deref(), stored.task_id.as_deref()), (Some("t1"), Some("t1")), "{backend}");
+        store.put_push_config("a", "t1", &config(None, "http://two.test/")).await.unwrap();
+        store.put_push_config("a", "t1", &config(Some("extra"), "http://three.test/")).await.unwrap();
+        let urls: Vec<String> = store.push_configs("a", "t1").await.unwrap().into_iter().map(|c| c.url).collect();
+        assert_eq!(urls, ["http://three.test/", "http://two.test/"], "{backend}: ordered by id");
+        assert!(store.push_configs("b", "t1").await.unwrap().is_empty(), "{backend}: tenants stay apart");
+
+        for n in 2..PUSH_CONFIGS_PER_TASK_MAX {
+            store.put_push_config("a", "t1", &config(Some(&format!("c{n}")), "http://x.test/")).await.unwrap();
+        }
+        let refused = store.put_push_config("a", "t1", &config(Some("one-too-many"), "http://x.test/")).await;
+        assert!(
+            matches!(&refused, Err(TaskError::InvalidParams(why)) if why.contains(&PUSH_CONFIGS_PER_TASK_MAX.to_string())),
+            "{backend}: {refused:?}"
+        );
+        // Replacing an existing one is no new config.
+        store.put_push_config("a", "t1", &config(Some("extra"), "http://four.test/")).await.unwrap();
+
+        store.delete_push_config("a", "t1", "extra").await.unwrap();
+        store.delete_push_config("a", "t1", "extra").await.unwrap();
+        assert_eq!(store.push_configs("a", "t1").await.unwrap().len(), PUSH_CONFIGS_PER_TASK_MAX - 1, "{backend}");
+        assert!(store.has_push_configs("a", "t1").await.unwrap());
+        assert!(!store.has_push_configs("a", "t2").await.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn notifications_take_sequence_numbers_and_go_out_one_at_a_time_in_order() {
+    for (backend, store, _dir) in common::stores("push-outbox").await {
+        assert_eq!(store.enqueue_push("", "none", &[update("none", TaskState::Working)]).await.unwrap(), 0);
+        store.put_push_config("", "t", &config(Some("x"), "http://x.test/")).await.unwrap();
+        store.put_push_config("", "t", &config(Some("y"), "http://y.test/")).await.unwrap();
+        let events = [update("t", TaskState::Working), update("t", TaskState::Completed)];
+        assert_eq!(store.enqueue_push("", "t", &events).await.unwrap(), 4, "{backend}");
+
+        // The head of each config only, and not again while claimed.
+        let first = claim(&store).await;
+        assert_eq!(described(&first), [("x".into(), 1), ("y".into(), 1)], "{backend}");
+        assert_eq!(first[0].event, events[0]);
+        assert_eq!(first[0].config.url, "http://x.test/");
+        assert!(claim(&store).await.is_empty(), "{backend}: claimed ones wait for their outcome");
+
+        // x's first is delivered: its second comes. y's fails: due again after its delay only.
+        store.settle_push(&first[0], PushOutcome::Done).await.unwrap();
+        store.settle_push(&first[1], PushOutcome::RetryIn(Duration::from_millis(300))).await.unwrap();
+        let second = claim(&store).await;
+        assert_eq!(described(&second), [("x".into(), 2)], "{backend}");
+        assert_eq!(second[0].event, events[1]);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let retried = claim(&store).await;
+        assert_eq!(described(&retried), [("y".into(), 1)], "{backend}");
+        assert_eq!(retried[0].attempts, 1, "{backend}: one attempt made before");
+
+        // Deleting a config takes its pending notifications with it.
+        store.delete_push_config("", "t", "y").await.unwrap();
+        store.settle_push(&second[0], PushOutcome::Done).await.unwrap();
+        assert!(claim(&store).await.is_empty(), "{backend}");
+        // A config keeps counting: the next notification is its third.
+        store.enqueue_push("", "t", &[update("t", TaskState::Completed)]).await.unwrap();
+        assert_eq!(described(&claim(&store).await), [("x".into(), 3)], "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_claim_is_handed_out_again() {
+    for (backend, store, _dir) in common::stores("push-claims").await {
+        store.put_push_config("", "t", &config(None, "http://x.test/")).await.unwrap();
+        store.enqueue_push("", "t", &[update("t", TaskState::Working)]).await.unwrap();
+        let claimed = store.claim_push(10, Duration::from_millis(100)).await.unwrap();
+        assert_eq!(claimed.len(), 1, "{backend}");
+        assert!(store.claim_push(10, CLAIM).await.unwrap().is_empty(), "{backend}");
+        // The claimer died without a word: after its claim, another process delivers it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let again = store.claim_push(10, CLAIM).await.unwrap();
+        assert_eq!(described(&again), [("t".into(), 1)], "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn retention_deletes_a_finished_tasks_configs_and_notifications() {
+    for (backend, store, _dir) in common::stores("push-retention").await {
+        for (id, state) in [("done", TaskState::Completed), ("running", TaskState::Working)] {
+            store.save("", &task(id, state)).await.unwrap();
+            store.put_push_config("", id, &config(None, "http://x.test/")).await.unwrap();
+            store.enqueue_push("", id, &[update(id, state)]).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(store.purge_finished(Duration::ZERO).await.unwrap(), 1, "{backend}");
+        assert!(store.push_configs("", "done").await.unwrap().is_empty(), "{backend}");
+        assert_eq!(store.push_configs("", "running").await.unwrap().len(), 1, "{backend}");
+        let left = claim(&store).await;
+        assert_eq!(left.iter().map(|p| p.task_id.as_str()).collect::<Vec<_>>(), ["running"], "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn a_task_failed_after_a_crash_tells_its_webhooks() {
+    for (backend, store, _dir) in common::sql_stores("push-interrupted").await {
+        store.save("", &task("left", TaskState::Working)).await.unwrap();
+        store.put_push_config("", "left", &config(None, "http://x.test/")).await.unwrap();
+        // No process holds a lease on these rows: the task is taken for a crashed process's.
+        assert_eq!(store.fail_interrupted("the agent stopped", Duration::from_secs(30)).await.unwrap(), 1, "{backend}");
+        let claimed = claim(&store).await;
+        assert_eq!(described(&claimed), [("left".into(), 1)], "{backend}");
+        let StreamResponse::StatusUpdate(update) = &claimed[0].event else { panic!("{backend}: {claimed:?}") };
+        assert_eq!(update.status.state, TaskState::Failed, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn replicas_sharing_a_store_never_claim_the_same_notification() {
+    const TASKS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = vec![format!("sqlite://{}", dir.path().join("tasks.db").display())];
+    urls.extend(mesh_test_support::postgres_url());
+    for url in urls {
+        let agent = format!("push-replicas-{}", uuid::Uuid::new_v4());
+        let (one, two) = (TaskStore::open(&url, &agent).await.unwrap(), TaskStore::open(&url, &agent).await.unwrap());
+        for n in 0..TASKS {
+            let id = format!("t{n}");
+            one.put_push_config("", &id, &config(None, "http://x.test/")).await.unwrap();
+            one.enqueue_push("", &id, &[update(&id, TaskState::Completed)]).await.unwrap();
+        }
+        // Both claim at once, a few at a time, until nothing is left.
+        let drain = |store: TaskStore| async move {
+            let mut claimed = Vec::new();
+            loop {
+                let batch = store.claim_push(3, CLAIM).await.unwrap();
+                if batch.is_empty() {
+                    return claimed;
+                }
+                claimed.extend(batch.into_iter().map(|push| push.task_id));
+            }
+        };
+        let (mut first, second) = tokio::join!(drain(one), drain(two));
+        first.extend(second);
+        first.sort();
+        let mut expected: Vec<String> = (0..TASKS).map(|n| format!("t{n}")).collect();
+        expected.sort();
+        assert_eq!(first, expected, "{url}: each notification claimed exactly once");
+    }
+}
