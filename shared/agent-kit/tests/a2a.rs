@@ -12,9 +12,10 @@ use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, TaskState};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+mod common;
+
+use common::Served;
 
 fn card(name: &str) -> AgentCard {
     serde_json::from_value(json!({
@@ -81,32 +82,7 @@ impl TaskHandler for Conversational {
 /// How long the `ask-then-linger` turn goes on after asking.
 const LINGER_MS: u64 = 400;
 
-struct Served {
-    url: String,
-    http: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<()>,
-}
-
 impl Served {
-    async fn start(app: AgentApp) -> Self {
-        let url = app.url().to_owned();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let done = tokio::spawn(async move {
-            app.run_until_stopped(async move {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
-        Self { url, http: reqwest::Client::builder().timeout(TIMEOUT).build().unwrap(), stop: Some(stop), done }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.done.await.unwrap();
-    }
-
     async fn rpc(&self, version: Option<&str>, method: &str, params: Value) -> Value {
         let mut request = self
             .http
@@ -144,17 +120,15 @@ fn config() -> AgentConfig {
 }
 
 async fn seed_agent() -> Served {
-    Served::start(AgentApp::build(&config(), card("upper"), Upper, HttpClient::with_reqwest().unwrap()).await.unwrap())
-        .await
+    Served::serve(AgentApp::build(&config(), card("upper"), Upper, HttpClient::with_reqwest().unwrap()).await.unwrap())
 }
 
 async fn task_agent(config: AgentConfig) -> Served {
-    Served::start(
+    Served::serve(
         AgentApp::build_tasks(&config, card("talk"), Conversational, HttpClient::with_reqwest().unwrap())
             .await
             .unwrap(),
     )
-    .await
 }
 
 fn message(text: &str, extra: Value) -> Value {

@@ -13,9 +13,10 @@ use mesh_protocol::a2a::v1::{AgentCard, TaskState};
 use mesh_tasks::TaskStore;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+mod common;
+
+use common::{Served, TIMEOUT};
 /// The card's name, hence the replica group the agent's tasks are stored under.
 const AGENT: &str = "durability";
 
@@ -41,32 +42,9 @@ impl TaskHandler for Asker {
     }
 }
 
-struct Served {
-    url: String,
-    http: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<()>,
-}
-
 impl Served {
     async fn start(config: &AgentConfig) -> Self {
-        let app = AgentApp::build_tasks(config, card(), Asker, HttpClient::with_reqwest().unwrap()).await.unwrap();
-        let url = app.url().to_owned();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let done = tokio::spawn(async move {
-            app.run_until_stopped(async move {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
-        Self { url, http: reqwest::Client::builder().timeout(TIMEOUT).build().unwrap(), stop: Some(stop), done }
-    }
-
-    /// Stops the agent as SIGTERM does, and waits until it has.
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.done.await.unwrap();
+        Self::serve(AgentApp::build_tasks(config, card(), Asker, HttpClient::with_reqwest().unwrap()).await.unwrap())
     }
 
     async fn rpc(&self, method: &str, params: Value) -> Value {

@@ -18,9 +18,11 @@ use mesh_agent_kit::{AgentApp, AgentConfig, TaskDurability, TaskEvents, TaskHand
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, TaskState};
 use serde_json::{Value, json};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+mod common;
+
+use common::{Served, TIMEOUT};
 const AGENT: &str = "push";
 const TOKEN: &str = "client-token-1";
 const CREDENTIALS: &str = "webhook-secret";
@@ -196,31 +198,9 @@ async fn receive(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: axum::
     status
 }
 
-struct Served {
-    url: String,
-    http: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<()>,
-}
-
 impl Served {
     async fn start(config: &AgentConfig) -> Self {
-        let app = AgentApp::build_tasks(config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
-        let url = app.url().to_owned();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let done = tokio::spawn(async move {
-            app.run_until_stopped(async move {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
-        Self { url, http: reqwest::Client::builder().timeout(TIMEOUT).build().unwrap(), stop: Some(stop), done }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.done.await.unwrap();
+        Self::serve(AgentApp::build_tasks(config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap())
     }
 
     async fn rpc(&self, method: &str, params: Value) -> Value {
