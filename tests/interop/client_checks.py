@@ -1,15 +1,15 @@
 """Checks an A2A agent with the official Python SDK client (a2a-sdk 1.3.0).
 
-One binding (`--transport jsonrpc|http_json`) at one protocol version (`--protocol 1.0|0.3`),
-chosen among the interfaces the agent card advertises:
+One binding (`--transport jsonrpc|http_json|grpc`) at one protocol version (`--protocol 1.0|0.3`;
+gRPC: 1.0), chosen among the interfaces the agent card advertises:
 
     python client_checks.py --url http://127.0.0.1:18765/ --transport jsonrpc --protocol 1.0
 
 Prints one line per check (PASS, FAIL or SKIP, then the detail) and exits 0 only when no check
 failed. Each check asserts on content (states, ids, artifact text, history, page sizes) and on
 the wire: every request the SDK sent is recorded, and the operation it names (JSON-RPC method
-or HTTP verb and path) must be the one the chosen binding and version prescribe, so a client
-that silently fell back to another interface fails.
+or HTTP verb and path, or gRPC method) must be the one the chosen binding and version prescribe,
+so a client that silently fell back to another interface fails.
 
 `--long-running-prefix P` additionally sends a message whose messageId starts with P with
 returnImmediately (0.3: blocking false), expects a task that is not finished, subscribes to
@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import grpc
 import httpx
 from a2a.client import A2ACardResolver, A2AClientError, ClientConfig, ClientFactory
 from a2a.client.auth.credentials import CredentialService
@@ -61,7 +62,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
-BINDINGS = {"jsonrpc": "JSONRPC", "http_json": "HTTP+JSON"}
+BINDINGS = {"jsonrpc": "JSONRPC", "http_json": "HTTP+JSON", "grpc": "GRPC"}
 
 # What each operation looks like on the wire, per binding and version: the JSON-RPC method,
 # or the HTTP verb and the path below the interface URL ({id} stands for the task id).
@@ -100,6 +101,18 @@ WIRE_OPERATIONS = {
         "push-get": {"GET /tasks/{id}/pushNotificationConfigs/{config}"},
         "push-list": {"GET /tasks/{id}/pushNotificationConfigs"},
         "push-delete": {"DELETE /tasks/{id}/pushNotificationConfigs/{config}"},
+    },
+    ("GRPC", "1.0"): {
+        "send": {"SendMessage"},
+        "stream": {"SendStreamingMessage"},
+        "get": {"GetTask"},
+        "list": {"ListTasks"},
+        "cancel": {"CancelTask"},
+        "subscribe": {"SubscribeToTask"},
+        "push-create": {"CreateTaskPushNotificationConfig"},
+        "push-get": {"GetTaskPushNotificationConfig"},
+        "push-list": {"ListTaskPushNotificationConfigs"},
+        "push-delete": {"DeleteTaskPushNotificationConfig"},
     },
     ("HTTP+JSON", "0.3"): {
         "send": {"POST /v1/message:send"},
@@ -186,6 +199,26 @@ class Wire:
 
     def since(self, mark: int) -> list[WireCall]:
         return self.calls[mark:]
+
+
+class GrpcWire(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+    """Records the gRPC calls the SDK client makes: the method and the `a2a-version` metadata."""
+
+    def __init__(self, wire: Wire):
+        self.wire = wire
+
+    def record(self, details: grpc.aio.ClientCallDetails) -> None:
+        method = details.method.decode() if isinstance(details.method, bytes) else str(details.method)
+        version = dict(details.metadata or ()).get("a2a-version")
+        self.wire.calls.append(WireCall(method.rsplit("/", 1)[-1], version))
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
+        self.record(client_call_details)
+        return await continuation(client_call_details, request)
+
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
+        self.record(client_call_details)
+        return await continuation(client_call_details, request)
 
 
 class StaticCredentials(CredentialService):
@@ -319,10 +352,13 @@ class Checker:
             "request": [self.wire.on_request],
             "response": [self.wire.on_response],
         }
+        recorder = GrpcWire(self.wire)
         for streaming in (False, True):
             config = ClientConfig(
                 streaming=streaming,
                 httpx_client=self.http,
+                # gRPC calls go through a channel of their own, recorded by an interceptor.
+                grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=[recorder]),
                 supported_protocol_bindings=[self.binding],
             )
             interceptors = (

@@ -13,14 +13,16 @@
 //! - A': A with authentication on (an HS256 secret), every request carrying a bearer JWT that
 //!   the server verifies: the cost of auth (issue #12), as A'/A;
 //! - T: A exporting every span over OTLP/HTTP to a local receiver (this process), and T10 the
-//!   same at a 10% sampling ratio: the cost of tracing (issue #13), as T/A and T10/A.
+//!   same at a 10% sampling ratio: the cost of tracing (issue #13), as T/A and T10/A;
+//! - G: A (its tasks in a SQLite file of its own) called over gRPC instead of JSON-RPC, one
+//!   HTTP/2 connection per concurrent request: the cost of the binding (issue #18), as G/A.
 //!
 //! Every kit server (A, Ab, Am, A', T, T10) installs the kit's telemetry as an agent binary does (one
 //! INFO log line per request, written to a discarded stderr); only T and T10 have an endpoint.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
 //! [--python PATH] [--python-agent SCRIPT] [--servers A,T,T10]` (`--servers` picks the servers
-//! measured besides A, which every ratio is over: any of Ab, Am, B, C, A', T, T10; all by
+//! measured besides A, which every ratio is over: any of Ab, Am, B, C, A', T, T10, G; all by
 //! default). Ab and Am are also shown over B and C, beside A.
 //!
 //! Each server runs in its own process (A and C are this binary re-executed), so the load
@@ -166,7 +168,7 @@ impl Options {
                 _ => {
                     return Err(format!(
                         "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT, \
-                         --servers Ab,Am,B,C,A',T,T10"
+                         --servers Ab,Am,B,C,A',T,T10,G"
                     )
                     .into());
                 }
@@ -192,10 +194,11 @@ enum Kind {
     AgentKitAuth,
     AgentKitTraced,
     AgentKitTraced10,
+    AgentKitGrpc,
 }
 
 impl Kind {
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 9] = [
         Self::AgentKit,
         Self::AgentKitBuffered,
         Self::AgentKitMemory,
@@ -204,6 +207,7 @@ impl Kind {
         Self::AgentKitAuth,
         Self::AgentKitTraced,
         Self::AgentKitTraced10,
+        Self::AgentKitGrpc,
     ];
 
     /// The name `--servers` knows the server by: the first word of its label.
@@ -221,6 +225,7 @@ impl Kind {
             Self::AgentKitAuth => "A' kit + JWT",
             Self::AgentKitTraced => "T kit traced",
             Self::AgentKitTraced10 => "T10 kit 10%",
+            Self::AgentKitGrpc => "G kit gRPC",
         }
     }
 }
@@ -233,11 +238,13 @@ struct Server {
     process: Child,
 }
 
-/// Where a server listens, and the bearer credential its requests carry (A' only).
+/// Where a server listens, the bearer credential its requests carry (A' only), and whether they
+/// go over gRPC (G only) rather than JSON-RPC.
 #[derive(Debug, Clone)]
 struct Target {
     addr: SocketAddr,
     bearer: Option<std::sync::Arc<str>>,
+    grpc: bool,
 }
 
 impl Drop for Server {
@@ -263,7 +270,8 @@ fn start_rust(kind: Kind, settings: &[(&str, &str)], bearer: Option<String>) -> 
     let stdout = process.stdout.take().ok_or("no stdout from the server process")?;
     BufReader::new(stdout).read_line(&mut line)?;
     let addr = line.trim().parse().map_err(|e| format!("{role}: no address on its first line ({e}): {line:?}"))?;
-    Ok(Server { kind, target: Target { addr, bearer: bearer.map(Into::into) }, process })
+    let target = Target { addr, bearer: bearer.map(Into::into), grpc: kind == Kind::AgentKitGrpc };
+    Ok(Server { kind, target, process })
 }
 
 /// B: the SDK's echo agent on a free port, or why it cannot run.
@@ -285,7 +293,7 @@ fn start_python(options: &Options) -> Result<Server, String> {
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| format!("{}: {e}", options.python.display()))?;
-    Ok(Server { kind: Kind::PythonSdk, target: Target { addr, bearer: None }, process })
+    Ok(Server { kind: Kind::PythonSdk, target: Target { addr, bearer: None, grpc: false }, process })
 }
 
 /// Runs the server a child was re-executed for, until it is killed.
@@ -415,15 +423,31 @@ struct ReplyPart<'a> {
     text: Option<&'a str>,
 }
 
-/// Why an answer does not count: not 200, not a JSON-RPC result holding a completed task, or
-/// not the echo.
-fn check(status: StatusCode, body: &[u8]) -> Result<(), String> {
-    let excerpt = || String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+/// Why an answer does not count: not 200 (not OK in gRPC), not a JSON-RPC result (a
+/// `SendMessageResponse`) holding a completed task, or not the echo.
+fn check(answer: &Answer) -> Result<(), String> {
+    let (status, body, grpc_task) = match answer {
+        Answer::JsonRpc(status, body) => (*status, body.as_ref(), None),
+        Answer::Grpc(Ok(response)) => (StatusCode::OK, &[][..], Some(response)),
+        Answer::Grpc(Err(status)) => return Err(format!("gRPC {:?}: {}", status.code(), status.message())),
+    };
+    let excerpt = || match grpc_task {
+        Some(response) => response.to_string(),
+        None => String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+    };
     if status != StatusCode::OK {
         return Err(format!("HTTP {status}: {}", excerpt()));
     }
-    let reply: Reply = serde_json::from_slice(body).map_err(|e| format!("unparsed answer ({e}): {}", excerpt()))?;
-    let task = reply.result.and_then(|r| r.task).ok_or_else(|| format!("no result.task: {}", excerpt()))?;
+    let task = match grpc_task {
+        Some(response) => {
+            ReplyTask::deserialize(&response["task"]).map_err(|e| format!("no task ({e}): {}", excerpt()))?
+        }
+        None => {
+            let reply: Reply =
+                serde_json::from_slice(body).map_err(|e| format!("unparsed answer ({e}): {}", excerpt()))?;
+            reply.result.and_then(|r| r.task).ok_or_else(|| format!("no result.task: {}", excerpt()))?
+        }
+    };
     if task.status.state != COMPLETED {
         return Err(format!("task in state {}: {}", task.status.state, excerpt()));
     }
@@ -434,15 +458,55 @@ fn check(status: StatusCode, body: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// One keep-alive HTTP/1.1 connection to a server, as one concurrent worker uses it.
+/// An answer as the load generator reads it: JSON-RPC's status and body, or gRPC's
+/// `SendMessageResponse` in ProtoJSON (or its error status).
 #[derive(Debug)]
-struct Connection {
+enum Answer {
+    JsonRpc(StatusCode, Bytes),
+    Grpc(Result<serde_json::Value, tonic::Status>),
+}
+
+/// One keep-alive connection to a server, as one concurrent worker uses it: HTTP/1.1 for
+/// JSON-RPC, a gRPC channel (one HTTP/2 connection) for G.
+#[derive(Debug)]
+enum Connection {
+    JsonRpc(JsonRpcConnection),
+    Grpc(mesh_a2a_grpc::GrpcClient),
+}
+
+impl Connection {
+    async fn open(target: &Target) -> Result<Self, BoxError> {
+        Ok(match target.grpc {
+            true => Self::Grpc(mesh_a2a_grpc::GrpcClient::connect(&target.addr.to_string()).await?),
+            false => Self::JsonRpc(JsonRpcConnection::open(target).await?),
+        })
+    }
+
+    /// Sends one `SendMessage` and returns the answer.
+    async fn send(&mut self) -> Result<Answer, BoxError> {
+        match self {
+            Self::JsonRpc(connection) => {
+                let (status, body) = connection.send().await?;
+                Ok(Answer::JsonRpc(status, body))
+            }
+            Self::Grpc(client) => {
+                let request = json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER",
+                    "parts": [{"text": ECHO_TEXT}]}, "configuration": {}});
+                Ok(Answer::Grpc(client.unary("SendMessage", request, &[("a2a-version", "1.0")]).await))
+            }
+        }
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection to a server.
+#[derive(Debug)]
+struct JsonRpcConnection {
     sender: SendRequest<Full<Bytes>>,
     host: String,
     authorization: Option<String>,
 }
 
-impl Connection {
+impl JsonRpcConnection {
     async fn open(target: &Target) -> Result<Self, BoxError> {
         let addr = target.addr;
         let stream = TcpStream::connect(addr).await?;
@@ -475,9 +539,12 @@ impl Connection {
 /// Sends one `SendMessage` on a new connection and returns the checked answer's body.
 async fn probe(target: &Target) -> Result<Bytes, String> {
     let mut connection = Connection::open(target).await.map_err(|e| e.to_string())?;
-    let (status, body) = connection.send().await.map_err(|e| e.to_string())?;
-    check(status, &body)?;
-    Ok(body)
+    let answer = connection.send().await.map_err(|e| e.to_string())?;
+    check(&answer)?;
+    Ok(match answer {
+        Answer::JsonRpc(_, body) => body,
+        Answer::Grpc(response) => Bytes::from(response.map_err(|e| e.to_string())?.to_string()),
+    })
 }
 
 /// Waits until `server` accepts connections (B needs seconds to start), then probes it once.
@@ -573,7 +640,7 @@ async fn worker(target: Target, window_start: Instant, window_end: Instant) -> S
         let answered = Instant::now();
         let recorded = sent >= window_start && answered <= window_end;
         let outcome = match answer {
-            Ok(Ok((status, body))) => check(status, &body),
+            Ok(Ok(answer)) => check(&answer),
             Ok(Err(error)) => {
                 connection = None;
                 Err(format!("request: {error}"))
@@ -599,7 +666,7 @@ async fn worker(target: Target, window_start: Instant, window_end: Instant) -> S
 async fn run(options: Options) -> Result<(), BoxError> {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "SendMessage (JSON-RPC, A2A 1.0) benchmark: {} s measured per cell after {WARM_UP_SECS} s of warm-up, {} round(s), \
+        "SendMessage (JSON-RPC, A2A 1.0; G over gRPC) benchmark: {} s measured per cell after {WARM_UP_SECS} s of warm-up, {} round(s), \
          concurrency {CONCURRENCIES:?}, one keep-alive HTTP/1.1 connection per concurrent request.",
         options.measure.as_secs(),
         options.rounds,
@@ -664,6 +731,13 @@ async fn run(options: Options) -> Result<(), BoxError> {
         let mut traced = start_rust(kind, &settings, None)?;
         ready(&mut traced).await?;
         servers.push(traced);
+    }
+    if measured(Kind::AgentKitGrpc) {
+        // G keeps its tasks in a file of its own, as A' does.
+        let grpc_tasks_url = format!("sqlite://{}", tasks_dir.path().join("tasks-grpc.db").display());
+        let mut g = start_rust(Kind::AgentKitGrpc, &[(TASK_STORE_ENV, grpc_tasks_url.as_str())], None)?;
+        ready(&mut g).await?;
+        servers.push(g);
     }
     if measured(Kind::BareAxum) {
         let mut c = start_rust(Kind::BareAxum, &[(BARE_BODY_ENV, std::str::from_utf8(&a_reply)?)], None)?;
@@ -730,8 +804,8 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
         }
     }
     println!();
-    println!("| concurrency | A/B req/s | A/C req/s | A'/A req/s | T/A req/s | T10/A req/s |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("| concurrency | A/B req/s | A/C req/s | A'/A req/s | T/A req/s | T10/A req/s | G/A req/s |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
     let rate = |kind, concurrency| results.get(&(kind, concurrency)).map(Sample::rate);
     let ratio = |over, concurrency| Some(rate(Kind::AgentKit, concurrency)? / rate(over, concurrency)?);
     let over_a = |kind, concurrency| Some(rate(kind, concurrency)? / rate(Kind::AgentKit, concurrency)?);
@@ -742,12 +816,13 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
         let (auth, traced) = (auth_ratio(concurrency), over_a(Kind::AgentKitTraced, concurrency));
         let traced_10 = over_a(Kind::AgentKitTraced10, concurrency);
         println!(
-            "| {concurrency} | {} | {} | {} | {} | {} |",
+            "| {concurrency} | {} | {} | {} | {} | {} | {} |",
             shown(a_over_b),
             shown(a_over_c),
             shown(auth),
             shown(traced),
-            shown(traced_10)
+            shown(traced_10),
+            shown(over_a(Kind::AgentKitGrpc, concurrency)),
         );
     }
     println!();

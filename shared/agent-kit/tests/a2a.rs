@@ -414,7 +414,7 @@ async fn the_http_json_binding_serves_tasks_lists_and_aip_193_errors_with(config
         StatusCode::NOT_FOUND
     );
 
-    // The card names both bindings in both versions, 1.0 first.
+    // The card names the JSON bindings in both versions, 1.0 first, and gRPC (1.0).
     let card: Value = agent
         .http
         .get(format!("{}/.well-known/agent-card.json", agent.url))
@@ -430,7 +430,8 @@ async fn the_http_json_binding_serves_tasks_lists_and_aip_193_errors_with(config
         .iter()
         .map(|i| (i["protocolBinding"].as_str().unwrap().to_owned(), i["protocolVersion"].as_str().unwrap().to_owned()))
         .collect();
-    let expected = [("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3"), ("HTTP+JSON", "0.3")];
+    let expected =
+        [("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("GRPC", "1.0"), ("JSONRPC", "0.3"), ("HTTP+JSON", "0.3")];
     assert_eq!(interfaces, expected.map(|(b, v)| (b.to_owned(), v.to_owned())));
     assert_eq!(card["capabilities"]["streaming"], true);
     assert_eq!(card["preferredTransport"], "JSONRPC", "0.3 fields for old clients");

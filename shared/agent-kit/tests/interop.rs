@@ -1,5 +1,5 @@
 //! The official A2A Python SDK (`a2a-sdk`) as the client of a kit agent: it sends, streams, gets,
-//! lists and cancels over JSON-RPC and HTTP+JSON, in 1.0 and in 0.3 mode, and sets push
+//! lists and cancels over JSON-RPC and HTTP+JSON, in 1.0 and in 0.3 mode, and over gRPC (1.0), and sets push
 //! notification webhooks (with a message, and with its config calls), whose notifications a
 //! webhook here receives (`tests/interop/client_checks.py`), against an open agent and against one that requires a
 //! token (sent by the SDK's own `AuthInterceptor`, from the card's security schemes). Runs where
@@ -40,8 +40,12 @@ async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
     let failures = run_checks(&python, &config, Some(&token)).await;
     assert!(failures.is_empty(), "with the token, the SDK's checks failed for: {failures:?}");
     let refused = run_checks(&python, &config, None).await;
-    assert_eq!(refused.len(), 4, "without the token, every run must fail");
+    assert_eq!(refused.len(), RUNS.len(), "without the token, every run must fail");
 }
+
+/// Each run's binding and version: both versions of the JSON bindings, and gRPC (1.0 only).
+const RUNS: [(&str, &str); 5] =
+    [("jsonrpc", "1.0"), ("jsonrpc", "0.3"), ("http_json", "1.0"), ("http_json", "0.3"), ("grpc", "1.0")];
 
 /// The HS256 secret of the protected agent.
 const SECRET: &str = "interop-test-secret-of-32-bytes-at-least";
@@ -92,20 +96,18 @@ async fn run_checks(python: &str, config: &AgentConfig, credential: Option<&str>
     let received = Notifications::default();
     let hook = webhook(received.clone()).await;
     let mut failures = Vec::new();
-    for transport in ["jsonrpc", "http_json"] {
-        for protocol in ["1.0", "0.3"] {
-            let run = || check_run(python, &script, &url, &hook, transport, protocol, credential);
-            // A run that fails is run once more: under a loaded CI machine the SDK's pooled
-            // connection has been seen closed by the server as a request went out on it
-            // (`Server disconnected without sending a response`, once in many runs). A run that
-            // fails twice is a failure; the first failure's output is printed either way.
-            if !run().await && !run().await {
-                failures.push(format!("{transport} {protocol}"));
-            }
+    for (transport, protocol) in RUNS {
+        let run = || check_run(python, &script, &url, &hook, transport, protocol, credential);
+        // A run that fails is run once more: under a loaded CI machine the SDK's pooled
+        // connection has been seen closed by the server as a request went out on it
+        // (`Server disconnected without sending a response`, once in many runs). A run that
+        // fails twice is a failure; the first failure's output is printed either way.
+        if !run().await && !run().await {
+            failures.push(format!("{transport} {protocol}"));
         }
     }
     // Every passing run sent one message with the webhook; a run tried twice may have sent two.
-    let passed = 4 - failures.len();
+    let passed = RUNS.len() - failures.len();
     let deadline = Instant::now() + Duration::from_secs(PUSH_WAIT_S);
     while completions(&received) < passed {
         assert!(

@@ -8,16 +8,15 @@ use axum::routing::post;
 use axum::{Json, Router};
 use futures::StreamExt;
 use mesh_protocol::a2a::v1::{
-    CancelTaskRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest, ListTasksRequest, SendMessageRequest,
-    SubscribeToTaskRequest, TaskPushNotificationConfig, TaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest, StreamResponse, SubscribeToTaskRequest, TaskPushNotificationConfigRequest,
 };
 use mesh_protocol::a2a::v03;
 use mesh_protocol::jsonrpc::{A2aErrorCode, ErrorObject, Id, Response as RpcResponse, method};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::engine::{TaskEngine, TaskHandler};
+use super::methods::{Answering, METHODS_V1, call_v1, params};
 use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking as send, sse, until_final};
 
 pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>) -> Router {
@@ -95,11 +94,6 @@ fn is_v03_method(name: &str) -> bool {
     name.contains('/')
 }
 
-fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, Failure> {
-    let params = params.ok_or_else(|| Failure::invalid_params("\"params\" is missing"))?;
-    serde_json::from_value(params).map_err(|e| Failure::invalid_params(format!("invalid params: {e}")))
-}
-
 fn reply<T: Serialize>(id: Id, result: T) -> Response {
     Json(RpcResponse::result(id, result)).into_response()
 }
@@ -115,21 +109,8 @@ async fn dispatch<H: TaskHandler>(
     call: Call,
     inbound: &Inbound,
 ) -> Result<Response, Failure> {
-    use method::{v1, v03 as m03};
+    use method::v03 as m03;
     let Call { id, version, method, params: raw } = call;
-    let known_v1 = [
-        v1::SEND_MESSAGE,
-        v1::SEND_STREAMING_MESSAGE,
-        v1::GET_TASK,
-        v1::LIST_TASKS,
-        v1::CANCEL_TASK,
-        v1::SUBSCRIBE_TO_TASK,
-        v1::CREATE_TASK_PUSH_NOTIFICATION_CONFIG,
-        v1::GET_TASK_PUSH_NOTIFICATION_CONFIG,
-        v1::LIST_TASK_PUSH_NOTIFICATION_CONFIGS,
-        v1::DELETE_TASK_PUSH_NOTIFICATION_CONFIG,
-        v1::GET_EXTENDED_AGENT_CARD,
-    ];
     let known_v03 = [
         m03::MESSAGE_SEND,
         m03::MESSAGE_STREAM,
@@ -142,45 +123,15 @@ async fn dispatch<H: TaskHandler>(
         m03::TASKS_PUSH_NOTIFICATION_CONFIG_DELETE,
         m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD,
     ];
-    if !known_v1.contains(&method.as_str()) && !known_v03.contains(&method.as_str()) {
+    if !METHODS_V1.contains(&method.as_str()) && !known_v03.contains(&method.as_str()) {
         return Err(Failure::new(A2aErrorCode::MethodNotFound, format!("method {method:?} not found")));
     }
     Version::require(headers, version)?;
     crate::observe::record_a2a_method(&method);
+    if version == Version::V1 {
+        return call_v1(engine, &method, raw, inbound, JsonRpcAnswer(id)).await;
+    }
     match method.as_str() {
-        v1::SEND_MESSAGE => {
-            let request: SendMessageRequest = params(raw)?;
-            let tenant = inbound.tenant(request.tenant.as_deref())?;
-            let answer = send(engine, &tenant, request, inbound.scope()).await?;
-            Ok(reply(id, answer))
-        }
-        v1::SEND_STREAMING_MESSAGE => {
-            let request: SendMessageRequest = params(raw)?;
-            let tenant = inbound.tenant(request.tenant.as_deref())?;
-            let events = engine.start(&tenant, request, inbound.scope()).await?;
-            Ok(stream_reply(id, until_final(events, StreamEnd::TurnEnd)))
-        }
-        v1::GET_TASK => {
-            let request: GetTaskRequest = params(raw)?;
-            Ok(reply(id, engine.get(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
-        }
-        v1::LIST_TASKS => {
-            // Every filter is optional, so no params at all lists everything.
-            let request: ListTasksRequest = match raw {
-                None | Some(Value::Null) => ListTasksRequest::default(),
-                raw => params(raw)?,
-            };
-            Ok(reply(id, engine.list(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
-        }
-        v1::CANCEL_TASK => {
-            let request: CancelTaskRequest = params(raw)?;
-            Ok(reply(id, engine.cancel(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
-        }
-        v1::SUBSCRIBE_TO_TASK => {
-            let request: SubscribeToTaskRequest = params(raw)?;
-            let events = engine.subscribe(&inbound.tenant(request.tenant.as_deref())?, &request.id).await?;
-            Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd)))
-        }
         m03::MESSAGE_SEND => {
             let request: v03::MessageSendParams = params(raw)?;
             let answer = send(engine, &inbound.tenant(None)?, request.into(), inbound.scope()).await?;
@@ -204,25 +155,6 @@ async fn dispatch<H: TaskHandler>(
             let request: SubscribeToTaskRequest = request.into();
             let events = engine.subscribe(&inbound.tenant(None)?, &request.id).await?;
             Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd).map(v03::StreamEvent::from)))
-        }
-        v1::CREATE_TASK_PUSH_NOTIFICATION_CONFIG => {
-            let mut config: TaskPushNotificationConfig = params(raw)?;
-            let tenant = inbound.tenant(config.tenant.take().as_deref())?;
-            Ok(reply(id, engine.create_push_config(&tenant, &config).await?))
-        }
-        v1::GET_TASK_PUSH_NOTIFICATION_CONFIG => {
-            let request: TaskPushNotificationConfigRequest = params(raw)?;
-            Ok(reply(id, engine.push_config(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
-        }
-        v1::LIST_TASK_PUSH_NOTIFICATION_CONFIGS => {
-            let request: ListTaskPushNotificationConfigsRequest = params(raw)?;
-            Ok(reply(id, engine.push_configs(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
-        }
-        v1::DELETE_TASK_PUSH_NOTIFICATION_CONFIG => {
-            let request: TaskPushNotificationConfigRequest = params(raw)?;
-            engine.delete_push_config(&inbound.tenant(request.tenant.as_deref())?, &request).await?;
-            // `google.protobuf.Empty`, which the SDK answers as a null result.
-            Ok(reply(id, Value::Null))
         }
         m03::TASKS_PUSH_NOTIFICATION_CONFIG_SET => {
             let config: v03::TaskPushNotificationConfig = params(raw)?;
@@ -260,6 +192,21 @@ async fn dispatch<H: TaskHandler>(
         }
         // The methods left of the known ones: the extended card's, which this agent has not.
         _ => Err(Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured)),
+    }
+}
+
+/// JSON-RPC's framing of a 1.0 method's answer: a response to request `id`, or SSE of them.
+struct JsonRpcAnswer(Id);
+
+impl Answering for JsonRpcAnswer {
+    type Output = Response;
+
+    fn unary<T: Serialize>(self, result: T) -> Response {
+        reply(self.0, result)
+    }
+
+    fn stream(self, events: impl futures::Stream<Item = StreamResponse> + Send + 'static) -> Response {
+        stream_reply(self.0, events)
     }
 }
 

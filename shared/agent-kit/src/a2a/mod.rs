@@ -8,7 +8,9 @@
 //! (-32009), as the official SDK does.
 
 pub mod engine;
+mod grpc;
 mod jsonrpc;
+mod methods;
 pub mod push;
 mod push_configs;
 mod rest;
@@ -249,9 +251,10 @@ fn sse<T: Serialize, S: Stream<Item = T> + Send + 'static>(documents: S) -> Resp
 }
 
 /// Fills in how the card reaches the agent: JSON-RPC and HTTP+JSON at `url`, in 1.0 and in 0.3
-/// (1.0 first: clients take the first interface of a binding), plus, with `legacy_fields`, the
-/// 0.3 top-level fields old clients read; streaming is always on (push notifications are the
-/// agent's configuration's to declare).
+/// (1.0 first: clients take the first interface of a binding), gRPC (1.0) at `url`'s host and
+/// port (gRPC addresses have no path), plus, with `legacy_fields`, the 0.3 top-level fields old
+/// clients read; streaming is always on (push notifications are the agent's configuration's to
+/// declare).
 pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool) {
     // Without a trailing slash: clients append paths (`{url}/message:send`) to it.
     let root = url.trim_end_matches('/').to_owned();
@@ -261,12 +264,16 @@ pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool)
         tenant: None,
         protocol_version: version.to_owned(),
     };
-    card.supported_interfaces = vec![
-        interface(binding::JSONRPC, PROTOCOL_VERSION_1_0),
-        interface(binding::HTTP_JSON, PROTOCOL_VERSION_1_0),
+    let mut interfaces =
+        vec![interface(binding::JSONRPC, PROTOCOL_VERSION_1_0), interface(binding::HTTP_JSON, PROTOCOL_VERSION_1_0)];
+    if let Some(address) = grpc_address(&root) {
+        interfaces.push(AgentInterface { url: address, ..interface(binding::GRPC, PROTOCOL_VERSION_1_0) });
+    }
+    interfaces.extend([
         interface(binding::JSONRPC, PROTOCOL_VERSION_0_3),
         interface(binding::HTTP_JSON, PROTOCOL_VERSION_0_3),
-    ];
+    ]);
+    card.supported_interfaces = interfaces;
     card.capabilities.streaming = Some(true);
     if !legacy_fields {
         return;
@@ -276,6 +283,17 @@ pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool)
     card.protocol_version = Some(PROTOCOL_VERSION_0_3.to_owned());
     card.additional_interfaces =
         Some(vec![v03::AgentInterface { transport: binding::HTTP_JSON.to_owned(), url: root }]);
+}
+
+/// The gRPC address (`host:port`) of an agent served at `url`, as gRPC clients dial it; none
+/// for a URL with a path, which gRPC cannot reach (its paths are the service's).
+fn grpc_address(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    if !matches!(url.path(), "" | "/") {
+        return None;
+    }
+    let host = url.host()?;
+    Some(format!("{host}:{}", url.port_or_known_default()?))
 }
 
 /// Declares on the card how callers authenticate, so that A2A clients (the official SDKs'
@@ -318,7 +336,7 @@ const SECURITY_SCHEME_API_KEY: &str = "apiKey";
 
 /// The A2A routes of an agent over `engine`.
 pub fn a2a_router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<crate::card::CardDocument>) -> Router {
-    jsonrpc::router(engine.clone()).merge(rest::router(engine, card))
+    jsonrpc::router(engine.clone()).merge(grpc::router(engine.clone())).merge(rest::router(engine, card))
 }
 
 #[cfg(test)]

@@ -1,0 +1,285 @@
+//! The gRPC binding of a kit agent on port 0 (the HTTP port, over HTTP/2): every method, streams,
+//! the spec's statuses with their `ErrorInfo`, the version metadata, access control, and the same
+//! task seen through gRPC and JSON-RPC.
+
+use futures::StreamExt;
+use mesh_a2a_grpc::{GrpcClient, a2a_error};
+use mesh_agent_kit::{AgentApp, AgentConfig, TaskEvents, TaskHandler, Turn};
+use mesh_client::HttpClient;
+use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, TaskState};
+use mesh_protocol::jsonrpc::A2aErrorCode;
+use serde_json::{Value, json};
+use tonic::Code;
+
+mod common;
+
+use common::Served;
+
+/// The metadata a 1.0 client sends.
+const V1: &[(&str, &str)] = &[("a2a-version", "1.0")];
+
+/// `wait` works until canceled, `hello` answers with a message, anything else completes with an
+/// artifact `got <text>`.
+#[derive(Debug)]
+struct Worker;
+
+impl TaskHandler for Worker {
+    async fn run(&self, turn: Turn, events: TaskEvents) {
+        let text = turn.message.parts.iter().filter_map(|p| p.as_text()).collect::<String>();
+        let _ = match text.as_str() {
+            "wait" => {
+                let _ = events.status(TaskState::Working, None).await;
+                turn.cancellation.cancelled().await;
+                Ok(())
+            }
+            "hello" => events.reply(events.agent_message("hi there")),
+            _ => {
+                let artifact = Artifact {
+                    artifact_id: "a1".into(),
+                    name: None,
+                    description: None,
+                    parts: vec![Part::text(format!("got {text}"))],
+                    metadata: None,
+                    extensions: None,
+                };
+                let _ = events.artifact(artifact, false, true).await;
+                events.status(TaskState::Completed, None).await
+            }
+        };
+    }
+}
+
+fn card() -> AgentCard {
+    serde_json::from_value(json!({
+        "name": "grpc-worker", "description": "test agent", "version": "1",
+        "supportedInterfaces": [], "capabilities": {},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "work", "name": "Work", "description": "works", "tags": ["work"]}]
+    }))
+    .unwrap()
+}
+
+async fn agent(config: AgentConfig) -> Served {
+    let app = AgentApp::build_tasks(&config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
+    Served::serve(app)
+}
+
+fn config() -> AgentConfig {
+    AgentConfig { task_store_url: Some("sqlite::memory:".into()), ..AgentConfig::default() }
+}
+
+fn send(text: &str) -> Value {
+    json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]}})
+}
+
+/// The gRPC address the agent's card announces.
+async fn grpc_address(agent: &Served) -> String {
+    let card: Value = agent
+        .http
+        .get(format!("{}/.well-known/agent-card.json", agent.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let interfaces = card["supportedInterfaces"].as_array().unwrap();
+    let grpc = interfaces.iter().find(|i| i["protocolBinding"] == "GRPC").expect("the card announces gRPC");
+    assert_eq!(grpc["protocolVersion"], "1.0");
+    grpc["url"].as_str().unwrap().to_owned()
+}
+
+async fn client(agent: &Served) -> GrpcClient {
+    GrpcClient::connect(&grpc_address(agent).await).await.unwrap()
+}
+
+/// The status's A2A error, checked to be the gRPC code the spec's table gives.
+fn a2a(status: &tonic::Status, code: Code) -> A2aErrorCode {
+    assert_eq!(status.code(), code, "{status:?}");
+    a2a_error(status).unwrap_or_else(|| panic!("no A2A ErrorInfo in {status:?}"))
+}
+
+#[tokio::test]
+async fn the_card_announces_grpc_on_the_http_port_beside_the_other_bindings() {
+    let agent = agent(config()).await;
+    let port = url::Url::parse(&agent.url).unwrap().port().unwrap();
+    assert_eq!(grpc_address(&agent).await, format!("127.0.0.1:{port}"));
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn unary_methods_answer_over_grpc_as_json_rpc_does() {
+    let agent = agent(config()).await;
+    let mut grpc = client(&agent).await;
+
+    let sent = grpc.unary("SendMessage", send("ping"), V1).await.unwrap();
+    let task = &sent["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "got ping");
+    let id = task["id"].as_str().unwrap();
+
+    // The task read over gRPC is the task read over JSON-RPC, member for member.
+    let over_grpc = grpc.unary("GetTask", json!({"id": id}), V1).await.unwrap();
+    let over_rpc: Value = agent
+        .http
+        .post(format!("{}/", agent.url))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(over_grpc, over_rpc["result"]);
+
+    let message = grpc.unary("SendMessage", send("hello"), V1).await.unwrap();
+    assert_eq!(message["message"]["parts"][0]["text"], "hi there");
+    assert_eq!(message["message"]["role"], "ROLE_AGENT");
+
+    let listed = grpc.unary("ListTasks", json!({}), V1).await.unwrap();
+    let ids: Vec<&str> = listed["tasks"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [id]);
+    assert_eq!(listed["totalSize"], 1);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn a_streamed_message_and_a_subscription_end_with_the_task() {
+    let agent = agent(config()).await;
+    let mut grpc = client(&agent).await;
+
+    let events: Vec<Value> =
+        grpc.stream("SendStreamingMessage", send("stream me"), V1).await.unwrap().map(Result::unwrap).collect().await;
+    let first = events.first().unwrap();
+    let id = first["task"]["id"].as_str().expect("the stream starts with the task").to_owned();
+    assert!(events.iter().any(|e| e["artifactUpdate"]["artifact"]["parts"][0]["text"] == "got stream me"));
+    assert_eq!(events.last().unwrap()["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED");
+
+    // A working task: subscribe, cancel it from another call, and the subscription ends canceled.
+    let mut waiting = send("wait");
+    waiting["configuration"] = json!({"returnImmediately": true});
+    let started = grpc.unary("SendMessage", waiting, V1).await.unwrap();
+    let waiting_id = started["task"]["id"].as_str().unwrap().to_owned();
+    let mut subscription = grpc.stream("SubscribeToTask", json!({"id": waiting_id}), V1).await.unwrap();
+    assert_eq!(subscription.next().await.unwrap().unwrap()["task"]["id"], waiting_id);
+    let canceled = grpc.clone().unary("CancelTask", json!({"id": waiting_id}), V1).await.unwrap();
+    assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED");
+    let rest: Vec<Value> = subscription.map(Result::unwrap).collect().await;
+    assert_eq!(rest.last().unwrap()["statusUpdate"]["status"]["state"], "TASK_STATE_CANCELED");
+
+    // A finished task cannot be canceled: the spec's FAILED_PRECONDITION.
+    let refused = grpc.unary("CancelTask", json!({"id": id}), V1).await.unwrap_err();
+    assert_eq!(a2a(&refused, Code::FailedPrecondition), A2aErrorCode::TaskNotCancelable);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn push_notification_configs_are_created_read_listed_and_deleted() {
+    let config = AgentConfig { push_allowed_networks: vec!["10.0.0.0/8".into()], ..config() };
+    let agent = agent(config).await;
+    let mut grpc = client(&agent).await;
+    let mut waiting = send("wait");
+    waiting["configuration"] = json!({"returnImmediately": true});
+    let task = grpc.unary("SendMessage", waiting, V1).await.unwrap()["task"]["id"].as_str().unwrap().to_owned();
+
+    let config = json!({"taskId": task, "id": "hook", "url": "http://10.1.2.3:9000/hook", "token": "secret"});
+    let created = grpc.unary("CreateTaskPushNotificationConfig", config.clone(), V1).await.unwrap();
+    assert_eq!(created, config);
+    let read = grpc.unary("GetTaskPushNotificationConfig", json!({"taskId": task, "id": "hook"}), V1).await.unwrap();
+    assert_eq!(read, config);
+    let listed = grpc.unary("ListTaskPushNotificationConfigs", json!({"taskId": task}), V1).await.unwrap();
+    assert_eq!(listed["configs"], json!([config]));
+    let deleted = grpc.unary("DeleteTaskPushNotificationConfig", json!({"taskId": task, "id": "hook"}), V1).await;
+    assert_eq!(deleted.unwrap(), json!({}), "google.protobuf.Empty");
+    let gone = grpc.unary("GetTaskPushNotificationConfig", json!({"taskId": task, "id": "hook"}), V1).await;
+    assert_eq!(a2a(&gone.unwrap_err(), Code::NotFound), A2aErrorCode::TaskNotFound);
+
+    // A webhook on an address the policy refuses is refused when the config is created.
+    let metadata_address = json!({"taskId": task, "id": "bad", "url": "http://169.254.169.254/hook"});
+    let refused = grpc.unary("CreateTaskPushNotificationConfig", metadata_address, V1).await.unwrap_err();
+    assert_eq!(a2a(&refused, Code::InvalidArgument), A2aErrorCode::InvalidParams);
+    grpc.unary("CancelTask", json!({"id": task}), V1).await.unwrap();
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn errors_are_the_specs_statuses_with_their_error_info() {
+    let agent = agent(config()).await;
+    let mut grpc = client(&agent).await;
+
+    let missing = grpc.unary("GetTask", json!({"id": "no-such-task"}), V1).await.unwrap_err();
+    assert_eq!(a2a(&missing, Code::NotFound), A2aErrorCode::TaskNotFound);
+    assert_eq!(missing.message(), "Task not found");
+
+    // Without `a2a-version` a client speaks 0.3, which this binding does not serve.
+    let unversioned = grpc.unary("GetTask", json!({"id": "x"}), &[]).await.unwrap_err();
+    assert_eq!(a2a(&unversioned, Code::FailedPrecondition), A2aErrorCode::VersionNotSupported);
+    let future = grpc.unary("GetTask", json!({"id": "x"}), &[("a2a-version", "2.0")]).await.unwrap_err();
+    assert_eq!(a2a(&future, Code::FailedPrecondition), A2aErrorCode::VersionNotSupported);
+
+    let empty = grpc.unary("SendMessage", json!({}), V1).await.unwrap_err();
+    assert_eq!(a2a(&empty, Code::InvalidArgument), A2aErrorCode::InvalidParams);
+
+    let card = grpc.unary("GetExtendedAgentCard", json!({}), V1).await.unwrap_err();
+    assert_eq!(a2a(&card, Code::FailedPrecondition), A2aErrorCode::ExtendedAgentCardNotConfigured);
+
+    // A tenant that is not a tenant id is refused before anything is read.
+    let bad_tenant = grpc.unary("GetTask", json!({"id": "x", "tenant": "../etc"}), V1).await.unwrap_err();
+    assert_eq!(a2a(&bad_tenant, Code::InvalidArgument), A2aErrorCode::InvalidParams);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_calls_are_refused_with_a_status() {
+    let agent = agent(config()).await;
+    let address = grpc_address(&agent).await;
+
+    // A method the service does not have.
+    let http2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let unknown = http2
+        .post(format!("http://{address}/lf.a2a.v1.A2AService/Teleport"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(vec![0u8, 0, 0, 0, 0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.headers()["grpc-status"], (Code::Unimplemented as i32).to_string());
+
+    // A message whose bytes are not a SendMessageRequest.
+    let garbage = [0u8, 0, 0, 0, 3, 0xff, 0xff, 0xff];
+    let refused = http2
+        .post(format!("http://{address}/lf.a2a.v1.A2AService/SendMessage"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("a2a-version", "1.0")
+        .body(garbage.to_vec())
+        .send()
+        .await
+        .unwrap();
+    // An error before any answer is a trailers-only response: the status is in its headers.
+    assert_eq!(refused.headers()["grpc-status"], (Code::InvalidArgument as i32).to_string());
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn with_access_control_a_call_needs_a_credential() {
+    let mut config = config();
+    config.auth.jwt_hs256_secret = Some("a-secret-of-at-least-thirty-two-bytes!".into());
+    let token = config.auth.mint("ada", "team-a", &[mesh_auth::Role::User], 60).unwrap().unwrap();
+    let agent = agent(config).await;
+    let mut grpc = client(&agent).await;
+
+    let anonymous = grpc.unary("ListTasks", json!({}), V1).await.unwrap_err();
+    assert_eq!(anonymous.code(), Code::Unauthenticated, "{anonymous:?}");
+
+    let bearer = format!("Bearer {token}");
+    let with_token = [("a2a-version", "1.0"), ("authorization", bearer.as_str())];
+    let sent = grpc.unary("SendMessage", send("ping"), &with_token).await.unwrap();
+    assert_eq!(sent["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    // Tasks live in the caller's tenant: another tenant's caller does not see them.
+    let listed = grpc.unary("ListTasks", json!({}), &with_token).await.unwrap();
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 1);
+    agent.stop().await;
+}
