@@ -105,7 +105,11 @@ start_agent() {
     cmd=${cmd//"{variant}"/$variant}
     local agent_log="$reports/$variant/agent.log"
     echo "== starting the agent: $cmd (log: $agent_log)"
-    MESH_TCK_EXTENDED_CARD_TOKEN=$extended_card_token setsid bash -c "exec $cmd" >"$agent_log" 2>&1 &
+    local agent_env=()
+    if [ "$variant" = extended-card ]; then
+        agent_env=("MESH_TCK_EXTENDED_CARD_TOKEN=$extended_card_token")
+    fi
+    env "${agent_env[@]}" setsid bash -c "exec $cmd" >"$agent_log" 2>&1 &
     agent_pid=$!
     local waited_s=0
     until curl -fs -o /dev/null "$url/.well-known/agent-card.json"; do
@@ -148,7 +152,10 @@ for variant in $variants; do
             ;;
         required-extension)
             kit_args=(-k TestCapabilityExtensionRequired)
-            variant_levels=$(for level in $levels; do [ "$level" = must ] && echo must; done)
+            case " $levels " in
+                *" must "*) variant_levels=must ;;
+                *) variant_levels= ;;
+            esac
             ;;
     esac
     for level in $variant_levels; do

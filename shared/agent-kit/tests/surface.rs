@@ -55,12 +55,12 @@ struct Answer {
 }
 
 impl Answer {
-    /// The JSON-RPC error code, or the HTTP+JSON `ErrorInfo` reason, of a refusal.
+    /// The HTTP+JSON `ErrorInfo` reason, or the JSON-RPC error code, of a refusal.
     fn error(&self) -> Value {
-        match self.body.get("error") {
-            Some(error) if error.get("code").is_some_and(Value::is_i64) => error["code"].clone(),
-            Some(error) => error["details"][0]["reason"].clone(),
-            None => Value::Null,
+        let error = &self.body["error"];
+        match error.get("details") {
+            Some(details) => details[0]["reason"].clone(),
+            None => error.get("code").cloned().unwrap_or(Value::Null),
         }
     }
 
@@ -237,6 +237,11 @@ fn send_params() -> Value {
     json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": "hi"}]}})
 }
 
+/// The body of `POST /v1/message:send` (0.3 HTTP+JSON: the SDK's proto JSON).
+fn send_body_0_3_rest() -> Value {
+    json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "content": [{"text": "hi"}]}})
+}
+
 /// `message/send` params in the 0.3 shape.
 fn send_params_0_3() -> Value {
     json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "user", "kind": "message",
@@ -256,7 +261,7 @@ async fn a_required_extension_must_be_activated_in_every_binding_and_version() {
         (Call::Rpc("SendMessage", Some("1.0")), send_params()),
         (Call::Rpc("message/send", None), send_params_0_3()),
         (rest("POST", "/message:send", Some("1.0")), send_params()),
-        (rest("POST", "/v1/message:send", None), send_params_0_3()),
+        (rest("POST", "/v1/message:send", None), send_body_0_3_rest()),
         (Call::Rpc("ListTasks", Some("1.0")), json!({})),
         (rest("GET", "/tasks", Some("1.0")), Value::Null),
         (Call::Rpc("GetExtendedAgentCard", Some("1.0")), json!({})),
@@ -301,7 +306,7 @@ async fn an_agent_that_does_not_stream_refuses_every_streaming_method() {
         (Call::Rpc("SubscribeToTask", Some("1.0")), json!({"id": task_id})),
         (Call::Rpc("tasks/resubscribe", None), json!({"id": task_id})),
         (rest("POST", "/message:stream", Some("1.0")), send_params()),
-        (rest("POST", "/v1/message:stream", None), send_params_0_3()),
+        (rest("POST", "/v1/message:stream", None), send_body_0_3_rest()),
         (rest("GET", &format!("/tasks/{task_id}:subscribe"), Some("1.0")), Value::Null),
         (rest("POST", &format!("/v1/tasks/{task_id}:subscribe"), None), Value::Null),
     ];
