@@ -12,6 +12,7 @@
 #                       only its required-extension tests (CORE-CAP-004, level must) are run, as
 #                       every other call is refused by design
 #   no-streaming        says streaming: false; the streaming methods are refused
+#   no-push-notifications  offers no push notifications; their config methods are refused
 #
 # The kit is fetched, never committed. Get it once, beside this clone:
 #   git clone --branch 1.0-dev https://github.com/a2aproject/a2a-tck.git ../a2a-tck
@@ -26,8 +27,9 @@
 #   TCK_AGENT_CMD      the command that starts the agent, `{port}` replaced by TCK_PORT and
 #                      `{variant}` by the variant (default: cargo run --release -p mesh-agent-kit
 #                      --example tck_agent -- --port {port} --variant {variant})
-#   TCK_VARIANTS       the variants to run, each against its own agent ("standard"; all four:
-#                      "standard extended-card required-extension no-streaming")
+#   TCK_VARIANTS       the variants to run, each against its own agent ("standard"; all of them:
+#                      "standard extended-card required-extension no-streaming
+#                      no-push-notifications")
 #   TCK_EXTENDED_CARD_TOKEN the extended-card variant's token (default: a random one)
 #   TCK_PORT           port of the started agent (18790)
 #   TCK_START_TIMEOUT_S how long to wait for its agent card (900: covers a cold release build)

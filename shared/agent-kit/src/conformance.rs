@@ -33,6 +33,8 @@ pub enum Variant {
     RequiredExtension,
     /// Says `streaming: false`: the streaming methods are refused.
     NoStreaming,
+    /// Offers no push notifications: the push notification config methods are refused.
+    NoPushNotifications,
 }
 
 impl Variant {
@@ -58,6 +60,7 @@ impl Variant {
                 params: None,
             }),
             Self::NoStreaming => card.capabilities.streaming = Some(false),
+            Self::NoPushNotifications => config.push_notifications = false,
         }
     }
 }
