@@ -2,6 +2,17 @@
 # Runs the A2A conformance kit (a2aproject/a2a-tck, branch 1.0-dev) against our example agent
 # over JSON-RPC and HTTP+JSON, then prints passed/failed/skipped counts per requirement level and
 # transport, read from the kit's own report files (reports/compatibility.json, junitreport.xml).
+# The kit runs its tests of a capability only when the card declares it, so each variant of the
+# agent (examples/tck_agent.rs --variant) shows it one more:
+#   standard            streams, push notifications, no extended card, no required extension
+#   extended-card       an authenticated extended card, opened by a token: the kit has no option
+#                       for credentials, so scripts/tck/tck_bearer.py (a pytest plugin) makes
+#                       every request of the kit carry it
+#   required-extension  requires urn:a2a:tck:required-extension, which the kit never activates:
+#                       only its required-extension tests (CORE-CAP-004, level must) are run, as
+#                       every other call is refused by design
+#   no-streaming        says streaming: false; the streaming methods are refused
+#   no-push-notifications  offers no push notifications; their config methods are refused
 #
 # The kit is fetched, never committed. Get it once, beside this clone:
 #   git clone --branch 1.0-dev https://github.com/a2aproject/a2a-tck.git ../a2a-tck
@@ -11,15 +22,21 @@
 #   TCK_DIR            the kit's checkout (default ../a2a-tck, else /work/tck)
 #   TCK_PYTHON         a Python with the kit installed; without it a virtualenv is made at
 #                      TCK_VENV (default $TCK_DIR/.venv) with `pip install -e $TCK_DIR`
-#   TCK_AGENT_URL      an agent already running (also the first argument): nothing is started
-#   TCK_AGENT_CMD      the command that starts the agent, `{port}` replaced by TCK_PORT (default:
-#                      cargo run --release -p mesh-agent-kit --example tck_agent -- --port {port})
+#   TCK_AGENT_URL      an agent already running (also the first argument): nothing is started,
+#                      and it is run as the one variant it is (TCK_VARIANTS is not read)
+#   TCK_AGENT_CMD      the command that starts the agent, `{port}` replaced by TCK_PORT and
+#                      `{variant}` by the variant (default: cargo run --release -p mesh-agent-kit
+#                      --example tck_agent -- --port {port} --variant {variant})
+#   TCK_VARIANTS       the variants to run, each against its own agent ("standard"; all of them:
+#                      "standard extended-card required-extension no-streaming
+#                      no-push-notifications")
+#   TCK_EXTENDED_CARD_TOKEN the extended-card variant's token (default: a random one)
 #   TCK_PORT           port of the started agent (18790)
 #   TCK_START_TIMEOUT_S how long to wait for its agent card (900: covers a cold release build)
 #   TCK_TRANSPORTS     the kit's --transport (jsonrpc,http_json)
 #   TCK_LEVELS         levels to run, one kit run each ("must"; e.g. "must should may")
 #   TCK_REPORTS_DIR    where each level's reports are copied (default: a new temporary dir)
-# Exits non-zero when a MUST requirement fails (or the MUST run itself fails).
+# Exits non-zero when a MUST requirement fails (or the MUST run itself fails), in any variant.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,12 +75,14 @@ fi
 port=${TCK_PORT:-18790}
 transports=${TCK_TRANSPORTS:-jsonrpc,http_json}
 levels=${TCK_LEVELS:-must}
+variants=${TCK_VARIANTS:-standard}
 start_timeout_s=${TCK_START_TIMEOUT_S:-900}
 reports=${TCK_REPORTS_DIR:-$(mktemp -d -t tck-reports.XXXXXX)}
 mkdir -p "$reports"
+extended_card_token=${TCK_EXTENDED_CARD_TOKEN:-$("$python" -c 'import secrets; print(secrets.token_hex(24))')}
 
 agent_pid=
-cleanup() {
+stop_agent() {
     if [ -n "$agent_pid" ]; then
         # The agent runs in its own session: end the whole group (cargo and the example it runs).
         kill -TERM -- "-$agent_pid" 2>/dev/null || true
@@ -72,23 +91,29 @@ cleanup() {
             sleep 0.1
         done
         kill -KILL -- "-$agent_pid" 2>/dev/null || true
+        agent_pid=
     fi
 }
-trap cleanup EXIT
+trap stop_agent EXIT
 trap 'exit 130' INT TERM
 
-url=${1:-${TCK_AGENT_URL:-}}
-if [ -z "$url" ]; then
+# Starts the agent as variant $1 and waits for its card; sets $url.
+start_agent() {
+    local variant=$1
     url="http://127.0.0.1:$port"
-    default_cmd='cargo run --release -p mesh-agent-kit --example tck_agent -- --port {port}'
-    cmd=${TCK_AGENT_CMD:-$default_cmd}
-    placeholder='{port}'
-    cmd=${cmd//"$placeholder"/$port}
-    agent_log="$reports/agent.log"
+    local default_cmd='cargo run --release -p mesh-agent-kit --example tck_agent -- --port {port} --variant {variant}'
+    local cmd=${TCK_AGENT_CMD:-$default_cmd}
+    cmd=${cmd//"{port}"/$port}
+    cmd=${cmd//"{variant}"/$variant}
+    local agent_log="$reports/$variant/agent.log"
     echo "== starting the agent: $cmd (log: $agent_log)"
-    setsid bash -c "exec $cmd" >"$agent_log" 2>&1 &
+    local agent_env=()
+    if [ "$variant" = extended-card ]; then
+        agent_env=("MESH_TCK_EXTENDED_CARD_TOKEN=$extended_card_token")
+    fi
+    env "${agent_env[@]}" setsid bash -c "exec $cmd" >"$agent_log" 2>&1 &
     agent_pid=$!
-    waited_s=0
+    local waited_s=0
     until curl -fs -o /dev/null "$url/.well-known/agent-card.json"; do
         if ! kill -0 "$agent_pid" 2>/dev/null; then
             echo "the agent exited before serving its card; its log ends with:" >&2
@@ -102,34 +127,67 @@ if [ -z "$url" ]; then
         sleep 1
         waited_s=$((waited_s + 1))
     done
+}
+
+given_url=${1:-${TCK_AGENT_URL:-}}
+if [ -n "$given_url" ]; then
+    variants=given
 fi
-echo "== agent at $url; kit at $tck_dir ($(git -C "$tck_dir" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 
 status=0
-for level in $levels; do
-    echo "== run_tck.py --level $level --transport $transports"
-    rm -rf "$tck_dir/reports"
-    set +e
-    (cd "$tck_dir" && "$python" run_tck.py --sut-host "$url" --transport "$transports" --level "$level") \
-        >"$reports/console-$level.log" 2>&1
-    kit_status=$?
-    set -e
-    grep -E '^[0-9]+ (passed|failed|skipped)|(passed|failed|skipped|deselected).* in [0-9.]+s' \
-        "$reports/console-$level.log" | tail -n 1 || true
-    if [ ! -f "$tck_dir/reports/compatibility.json" ]; then
-        echo "the kit wrote no report; its output ends with:" >&2
-        tail -n 30 "$reports/console-$level.log" >&2
-        status=1
-        continue
+for variant in $variants; do
+    mkdir -p "$reports/$variant"
+    if [ "$variant" = given ]; then
+        url=$given_url
+    else
+        start_agent "$variant"
     fi
-    cp -r "$tck_dir/reports" "$reports/$level"
-    if [ "$level" = must ] && [ "$kit_status" -ne 0 ]; then
-        status=1
-    fi
+    echo "== variant $variant: agent at $url; kit at $tck_dir ($(git -C "$tck_dir" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    # What the kit needs besides the card to test this variant (see the top of this file).
+    kit_args=()
+    kit_env=()
+    variant_levels=$levels
+    case $variant in
+        extended-card)
+            kit_args=(-p tck_bearer)
+            kit_env=("PYTHONPATH=$repo/scripts/tck" "TCK_BEARER_TOKEN=$extended_card_token")
+            ;;
+        required-extension)
+            kit_args=(-k TestCapabilityExtensionRequired)
+            case " $levels " in
+                *" must "*) variant_levels=must ;;
+                *) variant_levels= ;;
+            esac
+            ;;
+    esac
+    for level in $variant_levels; do
+        echo "== run_tck.py --level $level --transport $transports ${kit_args[*]}"
+        rm -rf "$tck_dir/reports"
+        set +e
+        (cd "$tck_dir" && env "${kit_env[@]}" "$python" run_tck.py --sut-host "$url" --transport "$transports" \
+            --level "$level" -- "${kit_args[@]}") >"$reports/$variant/console-$level.log" 2>&1
+        kit_status=$?
+        set -e
+        grep -E '^[0-9]+ (passed|failed|skipped)|(passed|failed|skipped|deselected).* in [0-9.]+s' \
+            "$reports/$variant/console-$level.log" | tail -n 1 || true
+        if [ ! -f "$tck_dir/reports/compatibility.json" ]; then
+            echo "the kit wrote no report; its output ends with:" >&2
+            tail -n 30 "$reports/$variant/console-$level.log" >&2
+            status=1
+            continue
+        fi
+        cp -r "$tck_dir/reports" "$reports/$variant/$level"
+        if [ "$level" = must ] && [ "$kit_status" -ne 0 ]; then
+            status=1
+        fi
+    done
+    stop_agent
 done
 
 echo "== counts (reports in $reports)"
-"$python" - "$reports" $levels <<'PY' || status=1
+for variant in $variants; do
+echo "== variant $variant"
+"$python" - "$reports/$variant" $levels <<'PY' || status=1
 """Counts per level and transport from the kit's reports.
 
 A requirement is judged per transport. The kit's compatibility.json keeps, per requirement and
@@ -222,4 +280,5 @@ for level in sys.argv[2:]:
         print(f"  FAIL {req_id}: {errors[0][:300] if errors else ''}")
 sys.exit(1 if failed_must else 0)
 PY
+done
 exit "$status"

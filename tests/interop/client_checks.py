@@ -24,6 +24,10 @@ no list and delete: SKIP). The caller checks what the webhook received.
 `--credential C` hands C to the SDK's own `AuthInterceptor` for every security scheme the card
 declares: the interceptor, reading the card, decides how to send it (an agent that requires
 authentication refuses every check otherwise).
+
+`--extended-skill ID` additionally fetches the authenticated extended card with the SDK's
+`get_extended_agent_card` (the credential sent by the interceptor) and expects skill ID on it,
+and not on the public card.
 """
 
 import argparse
@@ -45,6 +49,7 @@ from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
     GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
@@ -78,6 +83,7 @@ WIRE_OPERATIONS = {
         "push-get": {"GetTaskPushNotificationConfig"},
         "push-list": {"ListTaskPushNotificationConfigs"},
         "push-delete": {"DeleteTaskPushNotificationConfig"},
+        "extended-card": {"GetExtendedAgentCard"},
     },
     ("JSONRPC", "0.3"): {
         "send": {"message/send"},
@@ -89,6 +95,7 @@ WIRE_OPERATIONS = {
         "push-get": {"tasks/pushNotificationConfig/get"},
         "push-list": {"tasks/pushNotificationConfig/list"},
         "push-delete": {"tasks/pushNotificationConfig/delete"},
+        "extended-card": {"agent/getAuthenticatedExtendedCard"},
     },
     ("HTTP+JSON", "1.0"): {
         "send": {"POST /message:send"},
@@ -101,6 +108,7 @@ WIRE_OPERATIONS = {
         "push-get": {"GET /tasks/{id}/pushNotificationConfigs/{config}"},
         "push-list": {"GET /tasks/{id}/pushNotificationConfigs"},
         "push-delete": {"DELETE /tasks/{id}/pushNotificationConfigs/{config}"},
+        "extended-card": {"GET /extendedAgentCard"},
     },
     ("GRPC", "1.0"): {
         "send": {"SendMessage"},
@@ -122,6 +130,7 @@ WIRE_OPERATIONS = {
         "subscribe": {"POST /v1/tasks/{id}:subscribe", "GET /v1/tasks/{id}:subscribe"},
         "push-create": {"POST /v1/tasks/{id}/pushNotificationConfigs"},
         "push-get": {"GET /v1/tasks/{id}/pushNotificationConfigs/{config}"},
+        "extended-card": {"GET /v1/card"},
     },
 }
 
@@ -690,6 +699,18 @@ class Checker:
             raise CheckFailed(f"a deleted config was still found: {gone}")
         return f"task {task.id}: configs {ids} created, read, listed, deleted; {wire}"
 
+    async def check_extended_card(self) -> str:
+        assert self.blocking is not None and self.card is not None and self.wire is not None
+        mark = self.wire.mark()
+        extended = await self.blocking.get_extended_agent_card(GetExtendedAgentCardRequest())
+        wire = self.expect_wire(mark, "extended-card")
+        skill = self.args.extended_skill
+        expect(self.card.capabilities.extended_agent_card, "the public card does not announce it")
+        expect(skill not in [s.id for s in self.card.skills], f"{skill!r} is on the public card")
+        ids = [s.id for s in extended.skills]
+        expect(skill in ids, f"the extended card's skills {ids} lack {skill!r}")
+        return f"skills {ids}; {wire}"
+
     async def run(self) -> int:
         print(f"== {self.args.url} {self.binding} {self.version}", flush=True)
         async with httpx.AsyncClient(timeout=CALL_TIMEOUT_SECONDS) as http:
@@ -716,6 +737,10 @@ class Checker:
                 await self.check("push", self.check_push)
             else:
                 self.report("SKIP", "push", "no --push-webhook given")
+            if self.args.extended_skill:
+                await self.check("extended-card", self.check_extended_card)
+            else:
+                self.report("SKIP", "extended-card", "no --extended-skill given")
             for client in (self.blocking, self.streaming):
                 if client is not None:
                     await client.close()
@@ -764,6 +789,11 @@ def main() -> int:
         "--credential",
         default="",
         help="a token or API key the SDK's AuthInterceptor sends as the card's schemes say",
+    )
+    parser.add_argument(
+        "--extended-skill",
+        default="",
+        help="a skill id the authenticated extended card has and the public card has not",
     )
     parser.add_argument(
         "--expect-artifact-text",

@@ -35,7 +35,7 @@ fn card() -> Result<AgentCard, serde_json::Error> {
         "description": "Answers every task with the text and data it was sent.",
         "version": env!("CARGO_PKG_VERSION"),
         "supportedInterfaces": [],
-        "capabilities": {"streaming": false, "pushNotifications": false},
+        "capabilities": {"streaming": true, "pushNotifications": false},
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["application/json"],
         "skills": [{"id": "echo", "name": "Echo", "description": "Echo the task back", "tags": ["echo", "test"]}]

@@ -1,10 +1,12 @@
 //! Serves the conformance kit's example agent ([`mesh_agent_kit::conformance`]).
 //!
 //! `cargo run --release -p mesh-agent-kit --example tck_agent -- --port 9999`, then
-//! `scripts/tck.sh` runs the kit against it.
+//! `scripts/tck.sh` runs the kit against it. `--variant` serves one of the agents that show the
+//! kit a capability the standard one lacks (`extended-card` also needs
+//! `MESH_TCK_EXTENDED_CARD_TOKEN`, the token that opens the extended card).
 
 use clap::Parser;
-use mesh_agent_kit::conformance::{TckAgent, card};
+use mesh_agent_kit::conformance::{TckAgent, Variant, card};
 use mesh_agent_kit::{AgentApp, AgentArgs, AgentConfig, MainError};
 
 /// Port the agent listens on unless configured otherwise.
@@ -15,15 +17,21 @@ const TCK_PORT_DEFAULT: u16 = 9999;
 struct Cli {
     #[command(flatten)]
     agent: AgentArgs,
+    /// The capability the agent shows the kit besides the standard ones.
+    #[arg(long, value_enum, default_value_t)]
+    variant: Variant,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), MainError> {
-    let card = card()?;
+    let cli = Cli::parse();
+    let mut card = card()?;
+    let variant = cli.variant;
     let build = |config: AgentConfig, http| async move {
         // The kit validates the card against the 1.0 schema alone.
-        let config = AgentConfig { legacy_card_fields: false, ..config };
+        let mut config = AgentConfig { legacy_card_fields: false, ..config };
+        variant.apply(&mut card, &mut config);
         AgentApp::build_tasks(&config, card, TckAgent, http).await
     };
-    Cli::parse().agent.run("MESH_TCK", TCK_PORT_DEFAULT, build).await
+    cli.agent.run("MESH_TCK", TCK_PORT_DEFAULT, build).await
 }

@@ -13,7 +13,7 @@ use mesh_protocol::seed::{
 };
 use serde_json::{Map, Value};
 
-use crate::a2a::{EngineSettings, Inbound, SeedTasks, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
+use crate::a2a::{EngineSettings, Inbound, SeedTasks, Surface, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
 use crate::call_safety::admit_calls;
 use crate::card::CardDocument;
 use crate::error::{AgentError, ErrorResponse};
@@ -96,39 +96,42 @@ impl<H: AgentHandler> AgentState<H> {
 }
 
 /// The routes of an agent answering seed tasks: `POST /tasks/send`, the A2A bindings over the
-/// same handler and the same task store, the card and `/health`. With `join`, A2A turns in a
+/// same handler and the same task store, the card and `/health`. `surface` is the public card
+/// (a [`CardDocument`] alone) or a [`Surface`] with an extended card. With `join`, A2A turns in a
 /// conversation of the agent's bus topic share its history. Add
 /// [`crate::http::with_common_layers`] around it to serve it.
 pub fn agent_router<H: AgentHandler>(
-    card: CardDocument,
+    surface: impl Into<Surface>,
     handler: H,
     metrics: Arc<ServiceMetrics>,
     store: TaskStore,
     join: Option<mesh_bus::ConversationJoin>,
     settings: impl Into<EngineSettings>,
 ) -> Router {
-    let card = Arc::new(card);
+    let surface = Arc::new(surface.into());
+    let card = surface.card().clone();
     let handler = Arc::new(handler);
     let engine = TaskEngine::with_settings(store, Arc::new(SeedTasks::new(handler.clone(), join)), settings.into());
     let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
     metrics.set_circuits(move || handler.circuits());
-    task_routes(seed.merge(a2a_router(engine, card.clone())), &card, metrics.clone())
+    task_routes(seed.merge(a2a_router(engine, surface)), &card, metrics.clone())
         .merge(card_and_health_routes(card, metrics))
 }
 
 /// The routes of an agent built on the task model directly ([`TaskHandler`]): the A2A bindings,
-/// the card and `/health`.
+/// the card and `/health`. `surface` as for [`agent_router`].
 pub fn task_agent_router<T: TaskHandler>(
-    card: CardDocument,
+    surface: impl Into<Surface>,
     handler: T,
     metrics: Arc<ServiceMetrics>,
     store: TaskStore,
     settings: impl Into<EngineSettings>,
 ) -> Router {
-    let card = Arc::new(card);
+    let surface = Arc::new(surface.into());
+    let card = surface.card().clone();
     let engine = TaskEngine::with_settings(store, Arc::new(handler), settings.into());
-    task_routes(a2a_router(engine, card.clone()), &card, metrics.clone()).merge(card_and_health_routes(card, metrics))
+    task_routes(a2a_router(engine, surface), &card, metrics.clone()).merge(card_and_health_routes(card, metrics))
 }
 
 /// Task calls are open to users, agents and admins, admitted by their call context (cycles,

@@ -8,7 +8,7 @@ use mesh_client::{
     GRAPH_REFRESH_MS_DEFAULT, HttpClient, RegistryClient,
 };
 use mesh_graph::CONVERSATIONS_MAX_DEFAULT;
-use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::a2a::v1::{AgentCard, AgentExtension, AgentSkill};
 use mesh_protocol::graph::GraphMode;
 use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROCESS_PATH, Registration};
 use serde::Deserialize;
@@ -20,11 +20,13 @@ use crate::a2a::push::{
     PUSH_DELIVERIES_MAX_DEFAULT, PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT, PUSH_DELIVERY_TIMEOUT_MS_DEFAULT,
     PUSH_RETRY_DELAY_MAX_MS_DEFAULT, PUSH_RETRY_DELAY_MIN_MS_DEFAULT, PushDelivery, PushSettings,
 };
-use crate::a2a::{EngineSettings, TaskHandler, TaskLimits, describe_interfaces, describe_security};
+use crate::a2a::{
+    EngineSettings, Surface, TaskHandler, TaskLimits, describe_extended_card_token, describe_interfaces,
+    describe_security,
+};
 use crate::agent::{AgentHandler, agent_router, task_agent_router};
 use crate::auth::AccessControl;
-use crate::card::CardDocument;
-use crate::card::sign_card;
+use crate::card::{CardDocument, extended_card, sign_card};
 use crate::graph::AgentGraph;
 use crate::http::{
     BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining, turn_unready,
@@ -148,6 +150,18 @@ pub struct AgentConfig {
     pub push_retry_delay_max_ms: u64,
     /// Notifications in delivery at once, at most.
     pub push_deliveries_max: usize,
+    /// Extensions the agent declares on its card (`capabilities.extensions`, after the card's
+    /// own), in the card's shape: `uri`, `description`, `required`, `params`. A call that does not
+    /// activate every `required` one in its `A2A-Extensions` header is refused, in every binding.
+    pub extensions: Vec<AgentExtension>,
+    /// Skills only authenticated callers see, in the card's shape (`id`, `name`, `description`,
+    /// `tags`, ...). With any, the card announces the authenticated extended card
+    /// (`capabilities.extendedAgentCard`): the public card plus these skills.
+    pub extended_skills: Vec<AgentSkill>,
+    /// The credential that opens the extended card when access control is off, sent as
+    /// `Authorization: Bearer <token>`. With access control on, callers open it with their mesh
+    /// credentials, and a token here is refused at start.
+    pub extended_card_token: Option<String>,
 }
 
 /// What an agent's answered tasks survive (see [`AgentConfig::task_durability`]). Read from the
@@ -234,6 +248,9 @@ impl Default for AgentConfig {
             push_retry_delay_min_ms: PUSH_RETRY_DELAY_MIN_MS_DEFAULT,
             push_retry_delay_max_ms: PUSH_RETRY_DELAY_MAX_MS_DEFAULT,
             push_deliveries_max: PUSH_DELIVERIES_MAX_DEFAULT,
+            extensions: Vec::new(),
+            extended_skills: Vec::new(),
+            extended_card_token: None,
         }
     }
 }
@@ -244,6 +261,8 @@ pub enum KitError {
     Bind { addr: String, source: std::io::Error },
     #[error("invalid agent card: {0}")]
     Card(#[from] serde_json::Error),
+    #[error("invalid agent card configuration: {0}")]
+    CardConfig(String),
     #[error("invalid registry URL: {0}")]
     Registry(#[from] ClientError),
     #[error("server failed: {0}")]
@@ -357,7 +376,7 @@ impl AgentApp {
         mut card: AgentCard,
         http: HttpClient,
         extras: AgentExtras,
-        routes: impl FnOnce(CardDocument, Arc<ServiceMetrics>, TaskStore, EngineSettings) -> axum::Router,
+        routes: impl FnOnce(Surface, Arc<ServiceMetrics>, TaskStore, EngineSettings) -> axum::Router,
     ) -> Result<Self, KitError> {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
@@ -373,12 +392,25 @@ impl AgentApp {
         }
         describe_interfaces(&mut card, &url, config.legacy_card_fields);
         card.capabilities.push_notifications = Some(config.push_notifications);
+        declare_extensions(&mut card, &config.extensions)?;
+        let extended_card_token = extended_card_token(config, access.enabled())?;
+        check_extended_skills(&card, &config.extended_skills)?;
+        let offers_extended_card = !config.extended_skills.is_empty();
+        if offers_extended_card {
+            card.capabilities.extended_agent_card = Some(true);
+            card.supports_authenticated_extended_card = config.legacy_card_fields.then_some(true);
+        }
         if access.enabled() {
             describe_security(&mut card, config.legacy_card_fields);
+        } else if extended_card_token.is_some() {
+            describe_extended_card_token(&mut card, config.legacy_card_fields);
         }
+        let mut extended = offers_extended_card.then(|| extended_card(&card, &config.extended_skills));
         // Last: the signature covers the card as served, its addresses and schemes included.
         if let Some(key) = &config.auth.card_signing_key {
-            card = sign_card(card, &mesh_auth::CardSigner::load(key)?)?;
+            let signer = mesh_auth::CardSigner::load(key)?;
+            card = sign_card(card, &signer)?;
+            extended = extended.map(|extended| sign_card(extended, &signer)).transpose()?;
         }
         let store_url = || config.task_store_url.clone().unwrap_or_else(|| default_task_store_url(&card.name));
         let store = match config.task_durability {
@@ -452,7 +484,11 @@ impl AgentApp {
             }
         };
         let engine = EngineSettings { limits: task_limits, push: push.clone() };
-        let mut router = routes(CardDocument::new(card)?, metrics.clone(), store.clone(), engine);
+        let mut surface = Surface::new(CardDocument::new(card)?);
+        if let Some(extended) = extended {
+            surface = surface.with_extended_card(CardDocument::private(extended)?, extended_card_token);
+        }
+        let mut router = routes(surface, metrics.clone(), store.clone(), engine);
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
         }
@@ -590,6 +626,55 @@ fn push_delivery(config: &AgentConfig, store: &TaskStore) -> Result<PushDelivery
     Ok(PushDelivery::new(store.clone(), HttpClient::guarded(guard)?, settings))
 }
 
+/// Adds the configured `extensions` to the card's, each URI once.
+fn declare_extensions(card: &mut AgentCard, extensions: &[AgentExtension]) -> Result<(), KitError> {
+    for extension in extensions {
+        if extension.uri.trim().is_empty() {
+            return Err(KitError::CardConfig("every entry of extensions needs a uri".into()));
+        }
+        if card.capabilities.extensions.iter().any(|declared| declared.uri == extension.uri) {
+            return Err(KitError::CardConfig(format!("extension {:?} is declared twice", extension.uri)));
+        }
+        card.capabilities.extensions.push(extension.clone());
+    }
+    Ok(())
+}
+
+/// The token that opens the extended card, when the configuration calls for one: someone must be
+/// able to open a configured extended card (a caller the trust layer authenticates, or one with
+/// the token), and a token is refused where it would never be asked for.
+fn extended_card_token(config: &AgentConfig, access_control: bool) -> Result<Option<&str>, KitError> {
+    let refuse = |why: &str| Err(KitError::CardConfig(why.to_owned()));
+    match (config.extended_card_token.as_deref(), config.extended_skills.is_empty(), access_control) {
+        (None, true, _) | (None, false, true) => Ok(None),
+        (None, false, false) => refuse(
+            "extended_skills are served to authenticated callers only: configure auth (access control) or \
+             extended_card_token",
+        ),
+        (Some(token), _, _) if token.trim().is_empty() => refuse("extended_card_token is empty"),
+        (Some(_), true, _) => {
+            refuse("extended_card_token is set but extended_skills is empty: there is no extended card")
+        }
+        (Some(_), false, true) => refuse(
+            "extended_card_token is for agents without access control: with auth configured, callers open the \
+             extended card with their mesh credentials",
+        ),
+        (Some(token), false, false) => Ok(Some(token)),
+    }
+}
+
+/// Checks that each extended skill adds to the public card: an id of its own.
+fn check_extended_skills(card: &AgentCard, skills: &[AgentSkill]) -> Result<(), KitError> {
+    let mut ids: Vec<&str> = card.skills.iter().map(|skill| skill.id.as_str()).collect();
+    for skill in skills {
+        if ids.contains(&skill.id.as_str()) {
+            return Err(KitError::CardConfig(format!("extended skill {:?} has the id of another skill", skill.id)));
+        }
+        ids.push(&skill.id);
+    }
+    Ok(())
+}
+
 /// The default task store: a SQLite file per agent under `data/tasks/`.
 fn default_task_store_url(agent: &str) -> String {
     let file: String = agent.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
@@ -644,5 +729,73 @@ mod tests {
         for expected in ["task_durability", "durable, buffered or memory", "\"fast\""] {
             assert!(error.contains(expected), "{expected:?} missing from: {error}");
         }
+    }
+
+    #[test]
+    fn extensions_and_extended_skills_are_read_in_the_cards_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        let toml = r#"
+            extended_card_token = "t0ken"
+            [[extensions]]
+            uri = "urn:example:geo/v1"
+            required = true
+            params = { precision = 3 }
+            [[extended_skills]]
+            id = "internal"
+            name = "Internal search"
+            description = "Only for authenticated callers"
+            tags = ["internal"]
+            inputModes = ["text/plain"]
+        "#;
+        std::fs::write(&path, toml).unwrap();
+        let loaded: Binary =
+            mesh_config::ConfigLoader::new("MESH_TEST", Some(&path)).with_env(HashMap::new()).load().unwrap();
+        let config = loaded.agent;
+        assert_eq!(config.extended_card_token.as_deref(), Some("t0ken"));
+        assert_eq!(config.extensions[0].uri, "urn:example:geo/v1");
+        assert!(config.extensions[0].required);
+        assert_eq!(config.extensions[0].params.as_ref().unwrap()["precision"], 3);
+        assert_eq!(config.extended_skills[0].id, "internal");
+        assert_eq!(config.extended_skills[0].input_modes, ["text/plain"]);
+    }
+
+    #[test]
+    fn an_extended_card_token_is_taken_only_where_it_opens_a_card() {
+        let skill: AgentSkill =
+            serde_json::from_value(serde_json::json!({"id": "x", "name": "x", "description": "x", "tags": []}))
+                .unwrap();
+        let config = |token: Option<&str>, skills: bool| AgentConfig {
+            extended_card_token: token.map(str::to_owned),
+            extended_skills: if skills { vec![skill.clone()] } else { Vec::new() },
+            ..AgentConfig::default()
+        };
+        let accepted = |config: &AgentConfig, access_control| extended_card_token(config, access_control).is_ok();
+        assert_eq!(extended_card_token(&config(Some("t"), true), false).unwrap(), Some("t"));
+        assert!(accepted(&config(None, false), false) && accepted(&config(None, false), true));
+        assert!(accepted(&config(None, true), true), "the trust layer authenticates");
+        assert!(!accepted(&config(None, true), false), "nobody could open it");
+        assert!(!accepted(&config(Some("t"), true), true), "a token the trust layer would refuse");
+        assert!(!accepted(&config(Some("t"), false), false), "no extended card to open");
+        assert!(!accepted(&config(Some(" "), true), false), "an empty token");
+    }
+
+    #[test]
+    fn extensions_and_extended_skills_add_to_the_card_without_repeating_it() {
+        let mut card: AgentCard = serde_json::from_value(serde_json::json!({
+            "name": "a", "description": "d", "version": "1", "capabilities": {"extensions": [{"uri": "urn:a"}]},
+            "defaultInputModes": [], "defaultOutputModes": [],
+            "skills": [{"id": "s", "name": "s", "description": "s", "tags": []}]
+        }))
+        .unwrap();
+        let extension = |uri: &str| AgentExtension { uri: uri.into(), description: None, required: true, params: None };
+        assert!(declare_extensions(&mut card, &[extension("urn:a")]).is_err());
+        assert!(declare_extensions(&mut card, &[extension(" ")]).is_err());
+        declare_extensions(&mut card, &[extension("urn:b")]).unwrap();
+        assert_eq!(card.capabilities.extensions.len(), 2);
+        let skill = |id: &str| AgentSkill { id: id.into(), ..card.skills[0].clone() };
+        assert!(check_extended_skills(&card, &[skill("s")]).is_err());
+        assert!(check_extended_skills(&card, &[skill("t"), skill("t")]).is_err());
+        assert!(check_extended_skills(&card, &[skill("t")]).is_ok());
     }
 }

@@ -178,13 +178,28 @@ pub fn auth_error_response(error: &AuthError) -> ErrorResponse {
 }
 
 async fn refuse(request: Request, error: &AuthError) -> Response {
+    let jsonrpc_id = match is_jsonrpc_route(&request) {
+        true => Some(jsonrpc_id_of(request).await),
+        false => None,
+    };
+    credential_refusal(error, jsonrpc_id)
+}
+
+/// The answer to a request whose credentials do not let it in, as the trust layer gives it: on
+/// the JSON-RPC route (`jsonrpc_id`, the request's id) a JSON-RPC error, elsewhere the mesh error
+/// body; `401` with its `WWW-Authenticate` challenge, or `403`. The A2A bindings answer a caller
+/// refused the extended agent card with it too, so a client sees one refusal whichever refuses.
+pub(crate) fn credential_refusal(error: &AuthError, jsonrpc_id: Option<Id>) -> Response {
     let answer = auth_error_response(error);
     let jsonrpc_code = if answer.status == StatusCode::UNAUTHORIZED {
         AUTH_REQUIRED_JSONRPC_CODE
     } else {
         AUTH_FORBIDDEN_JSONRPC_CODE
     };
-    let mut response = refusal(request, answer, jsonrpc_code).await;
+    let mut response = match jsonrpc_id {
+        Some(id) => jsonrpc_refusal(id, answer, jsonrpc_code),
+        None => answer.into_response(),
+    };
     if response.status() == StatusCode::UNAUTHORIZED {
         let challenge = match error {
             AuthError::Invalid(_) => format!("Bearer realm=\"{AUTH_REALM}\", error=\"invalid_token\""),
@@ -200,16 +215,29 @@ async fn refuse(request: Request, error: &AuthError) -> Response {
 /// A refusal in the request's binding: a JSON-RPC error on the JSON-RPC route (`POST /`, its
 /// request id echoed), the mesh error body elsewhere; the HTTP status is `error`'s either way.
 pub(crate) async fn refusal(request: Request, error: ErrorResponse, jsonrpc_code: i64) -> Response {
-    if !(request.method() == Method::POST && request.uri().path() == "/") {
+    if !is_jsonrpc_route(&request) {
         return error.into_response();
     }
-    let id = match axum::body::to_bytes(request.into_body(), REFUSED_RPC_BODY_BYTES_MAX).await {
+    jsonrpc_refusal(jsonrpc_id_of(request).await, error, jsonrpc_code)
+}
+
+fn is_jsonrpc_route(request: &Request) -> bool {
+    request.method() == Method::POST && request.uri().path() == "/"
+}
+
+/// The id of the JSON-RPC request in `request`'s body, or null when it cannot be read.
+async fn jsonrpc_id_of(request: Request) -> Id {
+    match axum::body::to_bytes(request.into_body(), REFUSED_RPC_BODY_BYTES_MAX).await {
         Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
             .ok()
             .and_then(|body| serde_json::from_value::<Id>(body.get("id")?.clone()).ok())
             .unwrap_or(Id::Null),
         Err(_) => Id::Null,
-    };
+    }
+}
+
+/// `error` as the JSON-RPC error `jsonrpc_code` answering request `id`, under `error`'s status.
+fn jsonrpc_refusal(id: Id, error: ErrorResponse, jsonrpc_code: i64) -> Response {
     let object = ErrorObject {
         code: jsonrpc_code,
         message: error.body.error_message.clone(),

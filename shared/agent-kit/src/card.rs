@@ -3,7 +3,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::a2a::v1::{AgentCard, AgentSkill};
 
 /// How long clients may cache the card; it only changes when the agent restarts with a new one.
 const CARD_MAX_AGE_S: u64 = 300;
@@ -16,10 +16,23 @@ pub struct CardDocument {
     etag: HeaderValue,
     /// When this document was rendered, as an HTTP date: the card changes only with a new one.
     last_modified: HeaderValue,
+    /// Who may keep a copy: anyone (`public`), or only the client it was served to (`private`).
+    cache_scope: &'static str,
 }
 
 impl CardDocument {
+    /// The public card, which shared caches may keep.
     pub fn new(card: AgentCard) -> Result<Self, serde_json::Error> {
+        Self::render(card, "public")
+    }
+
+    /// A card served to authenticated callers only (the extended card): no shared cache may keep
+    /// it, or it would serve it to the next caller without credentials.
+    pub fn private(card: AgentCard) -> Result<Self, serde_json::Error> {
+        Self::render(card, "private")
+    }
+
+    fn render(card: AgentCard, cache_scope: &'static str) -> Result<Self, serde_json::Error> {
         let json = Bytes::from(serde_json::to_vec(&card)?);
         let mut hasher = DefaultHasher::new();
         json.hash(&mut hasher);
@@ -27,7 +40,7 @@ impl CardDocument {
             .expect("a quoted hex string is a valid header value");
         let last_modified = HeaderValue::try_from(chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string())
             .expect("an HTTP date is a valid header value");
-        Ok(Self { card, json, etag, last_modified })
+        Ok(Self { card, json, etag, last_modified, cache_scope })
     }
 
     pub fn card(&self) -> &AgentCard {
@@ -36,7 +49,7 @@ impl CardDocument {
 
     /// The card, or 304 when the client already holds this version (`If-None-Match`).
     pub fn respond(&self, request_headers: &HeaderMap) -> Response {
-        let cache_control = HeaderValue::from_str(&format!("public, max-age={CARD_MAX_AGE_S}"))
+        let cache_control = HeaderValue::from_str(&format!("{}, max-age={CARD_MAX_AGE_S}", self.cache_scope))
             .expect("a numeric max-age is a valid header value");
         let fresh = request_headers
             .get_all(header::IF_NONE_MATCH)
@@ -65,4 +78,12 @@ pub fn sign_card(card: AgentCard, signer: &mesh_auth::CardSigner) -> Result<Agen
     let mut json = serde_json::to_value(&card).map_err(unreadable)?;
     signer.sign(&mut json)?;
     serde_json::from_value(json).map_err(unreadable)
+}
+
+/// The authenticated extended card (A2A 1.0 §3.1.11): the public card as served (interfaces,
+/// capabilities and security schemes included) plus `skills`, which only authenticated callers see.
+pub fn extended_card(public: &AgentCard, skills: &[AgentSkill]) -> AgentCard {
+    let mut card = public.clone();
+    card.skills.extend_from_slice(skills);
+    card
 }

@@ -2,14 +2,68 @@
 //! does depends on the prefix of the message id (`tck-complete-task-...`,
 //! `tck-input-required-...`, ...). Any other message is echoed (`echo: <text>` as an artifact),
 //! and `interop-long-running-...` keeps working until the task is canceled, for the official SDK's
-//! interop checks. Served by `examples/tck_agent.rs`; `scripts/tck.sh` runs the kit against it.
+//! interop checks. Served by `examples/tck_agent.rs`; `scripts/tck.sh` runs the kit against it,
+//! and against each [`Variant`], which shows the kit a capability the standard agent lacks so that
+//! its tests of that capability run.
 
 use std::time::Duration;
 
-use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, PartContent, TaskState};
+use mesh_protocol::a2a::v1::{AgentCard, AgentExtension, AgentSkill, Artifact, Part, PartContent, TaskState};
 use serde_json::json;
 
+use crate::AgentConfig;
 use crate::a2a::{TaskClosed, TaskEvents, TaskHandler, Turn};
+
+/// The extension the kit's required-extension tests look for on the card (CORE-CAP-004).
+pub const TCK_REQUIRED_EXTENSION_URI: &str = "urn:a2a:tck:required-extension";
+/// Id of the skill the extended-card variant shows authenticated callers only.
+pub const TCK_EXTENDED_SKILL_ID: &str = "tck-extended";
+
+/// A capability the conformance agent shows the kit, beside the standard agent's (which streams,
+/// offers push notifications and neither an extended card nor a required extension). The kit
+/// runs its tests of a capability only when the card declares it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Variant {
+    #[default]
+    Standard,
+    /// An authenticated extended card with one more skill; callers open it with the configured
+    /// `extended_card_token` (or their mesh credentials when access control is on).
+    ExtendedCard,
+    /// Requires [`TCK_REQUIRED_EXTENSION_URI`]: a call that does not activate it is refused.
+    RequiredExtension,
+    /// Says `streaming: false`: the streaming methods are refused.
+    NoStreaming,
+    /// Offers no push notifications: the push notification config methods are refused.
+    NoPushNotifications,
+}
+
+impl Variant {
+    /// Turns the standard agent's card and configuration into this variant's.
+    pub fn apply(self, card: &mut AgentCard, config: &mut AgentConfig) {
+        match self {
+            Self::Standard => {}
+            Self::ExtendedCard => config.extended_skills.push(AgentSkill {
+                id: TCK_EXTENDED_SKILL_ID.into(),
+                name: "TCK extended".into(),
+                description: "Shown to authenticated callers only, on the extended agent card".into(),
+                tags: vec!["tck".into()],
+                examples: Vec::new(),
+                input_modes: Vec::new(),
+                output_modes: Vec::new(),
+                security_requirements: None,
+                security: None,
+            }),
+            Self::RequiredExtension => config.extensions.push(AgentExtension {
+                uri: TCK_REQUIRED_EXTENSION_URI.into(),
+                description: Some("Every call must activate it (A2A-Extensions)".into()),
+                required: true,
+                params: None,
+            }),
+            Self::NoStreaming => card.capabilities.streaming = Some(false),
+            Self::NoPushNotifications => config.push_notifications = false,
+        }
+    }
+}
 
 /// How long `test-resubscribe-message-id` works: twice the kit's 2 s streaming timeout, so a
 /// client can drop its stream and resubscribe before the end.

@@ -1,9 +1,11 @@
 //! The gRPC binding of a kit agent on port 0 (the HTTP port, over HTTP/2): every method, streams,
-//! the spec's statuses with their `ErrorInfo`, the version metadata, access control, and the same
-//! task seen through gRPC and JSON-RPC.
+//! the spec's statuses with their `ErrorInfo`, the version metadata, access control, the same
+//! task seen through gRPC and JSON-RPC, and the surface every binding applies (the extended card,
+//! required extensions, agents that do not stream).
 
 use futures::StreamExt;
 use mesh_a2a_grpc::{GrpcClient, a2a_error};
+use mesh_agent_kit::conformance::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent, Variant};
 use mesh_agent_kit::{AgentApp, AgentConfig, TaskEvents, TaskHandler, Turn};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, TaskState};
@@ -118,7 +120,8 @@ async fn unary_methods_answer_over_grpc_as_json_rpc_does() {
     assert_eq!(task["artifacts"][0]["parts"][0]["text"], "got ping");
     let id = task["id"].as_str().unwrap();
 
-    // The task read over gRPC is the task read over JSON-RPC, member for member.
+    // The task read over gRPC is the task read over JSON-RPC, member for member (written in
+    // ProtoJSON, which leaves out the empty and default members JSON-RPC may carry).
     let over_grpc = grpc.unary("GetTask", json!({"id": id}), V1).await.unwrap();
     let over_rpc: Value = agent
         .http
@@ -131,7 +134,10 @@ async fn unary_methods_answer_over_grpc_as_json_rpc_does() {
         .json()
         .await
         .unwrap();
-    assert_eq!(over_grpc, over_rpc["result"]);
+    let task_message = mesh_a2a_grpc::method("GetTask").unwrap().output();
+    let rpc_task = mesh_a2a_grpc::encode_json(&task_message, over_rpc["result"].clone()).unwrap();
+    assert_eq!(over_grpc, mesh_a2a_grpc::decode_json(&task_message, rpc_task).unwrap());
+    assert_eq!(over_grpc["id"], over_rpc["result"]["id"]);
 
     let message = grpc.unary("SendMessage", send("hello"), V1).await.unwrap();
     assert_eq!(message["message"]["parts"][0]["text"], "hi there");
@@ -221,8 +227,9 @@ async fn errors_are_the_specs_statuses_with_their_error_info() {
     let empty = grpc.unary("SendMessage", json!({}), V1).await.unwrap_err();
     assert_eq!(a2a(&empty, Code::InvalidArgument), A2aErrorCode::InvalidParams);
 
+    // A card that does not announce an extended card: the spec's UnsupportedOperation.
     let card = grpc.unary("GetExtendedAgentCard", json!({}), V1).await.unwrap_err();
-    assert_eq!(a2a(&card, Code::FailedPrecondition), A2aErrorCode::ExtendedAgentCardNotConfigured);
+    assert_eq!(a2a(&card, Code::FailedPrecondition), A2aErrorCode::UnsupportedOperation);
 
     // A tenant that is not a tenant id is refused before anything is read.
     let bad_tenant = grpc.unary("GetTask", json!({"id": "x", "tenant": "../etc"}), V1).await.unwrap_err();
@@ -281,5 +288,69 @@ async fn with_access_control_a_call_needs_a_credential() {
     // Tasks live in the caller's tenant: another tenant's caller does not see them.
     let listed = grpc.unary("ListTasks", json!({}), &with_token).await.unwrap();
     assert_eq!(listed["tasks"].as_array().unwrap().len(), 1);
+    agent.stop().await;
+}
+
+/// The conformance agent as `variant`, on `config`.
+async fn variant(variant: Variant, mut config: AgentConfig) -> Served {
+    let mut card = mesh_agent_kit::conformance::card().unwrap();
+    variant.apply(&mut card, &mut config);
+    Served::serve(AgentApp::build_tasks(&config, card, TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap())
+}
+
+fn skill_ids(card: &Value) -> Vec<&str> {
+    card["skills"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn the_extended_card_opens_to_its_token_over_grpc() {
+    const TOKEN: &str = "grpc-extended-card-token";
+    let agent =
+        variant(Variant::ExtendedCard, AgentConfig { extended_card_token: Some(TOKEN.into()), ..config() }).await;
+    let mut grpc = client(&agent).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let card = grpc.unary("GetExtendedAgentCard", json!({}), &[("a2a-version", "1.0"), ("authorization", &bearer)]);
+    let card = card.await.unwrap();
+    assert_eq!(skill_ids(&card), ["tck", TCK_EXTENDED_SKILL_ID]);
+    assert_eq!(card["capabilities"]["extendedAgentCard"], true);
+
+    let anonymous = grpc.unary("GetExtendedAgentCard", json!({}), V1).await.unwrap_err();
+    assert_eq!(anonymous.code(), Code::Unauthenticated, "{anonymous:?}");
+    let wrong = [("a2a-version", "1.0"), ("authorization", "Bearer not-the-token")];
+    let refused = grpc.unary("GetExtendedAgentCard", json!({}), &wrong).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn a_required_extension_must_be_activated_over_grpc() {
+    let agent = variant(Variant::RequiredExtension, config()).await;
+    let mut grpc = client(&agent).await;
+    for method in ["ListTasks", "GetExtendedAgentCard"] {
+        let refused = grpc.unary(method, json!({}), V1).await.unwrap_err();
+        assert_eq!(a2a(&refused, Code::FailedPrecondition), A2aErrorCode::ExtensionSupportRequired, "{method}");
+        assert!(refused.message().contains(TCK_REQUIRED_EXTENSION_URI), "{refused:?}");
+    }
+    let refused = grpc.stream("SendStreamingMessage", send("hi"), V1).await.err().expect("refused");
+    assert_eq!(a2a(&refused, Code::FailedPrecondition), A2aErrorCode::ExtensionSupportRequired);
+
+    let activated = [("a2a-version", "1.0"), ("a2a-extensions", TCK_REQUIRED_EXTENSION_URI)];
+    let listed = grpc.unary("ListTasks", json!({}), &activated).await.unwrap();
+    // ProtoJSON leaves an empty list out.
+    assert_eq!(listed.get("tasks"), None, "{listed}");
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_that_does_not_stream_refuses_the_streaming_methods_over_grpc() {
+    let agent = variant(Variant::NoStreaming, config()).await;
+    let mut grpc = client(&agent).await;
+    for (method, request) in [("SendStreamingMessage", send("hi")), ("SubscribeToTask", json!({"id": "any"}))] {
+        let refused = grpc.stream(method, request, V1).await.err().expect("refused");
+        assert_eq!(a2a(&refused, Code::FailedPrecondition), A2aErrorCode::UnsupportedOperation, "{method}");
+    }
+    // Its unary methods serve as usual.
+    let sent = grpc.unary("SendMessage", send("hello"), V1).await.unwrap();
+    assert!(sent.get("task").is_some() || sent.get("message").is_some(), "{sent}");
     agent.stop().await;
 }

@@ -2,15 +2,16 @@
 //! lists and cancels over JSON-RPC and HTTP+JSON, in 1.0 and in 0.3 mode, and over gRPC (1.0), and sets push
 //! notification webhooks (with a message, and with its config calls), whose notifications a
 //! webhook here receives (`tests/interop/client_checks.py`), against an open agent and against one that requires a
-//! token (sent by the SDK's own `AuthInterceptor`, from the card's security schemes). Runs where
-//! `MESH_A2A_PYTHON` names a Python with the SDK (`.ci/run` makes one); skips with a message
-//! elsewhere, and fails under CI.
+//! token (sent by the SDK's own `AuthInterceptor`, from the card's security schemes), which also
+//! reads the authenticated extended card with it, as it does from an open agent that guards its
+//! extended card with a token. Runs where `MESH_A2A_PYTHON` names a Python with the SDK
+//! (`.ci/run` makes one); skips with a message elsewhere, and fails under CI.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mesh_agent_kit::conformance::{TckAgent, card};
+use mesh_agent_kit::conformance::{TCK_EXTENDED_SKILL_ID, TckAgent, Variant, card};
 use mesh_agent_kit::{AgentApp, AgentConfig};
 use mesh_client::HttpClient;
 
@@ -23,12 +24,30 @@ const LONG_RUNNING_PREFIX: &str = "interop-long-running";
 async fn the_python_sdk_client_works_against_a_kit_agent() {
     let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
     let config = AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() };
-    let failures = run_checks(&python, &config, None).await;
+    let failures = run_checks(&python, &config, Variant::Standard, None).await;
     assert!(failures.is_empty(), "the SDK's checks failed for: {failures:?}");
 }
 
+/// An open agent whose extended card opens to a token: the SDK's `AuthInterceptor` sends it as
+/// the card's security scheme says, and its `get_extended_agent_card` gets the extra skill.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_client_opens_the_extended_card_with_its_token() {
+    let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
+    let config = AgentConfig {
+        task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()),
+        extended_card_token: Some(EXTENDED_CARD_TOKEN.into()),
+        ..AgentConfig::default()
+    };
+    let failures = run_checks(&python, &config, Variant::ExtendedCard, Some(EXTENDED_CARD_TOKEN)).await;
+    assert!(failures.is_empty(), "the SDK's checks failed for: {failures:?}");
+}
+
+/// The token of the open agent's extended card.
+const EXTENDED_CARD_TOKEN: &str = "interop-extended-card-token";
+
 /// A protected agent: the SDK's own `AuthInterceptor`, given a token, reads the card's security
-/// schemes and sends it; every check passes with it, and nothing passes without it.
+/// schemes and sends it; every check passes with it (the extended card's too), and nothing
+/// passes without it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
     let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
@@ -37,9 +56,9 @@ async fn the_python_sdk_client_authenticates_to_a_protected_agent() {
     config.auth.jwt_hs256_secret = Some(SECRET.into());
     let claims = mesh_auth::Claims::new("sdk-user", "acme", &[mesh_auth::Role::User], 600);
     let token = mesh_auth::mint_hs256(SECRET.as_bytes(), &claims).unwrap();
-    let failures = run_checks(&python, &config, Some(&token)).await;
+    let failures = run_checks(&python, &config, Variant::ExtendedCard, Some(&token)).await;
     assert!(failures.is_empty(), "with the token, the SDK's checks failed for: {failures:?}");
-    let refused = run_checks(&python, &config, None).await;
+    let refused = run_checks(&python, &config, Variant::ExtendedCard, None).await;
     assert_eq!(refused.len(), RUNS.len(), "without the token, every run must fail");
 }
 
@@ -84,20 +103,23 @@ fn completions(received: &Notifications) -> usize {
         .count()
 }
 
-/// Serves the conformance agent with `config` and runs the SDK's checks on both bindings in
-/// both versions; returns the runs that failed. Each run that passed set a webhook here with a
-/// message: the completion of its task must reach it, with the run's token.
-async fn run_checks(python: &str, config: &AgentConfig, credential: Option<&str>) -> Vec<String> {
+/// Serves the conformance agent as `variant` with `config` and runs the SDK's checks on both
+/// bindings in both versions (the extended card's with [`Variant::ExtendedCard`]); returns the
+/// runs that failed. Each run that passed set a webhook here with a message: the completion of
+/// its task must reach it, with the run's token.
+async fn run_checks(python: &str, config: &AgentConfig, variant: Variant, credential: Option<&str>) -> Vec<String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/client_checks.py");
-    let app =
-        AgentApp::build_tasks(config, card().unwrap(), TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
+    let (mut card, mut config) = (card().unwrap(), config.clone());
+    variant.apply(&mut card, &mut config);
+    let extended_skill = (variant == Variant::ExtendedCard).then_some(TCK_EXTENDED_SKILL_ID);
+    let app = AgentApp::build_tasks(&config, card, TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
     let url = app.url().to_owned();
     let server = tokio::spawn(app.run_until_stopped(std::future::pending()));
     let received = Notifications::default();
     let hook = webhook(received.clone()).await;
     let mut failures = Vec::new();
     for (transport, protocol) in RUNS {
-        let run = || check_run(python, &script, &url, &hook, transport, protocol, credential);
+        let run = || check_run(python, &script, &url, &hook, (transport, protocol), credential, extended_skill);
         // A run that fails is run once more: under a loaded CI machine the SDK's pooled
         // connection has been seen closed by the server as a request went out on it
         // (`Server disconnected without sending a response`, once in many runs). A run that
@@ -127,9 +149,9 @@ async fn check_run(
     script: &std::path::Path,
     url: &str,
     webhook: &str,
-    transport: &str,
-    protocol: &str,
+    (transport, protocol): (&str, &str),
     credential: Option<&str>,
+    extended_skill: Option<&str>,
 ) -> bool {
     let mut command = tokio::process::Command::new(python);
     command
@@ -141,6 +163,9 @@ async fn check_run(
     if let Some(credential) = credential {
         command.args(["--credential", credential]);
     }
+    if let Some(skill) = extended_skill {
+        command.args(["--extended-skill", skill]);
+    }
     let output = tokio::time::timeout(Duration::from_secs(CHECKS_TIMEOUT_S), command.output())
         .await
         .unwrap_or_else(|_| panic!("{transport} {protocol}: the checks took over {CHECKS_TIMEOUT_S} s"))
@@ -148,7 +173,10 @@ async fn check_run(
     let stdout = String::from_utf8_lossy(&output.stdout);
     eprintln!("== {transport} {protocol}\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
     // Every check must have run and passed; only the list check may be skipped, in 0.3,
-    // which has no ListTasks.
-    let ran_all = !stdout.lines().any(|l| l.starts_with("SKIP") && !(protocol == "0.3" && l.contains("list")));
+    // which has no ListTasks, and the extended card's where the agent has none.
+    let may_skip = |line: &str| {
+        (protocol == "0.3" && line.contains("list")) || (extended_skill.is_none() && line.contains("extended-card"))
+    };
+    let ran_all = !stdout.lines().any(|l| l.starts_with("SKIP") && !may_skip(l));
     output.status.success() && ran_all && stdout.contains("PASS")
 }

@@ -194,8 +194,9 @@ impl Authenticator {
     }
 }
 
-/// The credential a request presents: `Authorization: Bearer X`, else `X-API-Key: X`.
-fn presented_credential(headers: &http::HeaderMap) -> Result<Option<&str>, AuthError> {
+/// The credential a request presents: `Authorization: Bearer X`, else `X-API-Key: X`;
+/// `Ok(None)` when it presents none, an error when the header is not of that form.
+pub fn presented_credential(headers: &http::HeaderMap) -> Result<Option<&str>, AuthError> {
     if let Some(value) = headers.get(http::header::AUTHORIZATION) {
         let value = value.to_str().map_err(|_| AuthError::Invalid("the Authorization header is not text".into()))?;
         let (scheme, credential) = value.split_once(' ').unwrap_or((value, ""));

@@ -4,7 +4,10 @@
 //! (access control, limits, call admission, metrics). Each method's protobuf request is read as
 //! its ProtoJSON params and runs through the same 1.0 methods as JSON-RPC ([`super::methods`]);
 //! errors are the spec's gRPC statuses with an `ErrorInfo`. The client's version travels as
-//! `a2a-version` metadata, checked as the other bindings check their header.
+//! `a2a-version` metadata and its extensions as `a2a-extensions`, checked as the other bindings
+//! check their headers ([`Surface`]).
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -17,6 +20,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use mesh_a2a_grpc::{BytesCodec, MessageDescriptor, MethodDescriptor, SERVICE};
 use mesh_protocol::a2a::v1::StreamResponse;
+use mesh_protocol::jsonrpc::method;
 use serde::Serialize;
 use serde_json::Value;
 use tonic::Status;
@@ -24,16 +28,25 @@ use tonic::server::{Grpc, ServerStreamingService, UnaryService};
 
 use super::engine::{TaskEngine, TaskHandler};
 use super::methods::{Answering, call_v1};
+use super::surface::{CardRefusal, Surface};
 use super::{Failure, Inbound, Version};
 
-pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>) -> Router {
-    Router::new().route(&format!("/{SERVICE}/{{method}}"), post(serve::<H>)).with_state(engine)
+/// What every call of the binding is served by.
+struct Binding<H> {
+    engine: TaskEngine<H>,
+    surface: Arc<Surface>,
+}
+
+pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, surface: Arc<Surface>) -> Router {
+    Router::new()
+        .route(&format!("/{SERVICE}/{{method}}"), post(serve::<H>))
+        .with_state(Arc::new(Binding { engine, surface }))
 }
 
 /// One call. The body is read whole (a unary or server-streaming call sends one message), so
 /// the agent's body limit bounds it as it bounds the other bindings' requests.
 async fn serve<H: TaskHandler>(
-    State(engine): State<TaskEngine<H>>,
+    State(binding): State<Arc<Binding<H>>>,
     Path(name): Path<String>,
     inbound: Inbound,
     headers: HeaderMap,
@@ -43,15 +56,29 @@ async fn serve<H: TaskHandler>(
     let Some(method) = mesh_a2a_grpc::method(&name) else {
         return answer_status(Status::unimplemented(format!("{SERVICE} has no method {name:?}")));
     };
-    let call = Call { engine, method, inbound, headers: headers.clone() };
+    // Admitted as the other bindings admit a call: its version, then the surface's checks.
+    let admitted = Version::require(&headers, Version::V1)
+        .and_then(|()| binding.surface.check_call(&headers, method.is_server_streaming()));
+    let activated = match admitted {
+        Ok(activated) => activated,
+        Err(failure) => return answer_status(into_status(failure)),
+    };
+    let call = Call {
+        engine: binding.engine.clone(),
+        surface: binding.surface.clone(),
+        method,
+        inbound,
+        headers: headers.clone(),
+    };
     let mut request = Request::new(Body::from(body));
     *request.headers_mut() = headers;
     *request.extensions_mut() = extensions;
     let mut grpc = Grpc::new(BytesCodec).max_decoding_message_size(usize::MAX);
-    let response = match call.method.is_server_streaming() {
+    let mut response = match call.method.is_server_streaming() {
         true => grpc.server_streaming(call, request).await,
         false => grpc.unary(call, request).await,
     };
+    activated.echo(response.headers_mut());
     response.into_response()
 }
 
@@ -63,6 +90,7 @@ fn answer_status(status: Status) -> Response {
 /// A call to one method by one caller.
 struct Call<H> {
     engine: TaskEngine<H>,
+    surface: Arc<Surface>,
     method: MethodDescriptor,
     inbound: Inbound,
     /// The request's headers: its metadata, read as the other bindings read their headers.
@@ -71,8 +99,14 @@ struct Call<H> {
 
 impl<H> Clone for Call<H> {
     fn clone(&self) -> Self {
-        let Self { engine, method, inbound, headers } = self;
-        Self { engine: engine.clone(), method: method.clone(), inbound: inbound.clone(), headers: headers.clone() }
+        let Self { engine, surface, method, inbound, headers } = self;
+        Self {
+            engine: engine.clone(),
+            surface: surface.clone(),
+            method: method.clone(),
+            inbound: inbound.clone(),
+            headers: headers.clone(),
+        }
     }
 }
 
@@ -80,11 +114,18 @@ impl<H: TaskHandler> Call<H> {
     /// Runs the method on its decoded request.
     async fn run(self, request: Bytes) -> Result<Answer, Status> {
         let name = self.method.name();
-        Version::require(&self.headers, Version::V1).map_err(into_status)?;
         crate::observe::record_a2a_method(name);
         let params = mesh_a2a_grpc::decode_json(&self.method.input(), request)
             .map_err(|e| into_status(Failure::invalid_params(e.to_string())))?;
         let answering = GrpcAnswer { output: self.method.output() };
+        if name == method::v1::GET_EXTENDED_AGENT_CARD {
+            return match self.surface.extended_card(&self.headers, &self.inbound) {
+                Ok(document) => Ok(answering.unary(document.card())),
+                Err(CardRefusal::Failure(failure)) => Err(into_status(failure)),
+                // As gRPC says a call lacks credentials, where the trust layer answers 401.
+                Err(CardRefusal::Unauthenticated(error)) => Err(Status::unauthenticated(error.to_string())),
+            };
+        }
         call_v1(&self.engine, name, Some(params), &self.inbound, answering).await.map_err(into_status)
     }
 }

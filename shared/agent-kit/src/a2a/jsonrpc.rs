@@ -1,5 +1,7 @@
 //! The JSON-RPC 2.0 binding at `POST /`: 1.0 methods for 1.0 clients, 0.3 methods for 0.3 ones.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -17,10 +19,17 @@ use serde_json::Value;
 
 use super::engine::{TaskEngine, TaskHandler};
 use super::methods::{Answering, METHODS_V1, call_v1, params};
+use super::surface::{ActivatedExtensions, CardRefusal, Surface};
 use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking as send, sse, until_final};
 
-pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>) -> Router {
-    Router::new().route("/", post(handle::<H>)).with_state(engine)
+#[derive(Debug)]
+struct Rpc<H> {
+    engine: TaskEngine<H>,
+    surface: Arc<Surface>,
+}
+
+pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, surface: Arc<Surface>) -> Router {
+    Router::new().route("/", post(handle::<H>)).with_state(Arc::new(Rpc { engine, surface }))
 }
 
 /// The request as far as it could be read, for shaping the answer.
@@ -33,7 +42,7 @@ struct Call {
 }
 
 async fn handle<H: TaskHandler>(
-    State(engine): State<TaskEngine<H>>,
+    State(rpc): State<Arc<Rpc<H>>>,
     inbound: Inbound,
     headers: HeaderMap,
     body: Bytes,
@@ -43,11 +52,51 @@ async fn handle<H: TaskHandler>(
         Err((id, error)) => return Json(RpcResponse::<Value>::error(id, error)).into_response(),
     };
     let (id, version) = (call.id.clone(), call.version);
-    match dispatch(&engine, &headers, call, &inbound).await {
-        Ok(reply) => reply,
+    let answered = match admit(&rpc.surface, &headers, &call) {
+        Ok(activated) => dispatch(&rpc, &headers, call, &inbound).await.map(|reply| (reply, activated)),
+        Err(failure) => Err(failure),
+    };
+    match answered {
+        Ok((mut reply, activated)) => {
+            activated.echo(reply.headers_mut());
+            reply
+        }
         Err(failure) => Json(RpcResponse::<Value>::error(id, error_object(version, failure))).into_response(),
     }
 }
+
+/// Admits a call before its params are read: a known method, in the version the client speaks,
+/// then what the surface asks of every call (required extensions; streaming when offered).
+fn admit(surface: &Surface, headers: &HeaderMap, call: &Call) -> Result<ActivatedExtensions, Failure> {
+    let method = call.method.as_str();
+    if !METHODS_V1.contains(&method) && !KNOWN_V03.contains(&method) {
+        return Err(Failure::new(A2aErrorCode::MethodNotFound, format!("method {method:?} not found")));
+    }
+    Version::require(headers, call.version)?;
+    surface.check_call(headers, STREAMING.contains(&method))
+}
+
+/// The 0.3 methods served.
+const KNOWN_V03: [&str; 10] = [
+    method::v03::MESSAGE_SEND,
+    method::v03::MESSAGE_STREAM,
+    method::v03::TASKS_GET,
+    method::v03::TASKS_CANCEL,
+    method::v03::TASKS_RESUBSCRIBE,
+    method::v03::TASKS_PUSH_NOTIFICATION_CONFIG_SET,
+    method::v03::TASKS_PUSH_NOTIFICATION_CONFIG_GET,
+    method::v03::TASKS_PUSH_NOTIFICATION_CONFIG_LIST,
+    method::v03::TASKS_PUSH_NOTIFICATION_CONFIG_DELETE,
+    method::v03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD,
+];
+
+/// The methods answered with a stream, refused by an agent that does not stream.
+const STREAMING: [&str; 4] = [
+    method::v1::SEND_STREAMING_MESSAGE,
+    method::v1::SUBSCRIBE_TO_TASK,
+    method::v03::MESSAGE_STREAM,
+    method::v03::TASKS_RESUBSCRIBE,
+];
 
 /// The JSON-RPC error for a failure, in the version's shape: 1.0 carries `ErrorInfo` details,
 /// 0.3 an explicit `"data": null`, as each SDK writes them.
@@ -104,31 +153,18 @@ fn stream_reply<T: Serialize>(id: Id, events: impl futures::Stream<Item = T> + S
 }
 
 async fn dispatch<H: TaskHandler>(
-    engine: &TaskEngine<H>,
+    rpc: &Rpc<H>,
     headers: &HeaderMap,
     call: Call,
     inbound: &Inbound,
 ) -> Result<Response, Failure> {
-    use method::v03 as m03;
+    use method::{v1, v03 as m03};
+    let engine = &rpc.engine;
     let Call { id, version, method, params: raw } = call;
-    let known_v03 = [
-        m03::MESSAGE_SEND,
-        m03::MESSAGE_STREAM,
-        m03::TASKS_GET,
-        m03::TASKS_CANCEL,
-        m03::TASKS_RESUBSCRIBE,
-        m03::TASKS_PUSH_NOTIFICATION_CONFIG_SET,
-        m03::TASKS_PUSH_NOTIFICATION_CONFIG_GET,
-        m03::TASKS_PUSH_NOTIFICATION_CONFIG_LIST,
-        m03::TASKS_PUSH_NOTIFICATION_CONFIG_DELETE,
-        m03::AGENT_GET_AUTHENTICATED_EXTENDED_CARD,
-    ];
-    if !METHODS_V1.contains(&method.as_str()) && !known_v03.contains(&method.as_str()) {
-        return Err(Failure::new(A2aErrorCode::MethodNotFound, format!("method {method:?} not found")));
-    }
-    Version::require(headers, version)?;
     crate::observe::record_a2a_method(&method);
-    if version == Version::V1 {
+    // The extended card is the binding's to answer (below): a refusal for want of credentials
+    // takes the trust layer's JSON-RPC shape.
+    if version == Version::V1 && method != v1::GET_EXTENDED_AGENT_CARD {
         return call_v1(engine, &method, raw, inbound, JsonRpcAnswer(id)).await;
     }
     match method.as_str() {
@@ -190,8 +226,13 @@ async fn dispatch<H: TaskHandler>(
             engine.delete_push_config(&inbound.tenant(None)?, &request).await?;
             Ok(reply(id, Value::Null))
         }
-        // The methods left of the known ones: the extended card's, which this agent has not.
-        _ => Err(Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured)),
+        // The methods left of the known ones: the extended card's, in 1.0 and 0.3 (the same
+        // document: with the 0.3 fields on, it carries both versions' members).
+        _ => match rpc.surface.extended_card(headers, inbound) {
+            Ok(card) => Ok(reply(id, card.card())),
+            Err(CardRefusal::Failure(failure)) => Err(failure),
+            Err(CardRefusal::Unauthenticated(error)) => Ok(crate::auth::credential_refusal(&error, Some(id))),
+        },
     }
 }
 

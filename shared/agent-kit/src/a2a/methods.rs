@@ -49,8 +49,9 @@ pub(super) fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, Fa
     serde_json::from_value(params).map_err(|e| Failure::invalid_params(format!("invalid params: {e}")))
 }
 
-/// Runs 1.0 `method` (one of [`METHODS_V1`]; the binding checked the client's version) with its
-/// ProtoJSON params, for the caller `inbound`.
+/// Runs 1.0 `method` (one of [`METHODS_V1`] but the extended card's; the binding checked the
+/// client's version and admitted the call through its `Surface`) with its ProtoJSON params, for
+/// the caller `inbound`.
 pub(super) async fn call_v1<H: TaskHandler, A: Answering>(
     engine: &TaskEngine<H>,
     method: &str,
@@ -110,8 +111,8 @@ pub(super) async fn call_v1<H: TaskHandler, A: Answering>(
             // `google.protobuf.Empty`: the SDK answers it as a null JSON-RPC result.
             Ok(answer.unary(EMPTY))
         }
-        // The extended card's, which this agent has not.
-        v1::GET_EXTENDED_AGENT_CARD => Err(Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured)),
+        // `GetExtendedAgentCard` included: each binding answers it, as it answers a caller
+        // without credentials in its own shape (see `Surface::extended_card`).
         _ => Err(Failure::new(A2aErrorCode::MethodNotFound, format!("method {method:?} not found"))),
     }
 }

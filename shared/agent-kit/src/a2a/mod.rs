@@ -15,6 +15,7 @@ pub mod push;
 mod push_configs;
 mod rest;
 pub(crate) mod seed;
+mod surface;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub use engine::{
 };
 pub use push::{PushDelivery, PushSettings};
 pub use seed::SeedTasks;
+pub use surface::Surface;
 
 /// Seconds between SSE keep-alive comments, so proxies do not close a quiet stream.
 const SSE_KEEP_ALIVE_S: u64 = 15;
@@ -253,8 +255,9 @@ fn sse<T: Serialize, S: Stream<Item = T> + Send + 'static>(documents: S) -> Resp
 /// Fills in how the card reaches the agent: JSON-RPC and HTTP+JSON at `url`, in 1.0 and in 0.3
 /// (1.0 first: clients take the first interface of a binding), gRPC (1.0) at `url`'s host and
 /// port (gRPC addresses have no path), plus, with `legacy_fields`, the 0.3 top-level fields old
-/// clients read; streaming is always on (push notifications are the agent's configuration's to
-/// declare).
+/// clients read. Streaming is on unless the card says it is off (then every binding refuses the
+/// streaming methods, see [`Surface`]); push notifications are the agent's configuration's to
+/// declare.
 pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool) {
     // Without a trailing slash: clients append paths (`{url}/message:send`) to it.
     let root = url.trim_end_matches('/').to_owned();
@@ -274,7 +277,7 @@ pub fn describe_interfaces(card: &mut AgentCard, url: &str, legacy_fields: bool)
         interface(binding::HTTP_JSON, PROTOCOL_VERSION_0_3),
     ]);
     card.supported_interfaces = interfaces;
-    card.capabilities.streaming = Some(true);
+    card.capabilities.streaming.get_or_insert(true);
     if !legacy_fields {
         return;
     }
@@ -301,7 +304,7 @@ fn grpc_address(url: &str) -> Option<String> {
 /// `Authorization: Bearer`, or an API key in `X-API-Key`. The 1.0 shapes always; with the 0.3
 /// fields, the 0.3 shapes merged into the same scheme objects, as the SDK serves them.
 pub fn describe_security(card: &mut AgentCard, legacy_fields: bool) {
-    use serde_json::{Value, json};
+    use serde_json::json;
     let bearer = json!({"httpAuthSecurityScheme": {
         "scheme": "Bearer", "bearerFormat": "JWT",
         "description": "A JWT or an API key of the mesh, as `Authorization: Bearer <credential>`"
@@ -311,32 +314,56 @@ pub fn describe_security(card: &mut AgentCard, legacy_fields: bool) {
     }});
     let legacy_bearer = json!({"type": "http", "scheme": "bearer", "bearerFormat": "JWT"});
     let legacy_api_key = json!({"type": "apiKey", "in": "header", "name": mesh_auth::API_KEY_HEADER});
-    // The 0.3 members beside the 1.0 one, in one object.
-    let scheme = |mut v1: Value, legacy: Value| {
+    declare_security(
+        card,
+        legacy_fields,
+        [(SECURITY_SCHEME_BEARER, bearer, legacy_bearer), (SECURITY_SCHEME_API_KEY, api_key, legacy_api_key)],
+    );
+}
+
+/// Declares on the card of an agent without access control the one credential it asks for: the
+/// extended card's token, as `Authorization: Bearer` (A2A 1.0 §3.1.11: a client authenticates the
+/// extended card's request with a scheme the public card declares). Its tasks stay open.
+pub fn describe_extended_card_token(card: &mut AgentCard, legacy_fields: bool) {
+    use serde_json::json;
+    let bearer = json!({"httpAuthSecurityScheme": {
+        "scheme": "Bearer",
+        "description": "The token of the authenticated extended agent card, as `Authorization: Bearer <token>`"
+    }});
+    let legacy_bearer = json!({"type": "http", "scheme": "bearer"});
+    declare_security(card, legacy_fields, [(SECURITY_SCHEME_BEARER, bearer, legacy_bearer)]);
+}
+
+/// Sets the card's security schemes, `(name, 1.0 shape, 0.3 shape)`, each one alone enough: the
+/// 0.3 members merged beside the 1.0 ones in one object with `legacy_fields`.
+fn declare_security<const N: usize>(
+    card: &mut AgentCard,
+    legacy_fields: bool,
+    schemes: [(&str, serde_json::Value, serde_json::Value); N],
+) {
+    use serde_json::{Value, json};
+    let names: Vec<&str> = schemes.iter().map(|(name, _, _)| *name).collect();
+    let mut declared = serde_json::Map::new();
+    for (name, mut v1, legacy) in schemes {
         if let (true, Some(v1), Value::Object(legacy)) = (legacy_fields, v1.as_object_mut(), legacy) {
             v1.extend(legacy);
         }
-        v1
-    };
-    let mut schemes = serde_json::Map::new();
-    schemes.insert(SECURITY_SCHEME_BEARER.to_owned(), scheme(bearer, legacy_bearer));
-    schemes.insert(SECURITY_SCHEME_API_KEY.to_owned(), scheme(api_key, legacy_api_key));
-    card.security_schemes = Some(schemes);
-    card.security_requirements = Some(vec![
-        json!({"schemes": {SECURITY_SCHEME_BEARER: {"list": []}}}),
-        json!({"schemes": {SECURITY_SCHEME_API_KEY: {"list": []}}}),
-    ]);
-    card.security =
-        legacy_fields.then(|| vec![json!({SECURITY_SCHEME_BEARER: []}), json!({SECURITY_SCHEME_API_KEY: []})]);
+        declared.insert(name.to_owned(), v1);
+    }
+    card.security_schemes = Some(declared);
+    card.security_requirements = Some(names.iter().map(|name| json!({"schemes": {*name: {"list": []}}})).collect());
+    card.security = legacy_fields.then(|| names.iter().map(|name| json!({*name: []})).collect());
 }
 
 /// Names of the card's security schemes.
 const SECURITY_SCHEME_BEARER: &str = "bearer";
 const SECURITY_SCHEME_API_KEY: &str = "apiKey";
 
-/// The A2A routes of an agent over `engine`.
-pub fn a2a_router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<crate::card::CardDocument>) -> Router {
-    jsonrpc::router(engine.clone()).merge(grpc::router(engine.clone())).merge(rest::router(engine, card))
+/// The A2A routes of an agent over `engine`, serving and refusing as `surface` says.
+pub fn a2a_router<H: TaskHandler>(engine: TaskEngine<H>, surface: Arc<Surface>) -> Router {
+    jsonrpc::router(engine.clone(), surface.clone())
+        .merge(grpc::router(engine.clone(), surface.clone()))
+        .merge(rest::router(engine, surface))
 }
 
 #[cfg(test)]

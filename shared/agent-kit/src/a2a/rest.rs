@@ -21,14 +21,29 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::engine::{TaskEngine, TaskHandler};
+use super::surface::{ActivatedExtensions, CardRefusal, Surface};
 use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking, sse, until_final};
-use crate::card::CardDocument;
 use crate::http::no_route;
 
 #[derive(Debug)]
 struct Rest<H> {
     engine: TaskEngine<H>,
-    card: Arc<CardDocument>,
+    surface: Arc<Surface>,
+}
+
+impl<H> Rest<H> {
+    /// Admits a call in the form of `version`: the client speaks it, and the surface lets the
+    /// call in (required extensions; a `streaming` call when the agent streams).
+    fn admit(&self, headers: &HeaderMap, version: Version, streaming: bool) -> Result<ActivatedExtensions, Failure> {
+        Version::require(headers, version)?;
+        self.surface.check_call(headers, streaming)
+    }
+}
+
+/// `response`, listing the extensions its call activated.
+fn echoed(activated: &ActivatedExtensions, mut response: Response) -> Response {
+    activated.echo(response.headers_mut());
+    response
 }
 
 type Shared<H> = State<Arc<Rest<H>>>;
@@ -40,7 +55,7 @@ impl axum::response::IntoResponse for Failure {
     }
 }
 
-pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<CardDocument>) -> Router {
+pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, surface: Arc<Surface>) -> Router {
     let mut router = Router::new();
     for prefix in ["", "/{tenant}"] {
         router = router
@@ -50,7 +65,7 @@ pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<CardDocume
             .route(&format!("{prefix}/tasks/{{target}}"), get(task_v1::<H>).post(task_v1::<H>))
             .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs"), any(push_configs_v1::<H>))
             .route(&format!("{prefix}/tasks/{{target}}/pushNotificationConfigs/{{config}}"), any(push_configs_v1::<H>))
-            .route(&format!("{prefix}/extendedAgentCard"), get(extended_card));
+            .route(&format!("{prefix}/extendedAgentCard"), get(extended_card_v1::<H>));
     }
     router
         .route("/v1/message:send", post(send_v03::<H>))
@@ -58,8 +73,8 @@ pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, card: Arc<CardDocume
         .route("/v1/tasks/{target}", get(task_v03::<H>).post(task_v03::<H>))
         .route("/v1/tasks/{target}/pushNotificationConfigs", any(push_configs_v03::<H>))
         .route("/v1/tasks/{target}/pushNotificationConfigs/{config}", any(push_configs_v03::<H>))
-        .route("/v1/card", get(card_v03::<H>))
-        .with_state(Arc::new(Rest { engine, card }))
+        .route("/v1/card", get(extended_card_v03::<H>))
+        .with_state(Arc::new(Rest { engine, surface }))
 }
 
 fn json<T: Serialize>(value: T) -> Response {
@@ -98,8 +113,9 @@ async fn send_v1<H: TaskHandler>(
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_MESSAGE);
+    let activated = rest.admit(&headers, Version::V1, false)?;
     let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
-    Ok(json(send_blocking(&rest.engine, &tenant, request, inbound.scope()).await?))
+    Ok(echoed(&activated, json(send_blocking(&rest.engine, &tenant, request, inbound.scope()).await?)))
 }
 
 /// The 1.0 `message:send` / `message:stream` request and the tenant it is for.
@@ -109,7 +125,6 @@ fn send_request(
     bytes: &Bytes,
     inbound: &Inbound,
 ) -> Result<(String, SendMessageRequest), Failure> {
-    Version::require(headers, Version::V1)?;
     let mut request: SendMessageRequest = body(headers, bytes)?;
     let tenant = tenant_of(path, request.tenant.take().as_deref(), inbound)?;
     Ok((tenant, request))
@@ -131,9 +146,10 @@ async fn stream_v1<H: TaskHandler>(
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_STREAMING_MESSAGE);
+    let activated = rest.admit(&headers, Version::V1, true)?;
     let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
     let events = rest.engine.start(&tenant, request, inbound.scope()).await?;
-    Ok(sse(until_final(events, StreamEnd::TurnEnd)))
+    Ok(echoed(&activated, sse(until_final(events, StreamEnd::TurnEnd))))
 }
 
 async fn list_v1<H: TaskHandler>(
@@ -143,7 +159,7 @@ async fn list_v1<H: TaskHandler>(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, Failure> {
-    Version::require(&headers, Version::V1)?;
+    let activated = rest.admit(&headers, Version::V1, false)?;
     let query = query(raw);
     let status = query
         .get("status")
@@ -169,7 +185,7 @@ async fn list_v1<H: TaskHandler>(
         status_timestamp_after: query.get("statusTimestampAfter").cloned(),
         include_artifacts,
     };
-    Ok(json(rest.engine.list(&path_tenant(&path, &inbound)?, &request).await?))
+    Ok(echoed(&activated, json(rest.engine.list(&path_tenant(&path, &inbound)?, &request).await?)))
 }
 
 async fn task_v1<H: TaskHandler>(
@@ -185,23 +201,24 @@ async fn task_v1<H: TaskHandler>(
     let Some(operation) = TaskOperation::parse(target, &method) else {
         return Ok(no_route(&method, uri.path()).into_response());
     };
-    Version::require(&headers, Version::V1)?;
+    let activated = rest.admit(&headers, Version::V1, operation.streams())?;
     let tenant = path_tenant(&path, &inbound)?;
-    match operation {
+    let response = match operation {
         TaskOperation::Get(id) => {
             let history_length = int_param(&query(raw), "historyLength")?;
             let request = GetTaskRequest { tenant: None, id: id.to_owned(), history_length };
-            Ok(json(rest.engine.get(&tenant, &request).await?))
+            json(rest.engine.get(&tenant, &request).await?)
         }
         TaskOperation::Cancel(id) => {
             let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata: None };
-            Ok(json(rest.engine.cancel(&tenant, &request).await?))
+            json(rest.engine.cancel(&tenant, &request).await?)
         }
         TaskOperation::Subscribe(id) => {
             let events = rest.engine.subscribe(&tenant, id).await?;
-            Ok(sse(until_final(events, StreamEnd::TaskEnd)))
+            sse(until_final(events, StreamEnd::TaskEnd))
         }
-    }
+    };
+    Ok(echoed(&activated, response))
 }
 
 /// What `/tasks/{target}` asks for: `GET {id}`, `POST {id}:cancel` or `{id}:subscribe` (GET as
@@ -228,6 +245,11 @@ impl<'a> TaskOperation<'a> {
             (Some((id, "subscribe")), &Method::GET | &Method::POST) => Some(Self::Subscribe(id)),
             _ => None,
         }
+    }
+
+    /// Whether the operation answers with a stream.
+    fn streams(&self) -> bool {
+        matches!(self, Self::Subscribe(_))
     }
 }
 
@@ -268,18 +290,18 @@ async fn push_configs_v1<H: TaskHandler>(
     let Some((task_id, operation)) = PushOperation::parse(&path, &method) else {
         return Ok(no_route(&method, uri.path()).into_response());
     };
-    Version::require(&headers, Version::V1)?;
+    let activated = rest.admit(&headers, Version::V1, false)?;
     let engine = &rest.engine;
     let tenant = path_tenant(&path, &inbound)?;
     let one =
         |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
-    match operation {
+    let response = match operation {
         PushOperation::Create => {
             let mut config: TaskPushNotificationConfig = body(&headers, &bytes)?;
             // The path names the task (and the tenant, under `/{tenant}/`).
             config.task_id = Some(task_id.to_owned());
             config.tenant = None;
-            Ok(json(engine.create_push_config(&tenant, &config).await?))
+            json(engine.create_push_config(&tenant, &config).await?)
         }
         PushOperation::List => {
             let query = query(uri.query().map(str::to_owned));
@@ -289,15 +311,16 @@ async fn push_configs_v1<H: TaskHandler>(
                 page_size: int_param(&query, "pageSize")?,
                 page_token: query.get("pageToken").cloned(),
             };
-            Ok(json(engine.push_configs(&tenant, &request).await?))
+            json(engine.push_configs(&tenant, &request).await?)
         }
-        PushOperation::Get(id) => Ok(json(engine.push_config(&tenant, &one(id)).await?)),
+        PushOperation::Get(id) => json(engine.push_config(&tenant, &one(id)).await?),
         PushOperation::Delete(id) => {
             engine.delete_push_config(&tenant, &one(id)).await?;
             // `google.protobuf.Empty`.
-            Ok(json(serde_json::json!({})))
+            json(serde_json::json!({}))
         }
-    }
+    };
+    Ok(echoed(&activated, response))
 }
 
 async fn push_configs_v03<H: TaskHandler>(
@@ -312,16 +335,16 @@ async fn push_configs_v03<H: TaskHandler>(
     let Some((task_id, operation)) = PushOperation::parse(&path, &method) else {
         return Ok(no_route(&method, uri.path()).into_response());
     };
-    Version::require(&headers, Version::V03)?;
+    let activated = rest.admit(&headers, Version::V03, false)?;
     let engine = &rest.engine;
     let tenant = inbound.tenant(None)?;
     let one =
         |id: &str| TaskPushNotificationConfigRequest { tenant: None, task_id: task_id.to_owned(), id: id.to_owned() };
-    match operation {
+    let response = match operation {
         PushOperation::Create => {
             let request: v03_rest::CreateTaskPushNotificationConfigRequest = body(&headers, &bytes)?;
             let stored = engine.create_push_config(&tenant, &request.into_v1(task_id)).await?;
-            Ok(json(v03_rest::TaskPushNotificationConfig::from(stored)))
+            json(v03_rest::TaskPushNotificationConfig::from(stored))
         }
         PushOperation::List => {
             let request = ListTaskPushNotificationConfigsRequest {
@@ -333,20 +356,35 @@ async fn push_configs_v03<H: TaskHandler>(
             let listed = engine.push_configs(&tenant, &request).await?;
             let configs: Vec<v03_rest::TaskPushNotificationConfig> =
                 listed.configs.into_iter().map(Into::into).collect();
-            Ok(json(serde_json::json!({ "configs": configs })))
+            json(serde_json::json!({ "configs": configs }))
         }
         PushOperation::Get(id) => {
-            Ok(json(v03_rest::TaskPushNotificationConfig::from(engine.push_config(&tenant, &one(id)).await?)))
+            json(v03_rest::TaskPushNotificationConfig::from(engine.push_config(&tenant, &one(id)).await?))
         }
         PushOperation::Delete(id) => {
             engine.delete_push_config(&tenant, &one(id)).await?;
-            Ok(json(serde_json::json!({})))
+            json(serde_json::json!({}))
         }
+    };
+    Ok(echoed(&activated, response))
+}
+
+/// `GET /extendedAgentCard` (1.0) and `GET /v1/card` (0.3, as the SDK serves it there): the
+/// authenticated extended card, revalidated with its validator like the public one.
+fn extended_card<H: TaskHandler>(rest: &Rest<H>, inbound: &Inbound, headers: &HeaderMap, version: Version) -> Response {
+    let activated = match rest.admit(headers, version, false) {
+        Ok(activated) => activated,
+        Err(failure) => return failure.into_response(),
+    };
+    match rest.surface.extended_card(headers, inbound) {
+        Ok(card) => echoed(&activated, card.respond(headers)),
+        Err(CardRefusal::Failure(failure)) => failure.into_response(),
+        Err(CardRefusal::Unauthenticated(error)) => crate::auth::credential_refusal(&error, None),
     }
 }
 
-async fn extended_card() -> Failure {
-    Failure::standard(A2aErrorCode::ExtendedAgentCardNotConfigured)
+async fn extended_card_v1<H: TaskHandler>(State(rest): Shared<H>, inbound: Inbound, headers: HeaderMap) -> Response {
+    extended_card(&rest, &inbound, &headers, Version::V1)
 }
 
 async fn send_v03<H: TaskHandler>(
@@ -356,10 +394,10 @@ async fn send_v03<H: TaskHandler>(
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_SEND);
-    Version::require(&headers, Version::V03)?;
+    let activated = rest.admit(&headers, Version::V03, false)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let answer = send_blocking(&rest.engine, &inbound.tenant(None)?, request.into(), inbound.scope()).await?;
-    Ok(json(v03_rest::SendMessageResponse::from(answer)))
+    Ok(echoed(&activated, json(v03_rest::SendMessageResponse::from(answer))))
 }
 
 async fn stream_v03<H: TaskHandler>(
@@ -369,10 +407,10 @@ async fn stream_v03<H: TaskHandler>(
     bytes: Bytes,
 ) -> Result<Response, Failure> {
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_STREAM);
-    Version::require(&headers, Version::V03)?;
+    let activated = rest.admit(&headers, Version::V03, true)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let events = rest.engine.start(&inbound.tenant(None)?, request.into(), inbound.scope()).await?;
-    Ok(sse(until_final(events, StreamEnd::TurnEnd).map(v03_rest::StreamResponse::from)))
+    Ok(echoed(&activated, sse(until_final(events, StreamEnd::TurnEnd).map(v03_rest::StreamResponse::from))))
 }
 
 async fn task_v03<H: TaskHandler>(
@@ -387,27 +425,28 @@ async fn task_v03<H: TaskHandler>(
     let Some(operation) = TaskOperation::parse(&target, &method) else {
         return Ok(no_route(&method, uri.path()).into_response());
     };
-    Version::require(&headers, Version::V03)?;
+    let activated = rest.admit(&headers, Version::V03, operation.streams())?;
     let tenant = inbound.tenant(None)?;
-    match operation {
+    let response = match operation {
         TaskOperation::Get(id) => {
             let history_length = int_param(&query(raw), "historyLength")?;
             let request = v03::TaskQueryParams { id: id.to_owned(), history_length, metadata: None };
-            Ok(json(v03_rest::Task::from(rest.engine.get(&tenant, &request.into()).await?)))
+            json(v03_rest::Task::from(rest.engine.get(&tenant, &request.into()).await?))
         }
         TaskOperation::Cancel(id) => {
             let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata: None };
-            Ok(json(v03_rest::Task::from(rest.engine.cancel(&tenant, &request).await?)))
+            json(v03_rest::Task::from(rest.engine.cancel(&tenant, &request).await?))
         }
         TaskOperation::Subscribe(id) => {
             let events = rest.engine.subscribe(&tenant, id).await?;
-            Ok(sse(until_final(events, StreamEnd::TaskEnd).map(v03_rest::StreamResponse::from)))
+            sse(until_final(events, StreamEnd::TaskEnd).map(v03_rest::StreamResponse::from))
         }
-    }
+    };
+    Ok(echoed(&activated, response))
 }
 
-async fn card_v03<H: TaskHandler>(State(rest): Shared<H>, headers: HeaderMap) -> Response {
-    rest.card.respond(&headers)
+async fn extended_card_v03<H: TaskHandler>(State(rest): Shared<H>, inbound: Inbound, headers: HeaderMap) -> Response {
+    extended_card(&rest, &inbound, &headers, Version::V03)
 }
 
 #[cfg(test)]

@@ -14,6 +14,13 @@ pub mod v1;
 /// methods.
 pub const VERSION_HEADER: &str = "A2A-Version";
 
+/// Header (service parameter) listing the extensions a client activates for a request, as
+/// comma-separated URIs; an agent's answer lists under it the ones it activated (spec §3.2.6).
+pub const EXTENSIONS_HEADER: &str = "A2A-Extensions";
+
+/// The 0.3 name of [`EXTENSIONS_HEADER`], which 0.3 clients (the SDK's 0.3 transports) send.
+pub const EXTENSIONS_HEADER_0_3: &str = "X-A2A-Extensions";
+
 /// Value of [`VERSION_HEADER`], `protocolVersion` and `AgentInterface.protocolVersion` for 1.0.
 pub const PROTOCOL_VERSION_1_0: &str = "1.0";
 

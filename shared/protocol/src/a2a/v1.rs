@@ -480,7 +480,7 @@ pub struct AgentProvider {
 }
 
 /// A protocol extension the agent supports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentExtension {
     pub uri: String,
@@ -509,7 +509,7 @@ pub struct AgentCapabilities {
 }
 
 /// Something the agent is good at.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentSkill {
     pub id: String,
