@@ -309,8 +309,8 @@ async fn the_extended_card_opens_to_its_token_over_grpc() {
         variant(Variant::ExtendedCard, AgentConfig { extended_card_token: Some(TOKEN.into()), ..config() }).await;
     let mut grpc = client(&agent).await;
     let bearer = format!("Bearer {TOKEN}");
-    let card = grpc.unary("GetExtendedAgentCard", json!({}), &[("a2a-version", "1.0"), ("authorization", &bearer)]);
-    let card = card.await.unwrap();
+    let with_token = [("a2a-version", "1.0"), ("authorization", bearer.as_str())];
+    let card = grpc.unary("GetExtendedAgentCard", json!({}), &with_token).await.unwrap();
     assert_eq!(skill_ids(&card), ["tck", TCK_EXTENDED_SKILL_ID]);
     assert_eq!(card["capabilities"]["extendedAgentCard"], true);
 
