@@ -141,28 +141,34 @@ fn json_rejection(rejection: JsonRejection) -> ErrorResponse {
 /// request timeout answering 504 with a body, panics turned into 500 with a body, request ids
 /// and request tracing, header values with control characters refused before anything logs
 /// them, load shedding beyond the concurrency limit (503), authentication, and a per-tenant
-/// rate limit (429) keyed by the authenticated tenant.
+/// rate limit (429) keyed by the authenticated tenant; a gRPC call any of them refuses gets the
+/// refusal as a gRPC status.
 pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
     let rate_limit = TenantRateLimit::new(limits.rate_limit_per_s, limits.rate_limit_burst);
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.concurrency_max.max(1)));
-    router.fallback(route_not_found).method_not_allowed_fallback(method_not_allowed).layer(
-        ServiceBuilder::new()
-            .layer(middleware::from_fn(refuse_control_characters))
-            .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
-            // Shed before tracing and authenticating: under overload every refusal must cost
-            // next to nothing, and a log line (an error, for a 503) per shed request would
-            // turn the overload into a logging one.
-            .layer(middleware::from_fn_with_state(permits, shed_load))
-            .layer(TraceLayer::new_for_http())
-            .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
-            .layer(middleware::from_fn(stamp_request_id))
-            // Rate limited after authentication, by the tenant the credential gives.
-            .layer(CatchPanicLayer::custom(panic_response))
-            .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
-            .layer(middleware::from_fn_with_state(limits.access, crate::auth::authenticate))
-            .option_layer(rate_limit.map(|limit| middleware::from_fn_with_state(limit, limit_rate)))
-            .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
-    )
+    router
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(
+            ServiceBuilder::new()
+                .layer(middleware::from_fn(refuse_control_characters))
+                .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+                // Shed before tracing and authenticating: under overload every refusal must cost
+                // next to nothing, and a log line (an error, for a 503) per shed request would
+                // turn the overload into a logging one.
+                .layer(middleware::from_fn_with_state(permits, shed_load))
+                .layer(TraceLayer::new_for_http())
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
+                .layer(middleware::from_fn(stamp_request_id))
+                // Rate limited after authentication, by the tenant the credential gives.
+                .layer(CatchPanicLayer::custom(panic_response))
+                .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
+                .layer(middleware::from_fn_with_state(limits.access, crate::auth::authenticate))
+                .option_layer(rate_limit.map(|limit| middleware::from_fn_with_state(limit, limit_rate)))
+                .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
+        )
+        // Outermost: whatever refuses a gRPC call on the way in answers it as gRPC.
+        .layer(middleware::from_fn(crate::a2a::grpc_refusals_as_statuses))
 }
 
 /// `GET /health` answering the status and counters of `metrics` (503 when unhealthy), with

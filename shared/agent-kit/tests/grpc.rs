@@ -253,6 +253,17 @@ async fn malformed_calls_are_refused_with_a_status() {
         .await
         .unwrap();
     assert_eq!(unknown.headers()["grpc-status"], (Code::Unimplemented as i32).to_string());
+    // 0.3's service, which is not served: the 404 of a route that does not exist, as gRPC.
+    let old = http2
+        .post(format!("http://{address}/a2a.v1.A2AService/SendMessage"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(vec![0u8, 0, 0, 0, 0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(old.headers()["content-type"], "application/grpc");
+    assert_eq!(old.headers()["grpc-status"], (Code::Unimplemented as i32).to_string());
 
     // A message whose bytes are not a SendMessageRequest.
     let garbage = [0u8, 0, 0, 0, 3, 0xff, 0xff, 0xff];
@@ -278,8 +289,11 @@ async fn with_access_control_a_call_needs_a_credential() {
     let agent = agent(config).await;
     let mut grpc = client(&agent).await;
 
+    // The trust layer's refusal, as a gRPC status with its challenge.
     let anonymous = grpc.unary("ListTasks", json!({}), V1).await.unwrap_err();
     assert_eq!(anonymous.code(), Code::Unauthenticated, "{anonymous:?}");
+    assert!(anonymous.message().starts_with("AUTH_"), "{anonymous:?}");
+    assert!(anonymous.metadata().get("www-authenticate").is_some(), "{anonymous:?}");
 
     let bearer = format!("Bearer {token}");
     let with_token = [("a2a-version", "1.0"), ("authorization", bearer.as_str())];
