@@ -121,6 +121,7 @@ WIRE_OPERATIONS = {
         "push-get": {"GetTaskPushNotificationConfig"},
         "push-list": {"ListTaskPushNotificationConfigs"},
         "push-delete": {"DeleteTaskPushNotificationConfig"},
+        "extended-card": {"GetExtendedAgentCard"},
     },
     ("HTTP+JSON", "0.3"): {
         "send": {"POST /v1/message:send"},
@@ -210,23 +211,29 @@ class Wire:
         return self.calls[mark:]
 
 
-class GrpcWire(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """Records the gRPC calls the SDK client makes: the method and the `a2a-version` metadata."""
+def record_grpc_call(wire: Wire, details: grpc.aio.ClientCallDetails) -> None:
+    """Records a gRPC call the SDK client makes: the method and the `a2a-version` metadata."""
+    method = details.method.decode() if isinstance(details.method, bytes) else str(details.method)
+    version = dict(details.metadata or ()).get("a2a-version")
+    wire.calls.append(WireCall(method.rsplit("/", 1)[-1], version))
 
+
+# grpc.aio files an interceptor under the first kind it is an instance of, so one per kind.
+class GrpcUnaryWire(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, wire: Wire):
         self.wire = wire
 
-    def record(self, details: grpc.aio.ClientCallDetails) -> None:
-        method = details.method.decode() if isinstance(details.method, bytes) else str(details.method)
-        version = dict(details.metadata or ()).get("a2a-version")
-        self.wire.calls.append(WireCall(method.rsplit("/", 1)[-1], version))
-
     async def intercept_unary_unary(self, continuation, client_call_details, request):
-        self.record(client_call_details)
+        record_grpc_call(self.wire, client_call_details)
         return await continuation(client_call_details, request)
 
+
+class GrpcStreamWire(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, wire: Wire):
+        self.wire = wire
+
     async def intercept_unary_stream(self, continuation, client_call_details, request):
-        self.record(client_call_details)
+        record_grpc_call(self.wire, client_call_details)
         return await continuation(client_call_details, request)
 
 
@@ -361,13 +368,13 @@ class Checker:
             "request": [self.wire.on_request],
             "response": [self.wire.on_response],
         }
-        recorder = GrpcWire(self.wire)
+        recorders = [GrpcUnaryWire(self.wire), GrpcStreamWire(self.wire)]
         for streaming in (False, True):
             config = ClientConfig(
                 streaming=streaming,
                 httpx_client=self.http,
                 # gRPC calls go through a channel of their own, recorded by an interceptor.
-                grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=[recorder]),
+                grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=recorders),
                 supported_protocol_bindings=[self.binding],
             )
             interceptors = (
@@ -441,8 +448,9 @@ class Checker:
         expect(final == TaskState.TASK_STATE_COMPLETED, f"stream ended in {state_name(final)}")
         wire = self.expect_wire(mark, "stream")
         last = self.wire.since(mark)[-1]
+        # The JSON bindings stream Server-Sent Events; gRPC its own server stream, seen above.
         expect(
-            (last.content_type or "").startswith("text/event-stream"),
+            self.binding == "GRPC" or (last.content_type or "").startswith("text/event-stream"),
             f"stream answered with content type {last.content_type!r}",
         )
         return f"task {task_id}: {' '.join(kinds)}, ended {state_name(final)}; {wire}"
