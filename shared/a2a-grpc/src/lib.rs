@@ -87,16 +87,25 @@ pub fn a2a_error(status: &tonic::Status) -> Option<A2aErrorCode> {
     (info.domain == mesh_protocol::jsonrpc::ERROR_DOMAIN).then(|| A2aErrorCode::from_reason(&info.reason)).flatten()
 }
 
-/// The gRPC code named by the spec's table (`A2aErrorCode::grpc_status`).
+/// The gRPC code of an A2A error, as the spec's table (§5.4) gives it. Three differ from the
+/// `status` the HTTP+JSON binding writes (`A2aErrorCode::grpc_status`, which follows the official
+/// SDK's traffic): push notifications not supported, an unsupported operation and an unsupported
+/// version are `UNIMPLEMENTED` here, as the spec and its conformance kit (GRPC-ERR-002) require.
 fn grpc_code(code: A2aErrorCode) -> tonic::Code {
-    match code.grpc_status() {
-        "INVALID_ARGUMENT" => tonic::Code::InvalidArgument,
-        "NOT_FOUND" => tonic::Code::NotFound,
-        "FAILED_PRECONDITION" => tonic::Code::FailedPrecondition,
-        "UNIMPLEMENTED" => tonic::Code::Unimplemented,
-        "UNAUTHENTICATED" => tonic::Code::Unauthenticated,
-        "PERMISSION_DENIED" => tonic::Code::PermissionDenied,
-        _ => tonic::Code::Internal,
+    use tonic::Code;
+    match code {
+        A2aErrorCode::ParseError
+        | A2aErrorCode::InvalidRequest
+        | A2aErrorCode::InvalidParams
+        | A2aErrorCode::ContentTypeNotSupported => Code::InvalidArgument,
+        A2aErrorCode::MethodNotFound | A2aErrorCode::TaskNotFound => Code::NotFound,
+        A2aErrorCode::InternalError | A2aErrorCode::InvalidAgentResponse => Code::Internal,
+        A2aErrorCode::TaskNotCancelable
+        | A2aErrorCode::ExtendedAgentCardNotConfigured
+        | A2aErrorCode::ExtensionSupportRequired => Code::FailedPrecondition,
+        A2aErrorCode::PushNotificationNotSupported
+        | A2aErrorCode::UnsupportedOperation
+        | A2aErrorCode::VersionNotSupported => Code::Unimplemented,
     }
 }
 
@@ -181,8 +190,23 @@ mod tests {
             assert_eq!(status.code(), grpc_code(code), "{code:?}");
             assert_eq!(a2a_error(&status), Some(code));
         }
-        assert_eq!(status(A2aErrorCode::TaskNotFound, "").code(), tonic::Code::NotFound);
-        assert_eq!(status(A2aErrorCode::InternalError, "").code(), tonic::Code::Internal);
+        // The spec's table (§5.4), row by row.
+        let table = [
+            (A2aErrorCode::TaskNotFound, tonic::Code::NotFound),
+            (A2aErrorCode::TaskNotCancelable, tonic::Code::FailedPrecondition),
+            (A2aErrorCode::PushNotificationNotSupported, tonic::Code::Unimplemented),
+            (A2aErrorCode::UnsupportedOperation, tonic::Code::Unimplemented),
+            (A2aErrorCode::ContentTypeNotSupported, tonic::Code::InvalidArgument),
+            (A2aErrorCode::InvalidAgentResponse, tonic::Code::Internal),
+            (A2aErrorCode::ExtendedAgentCardNotConfigured, tonic::Code::FailedPrecondition),
+            (A2aErrorCode::ExtensionSupportRequired, tonic::Code::FailedPrecondition),
+            (A2aErrorCode::VersionNotSupported, tonic::Code::Unimplemented),
+            (A2aErrorCode::InvalidParams, tonic::Code::InvalidArgument),
+            (A2aErrorCode::InternalError, tonic::Code::Internal),
+        ];
+        for (code, grpc) in table {
+            assert_eq!(status(code, "").code(), grpc, "{code:?}");
+        }
         assert_eq!(a2a_error(&tonic::Status::unavailable("down")), None);
     }
 

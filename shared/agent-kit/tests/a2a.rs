@@ -415,15 +415,7 @@ async fn the_http_json_binding_serves_tasks_lists_and_aip_193_errors_with(config
     );
 
     // The card names the JSON bindings in both versions, 1.0 first, and gRPC (1.0).
-    let card: Value = agent
-        .http
-        .get(format!("{}/.well-known/agent-card.json", agent.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card = agent.public_card().await;
     let interfaces: Vec<(String, String)> = card["supportedInterfaces"]
         .as_array()
         .unwrap()

@@ -76,15 +76,7 @@ fn send(text: &str) -> Value {
 
 /// The gRPC address the agent's card announces.
 async fn grpc_address(agent: &Served) -> String {
-    let card: Value = agent
-        .http
-        .get(format!("{}/.well-known/agent-card.json", agent.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card = agent.public_card().await;
     let interfaces = card["supportedInterfaces"].as_array().unwrap();
     let grpc = interfaces.iter().find(|i| i["protocolBinding"] == "GRPC").expect("the card announces gRPC");
     assert_eq!(grpc["protocolVersion"], "1.0");
@@ -220,21 +212,35 @@ async fn errors_are_the_specs_statuses_with_their_error_info() {
 
     // Without `a2a-version` a client speaks 0.3, which this binding does not serve.
     let unversioned = grpc.unary("GetTask", json!({"id": "x"}), &[]).await.unwrap_err();
-    assert_eq!(a2a(&unversioned, Code::FailedPrecondition), A2aErrorCode::VersionNotSupported);
+    assert_eq!(a2a(&unversioned, Code::Unimplemented), A2aErrorCode::VersionNotSupported);
     let future = grpc.unary("GetTask", json!({"id": "x"}), &[("a2a-version", "2.0")]).await.unwrap_err();
-    assert_eq!(a2a(&future, Code::FailedPrecondition), A2aErrorCode::VersionNotSupported);
+    assert_eq!(a2a(&future, Code::Unimplemented), A2aErrorCode::VersionNotSupported);
 
     let empty = grpc.unary("SendMessage", json!({}), V1).await.unwrap_err();
     assert_eq!(a2a(&empty, Code::InvalidArgument), A2aErrorCode::InvalidParams);
 
     // A card that does not announce an extended card: the spec's UnsupportedOperation.
     let card = grpc.unary("GetExtendedAgentCard", json!({}), V1).await.unwrap_err();
-    assert_eq!(a2a(&card, Code::FailedPrecondition), A2aErrorCode::UnsupportedOperation);
+    assert_eq!(a2a(&card, Code::Unimplemented), A2aErrorCode::UnsupportedOperation);
 
     // A tenant that is not a tenant id is refused before anything is read.
     let bad_tenant = grpc.unary("GetTask", json!({"id": "x", "tenant": "../etc"}), V1).await.unwrap_err();
     assert_eq!(a2a(&bad_tenant, Code::InvalidArgument), A2aErrorCode::InvalidParams);
     agent.stop().await;
+}
+
+/// A gRPC call by hand (HTTP/2, one length-prefixed `frame`), as version 1.0, for what a client
+/// library would not send.
+async fn raw_call(http2: &reqwest::Client, address: &str, path: &str, frame: Vec<u8>) -> reqwest::Response {
+    http2
+        .post(format!("http://{address}/{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("a2a-version", "1.0")
+        .body(frame)
+        .send()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -244,38 +250,16 @@ async fn malformed_calls_are_refused_with_a_status() {
 
     // A method the service does not have.
     let http2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
-    let unknown = http2
-        .post(format!("http://{address}/lf.a2a.v1.A2AService/Teleport"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(vec![0u8, 0, 0, 0, 0])
-        .send()
-        .await
-        .unwrap();
+    let unknown = raw_call(&http2, &address, "lf.a2a.v1.A2AService/Teleport", vec![0u8, 0, 0, 0, 0]).await;
     assert_eq!(unknown.headers()["grpc-status"], (Code::Unimplemented as i32).to_string());
     // 0.3's service, which is not served: the 404 of a route that does not exist, as gRPC.
-    let old = http2
-        .post(format!("http://{address}/a2a.v1.A2AService/SendMessage"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(vec![0u8, 0, 0, 0, 0])
-        .send()
-        .await
-        .unwrap();
+    let old = raw_call(&http2, &address, "a2a.v1.A2AService/SendMessage", vec![0u8, 0, 0, 0, 0]).await;
     assert_eq!(old.headers()["content-type"], "application/grpc");
     assert_eq!(old.headers()["grpc-status"], (Code::Unimplemented as i32).to_string());
 
     // A message whose bytes are not a SendMessageRequest.
     let garbage = [0u8, 0, 0, 0, 3, 0xff, 0xff, 0xff];
-    let refused = http2
-        .post(format!("http://{address}/lf.a2a.v1.A2AService/SendMessage"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("a2a-version", "1.0")
-        .body(garbage.to_vec())
-        .send()
-        .await
-        .unwrap();
+    let refused = raw_call(&http2, &address, "lf.a2a.v1.A2AService/SendMessage", garbage.to_vec()).await;
     // An error before any answer is a trailers-only response: the status is in its headers.
     assert_eq!(refused.headers()["grpc-status"], (Code::InvalidArgument as i32).to_string());
     agent.stop().await;
@@ -361,7 +345,7 @@ async fn an_agent_that_does_not_stream_refuses_the_streaming_methods_over_grpc()
     let mut grpc = client(&agent).await;
     for (method, request) in [("SendStreamingMessage", send("hi")), ("SubscribeToTask", json!({"id": "any"}))] {
         let refused = grpc.stream(method, request, V1).await.err().expect("refused");
-        assert_eq!(a2a(&refused, Code::FailedPrecondition), A2aErrorCode::UnsupportedOperation, "{method}");
+        assert_eq!(a2a(&refused, Code::Unimplemented), A2aErrorCode::UnsupportedOperation, "{method}");
     }
     // Its unary methods serve as usual.
     let sent = grpc.unary("SendMessage", send("hello"), V1).await.unwrap();

@@ -99,10 +99,6 @@ impl Served {
         let data = text.lines().find_map(|line| line.strip_prefix("data: ")).unwrap_or(&text);
         Answer { status, headers, body: serde_json::from_str(data).unwrap_or(Value::Null) }
     }
-
-    async fn public_card(&self) -> Value {
-        self.http.get(format!("{}/.well-known/agent-card.json", self.url)).send().await.unwrap().json().await.unwrap()
-    }
 }
 
 /// Every way to ask for the extended card.

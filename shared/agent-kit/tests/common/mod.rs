@@ -32,6 +32,12 @@ impl Served {
         Self { url, http: reqwest::Client::builder().timeout(TIMEOUT).build().unwrap(), stop: Some(stop), done }
     }
 
+    /// The agent's public card, as served.
+    #[allow(dead_code, reason = "each test crate compiles this module; not every one reads the card")]
+    pub async fn public_card(&self) -> serde_json::Value {
+        self.http.get(format!("{}/.well-known/agent-card.json", self.url)).send().await.unwrap().json().await.unwrap()
+    }
+
     /// Stops the agent as SIGTERM does, and waits until it has.
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
