@@ -291,6 +291,14 @@ pub async fn serve_draining(
         shutdown.await;
         notify.cancel();
     };
+    // An answer can leave in several writes (HTTP/2's headers, data and trailers frames, SSE
+    // events): with Nagle's algorithm on, each write after the first waits for the client's
+    // delayed ACK, 40 ms (a gRPC call at concurrency 1 took 46 ms at p50, against 1.3 for JSON-RPC).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
+        if let Err(error) = connection.set_nodelay(true) {
+            tracing::warn!(%error, "could not turn off Nagle's algorithm on a connection");
+        }
+    });
     let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown);
     tokio::select! {
         served = serving.into_future() => served,
