@@ -292,6 +292,13 @@ impl Core {
             // A turn here owns the task: only an end reached elsewhere (a cancellation) counts.
             return;
         }
+        if let StreamResponse::StatusUpdate(update) = &event {
+            if update.status == state.task.status {
+                // Heard after the copy was read with it already (a subscriber joined between the
+                // write and its notification): told once, in the copy's snapshot.
+                return;
+            }
+        }
         apply(&mut state.task, &event);
         self.pass_on(key, &live, state, event);
     }
