@@ -97,7 +97,10 @@ struct Agent {
 }
 
 impl Agent {
-    async fn start(config: AgentConfig) -> Self {
+    async fn start(mut config: AgentConfig) -> Self {
+        // Each agent's tasks in a database of its own that leaves nothing behind: the default
+        // store is a file under the crate, where a task id one run took is taken in the next.
+        config.task_store_url.get_or_insert_with(|| mesh_storage::SQLITE_MEMORY_URL.to_owned());
         let http = HttpClient::with_reqwest().expect("the kit's HTTP client builds");
         let app = AgentApp::build(&config, card(), TestAgent, http).await.expect("the agent builds");
         assert_ne!(app.port(), 0, "port 0 binds an actual port");
