@@ -12,9 +12,11 @@ use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, TaskState};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc};
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+mod common;
+
+use common::{Served, TIMEOUT};
 
 fn card(name: &str) -> AgentCard {
     serde_json::from_value(json!({
@@ -67,11 +69,8 @@ impl TaskHandler for Held {
 }
 
 struct Replica {
-    url: String,
+    served: Served,
     turns: Arc<Turns>,
-    http: reqwest::Client,
-    stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<()>,
 }
 
 impl Replica {
@@ -87,27 +86,18 @@ impl Replica {
         let app = AgentApp::build_tasks(&config, card(group), Held(turns.clone()), HttpClient::with_reqwest().unwrap())
             .await
             .unwrap();
-        let url = app.url().to_owned();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let done = tokio::spawn(async move {
-            app.run_until_stopped(async move {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
-        Self { url, turns, http: reqwest::Client::builder().timeout(TIMEOUT).build().unwrap(), stop, done }
+        Self { served: Served::serve(app), turns }
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(());
-        self.done.await.unwrap();
+        self.served.stop().await;
     }
 
     async fn rpc(&self, method: &str, params: Value) -> Value {
         let response = self
+            .served
             .http
-            .post(format!("{}/", self.url))
+            .post(format!("{}/", self.served.url))
             .header("A2A-Version", "1.0")
             .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
             .send()
@@ -137,7 +127,7 @@ impl Replica {
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         let read = || async { self.rpc("GetTask", json!({"id": id})).await["result"]["status"]["state"].clone() };
         while read().await != state {
-            assert!(tokio::time::Instant::now() < deadline, "task {id} never became {state} on {}", self.url);
+            assert!(tokio::time::Instant::now() < deadline, "task {id} never became {state} on {}", self.served.url);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -146,11 +136,15 @@ impl Replica {
     /// task) has arrived.
     async fn subscribe(&self, id: &str, jsonrpc: bool) -> Subscription {
         let request = if jsonrpc {
-            self.http
-                .post(format!("{}/", self.url))
+            self.served
+                .http
+                .post(format!("{}/", self.served.url))
                 .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": id}}))
         } else {
-            self.http.post(format!("{}/tasks/{id}:subscribe", self.url)).header("content-type", "application/json")
+            self.served
+                .http
+                .post(format!("{}/tasks/{id}:subscribe", self.served.url))
+                .header("content-type", "application/json")
         };
         let response = request.header("A2A-Version", "1.0").send().await.unwrap();
         assert_eq!(response.headers()["content-type"], "text/event-stream");
