@@ -515,6 +515,41 @@ async fn a_refused_webhook_address_gets_a_clear_error() {
 }
 
 #[tokio::test]
+async fn a_webhook_whose_name_does_not_resolve_yet_is_kept_and_its_deliveries_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Served::start(&config(&dir)).await;
+    // `.invalid` never resolves (RFC 2606): a DNS outage looks the same to the agent.
+    let unresolved = "http://webhook.invalid/hook";
+    let answer = agent.send("report", Some(json!({"url": unresolved, "token": "t"}))).await;
+    assert_eq!(answer["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let task_id = answer["task"]["id"].as_str().unwrap();
+    let listed = agent.rpc("ListTaskPushNotificationConfigs", json!({"taskId": task_id})).await;
+    assert_eq!(listed["result"]["configs"][0]["url"], unresolved, "{listed}");
+
+    // Not given up as a refused address is after one attempt: its notifications stay queued and
+    // are tried again.
+    let database = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while most_attempts(&database).await < 2 {
+        assert!(Instant::now() < deadline, "the unresolved webhook's notifications were not retried");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(pending(&database).await >= 2, "the task's notifications are all still queued");
+    agent.stop().await;
+}
+
+/// The most attempts made at one queued notification.
+async fn most_attempts(database: &str) -> i64 {
+    use sqlx::{Connection, Row};
+    let mut connection = sqlx::SqliteConnection::connect(database).await.unwrap();
+    sqlx::query("SELECT COALESCE(MAX(attempts), 0) AS n FROM a2a_push_outbox")
+        .fetch_one(&mut connection)
+        .await
+        .unwrap()
+        .get("n")
+}
+
+#[tokio::test]
 async fn a_hanging_webhook_does_not_delay_the_task() {
     let dir = tempfile::tempdir().unwrap();
     let webhook = Webhook::start(Behaviour::Hang).await;

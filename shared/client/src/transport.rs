@@ -29,6 +29,17 @@ pub enum TransportError {
     Refused(String),
 }
 
+impl From<AddressRefused> for TransportError {
+    /// A name that does not resolve now is a failure to connect, which may pass (a DNS outage), not
+    /// a refusal by the policy: a caller retries it, and a config naming it is not refused for it.
+    fn from(refusal: AddressRefused) -> Self {
+        match refusal {
+            AddressRefused::Unresolved { .. } => Self::Connect(refusal.to_string()),
+            refused => Self::Refused(refused.to_string()),
+        }
+    }
+}
+
 impl TransportError {
     /// The `error.type` of a span (OpenTelemetry semantic conventions): a low-cardinality name.
     pub fn kind(&self) -> &'static str {
@@ -104,7 +115,7 @@ impl Transport for ReqwestTransport {
         let literal = self.guard.as_ref().map(|guard| guard.policy().check_url(&request.uri().to_string()));
         Box::pin(async move {
             if let Some(Err(refusal)) = literal {
-                return Err(TransportError::Refused(refusal.to_string()));
+                return Err(refusal.into());
             }
             let request = reqwest::Request::try_from(request).map_err(|e| TransportError::Other(e.to_string()))?;
             let exchange = async {
@@ -135,7 +146,7 @@ impl Transport for ReqwestTransport {
         let (guard, url) = (self.guard.clone(), url.to_owned());
         Box::pin(async move {
             match guard {
-                Some(guard) => guard.vet(&url).await.map_err(|refusal| TransportError::Refused(refusal.to_string())),
+                Some(guard) => guard.vet(&url).await.map_err(TransportError::from),
                 None => Ok(()),
             }
         })
@@ -151,7 +162,7 @@ fn classify(error: reqwest::Error) -> TransportError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
     while let Some(cause) = source {
         if let Some(refusal) = cause.downcast_ref::<AddressRefused>() {
-            return TransportError::Refused(refusal.to_string());
+            return refusal.clone().into();
         }
         source = cause.source();
     }
@@ -159,5 +170,27 @@ fn classify(error: reqwest::Error) -> TransportError {
         TransportError::Connect(error.to_string())
     } else {
         TransportError::Other(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_policy_refuses_an_address_a_name_that_does_not_resolve_may_resolve_later() {
+        let unresolved = AddressRefused::Unresolved { host: "hook.invalid".into(), reason: "no record".into() };
+        let error = TransportError::from(unresolved);
+        assert_eq!(error, TransportError::Connect("cannot resolve hook.invalid: no record".into()));
+        let metadata: std::net::IpAddr = [169, 254, 169, 254].into();
+        for refusal in [
+            AddressRefused::AlwaysRefused(metadata),
+            AddressRefused::NotAllowed(metadata),
+            AddressRefused::NoAllowedAddress { host: "internal.test".into() },
+            AddressRefused::InvalidUrl("file:///etc/passwd".into()),
+        ] {
+            let reason = refusal.to_string();
+            assert_eq!(TransportError::from(refusal), TransportError::Refused(reason));
+        }
     }
 }

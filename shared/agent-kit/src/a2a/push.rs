@@ -15,7 +15,8 @@
 //!   queues its notifications, so a webhook that hangs delays no task and holds no turn.
 //! - Webhooks are reached through a client under the outbound address policy (no link-local or
 //!   metadata address, no redirect, the allowed networks when configured), and their URLs are
-//!   checked when a config is created, so a refused one is refused then with a clear error.
+//!   checked when a config is created, so a refused one is refused then with a clear error. A
+//!   name that does not resolve then is kept: each delivery resolves it again under the policy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,20 +137,25 @@ impl PushDelivery {
     }
 
     /// Checks a webhook config before it is stored: an http(s) URL whose host the outbound
-    /// address policy allows (resolved now), and a token and credentials that fit in a header.
+    /// address policy allows (resolved now, when it resolves), and a token and credentials that
+    /// fit in a header.
     pub async fn vet(&self, config: &TaskPushNotificationConfig) -> Result<(), TaskError> {
         let invalid = |why: String| TaskError::InvalidParams(format!("push notification url {:?} {why}", config.url));
         let url = url::Url::parse(&config.url).map_err(|e| invalid(format!("is not a URL: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
             return Err(invalid("must be an http or https URL with a host".into()));
         }
-        self.inner.http.vet(&config.url).await.map_err(|error| {
-            let why = match error {
-                ClientError::Transport { source: TransportError::Refused(why), .. } => why,
-                other => other.to_string(),
-            };
-            invalid(format!("is refused by the outbound address policy: {why}"))
-        })?;
+        match self.inner.http.vet(&config.url).await {
+            Ok(()) => {}
+            Err(ClientError::Transport { source: TransportError::Refused(why), .. }) => {
+                return Err(invalid(format!("is refused by the outbound address policy: {why}")));
+            }
+            // A name that does not resolve now (a DNS outage, a name not yet published) is kept:
+            // every delivery resolves it again under the same policy, and retries while it fails.
+            Err(error) => {
+                tracing::info!(url = %config.url, %error, "push notification webhook kept without a check of its address")
+            }
+        }
         let headers = [config.token.clone(), config.authentication.as_ref().map(authorization)];
         if headers.iter().flatten().any(|value| HeaderValue::from_str(value).is_err()) {
             return Err(TaskError::InvalidParams(
