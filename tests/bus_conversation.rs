@@ -6,11 +6,12 @@
 
 #[path = "common/binaries.rs"]
 mod binaries;
+mod common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use a2a_mesh::{SuiteConfig, start};
+use a2a_mesh::SuiteConfig;
 use futures::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -81,7 +82,8 @@ async fn conversation_survives_a_killed_orchestrator(kafka_brokers: Option<Strin
     config.ui_agent.bus.instance_id = format!("t{}", uuid::Uuid::new_v4().simple());
     config.ui_agent.bus.kafka_brokers = kafka_brokers;
     let bus = config.ui_agent.bus.clone();
-    let suite = start(config).await.unwrap();
+    // Every agent registered first: the child orchestrator's first question discovers search.
+    let suite = common::start_healthy(config, None).await;
     let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus);
     let orchestrator_id = mesh_bus::agent_id("orchestrator", &bus.instance_id);
     let ui_agent_id = mesh_bus::agent_id("ui", &bus.instance_id);
