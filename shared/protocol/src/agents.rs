@@ -251,3 +251,45 @@ pub struct QueryAnswer {
     pub results: Vec<SearchHit>,
     pub metadata: QueryMetadata,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn card_with(extensions: serde_json::Value) -> AgentCard {
+        serde_json::from_value(json!({
+            "name": "search", "description": "d", "version": "1", "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["application/json"], "skills": [],
+            "capabilities": {"extensions": extensions},
+        }))
+        .unwrap()
+    }
+
+    fn profile(name: &str) -> SearchProfile {
+        SearchProfile { name: name.into(), description: format!("{name} ranking"), strengths: vec!["keyword".into()] }
+    }
+
+    #[test]
+    fn the_profiles_a_card_advertises_are_read_back() {
+        let profiles = vec![profile("bm25"), profile("dense")];
+        let other = json!({"uri": "urn:other", "params": {"profiles": [{"name": "not-ours", "description": "", "strengths": []}]}});
+        let ours = serde_json::to_value(search_profiles_extension(&profiles)).unwrap();
+        // Another extension first: only ours is read, wherever it is.
+        assert_eq!(search_profiles(&card_with(json!([other, ours]))), Some(profiles));
+    }
+
+    #[test]
+    fn a_card_without_the_extension_or_with_a_malformed_one_advertises_none() {
+        assert_eq!(search_profiles(&card_with(json!([]))), None);
+        let other = json!({"uri": "urn:other", "params": {"profiles": []}});
+        assert_eq!(search_profiles(&card_with(json!([other]))), None, "another extension's profiles");
+        let no_params = json!({"uri": SEARCH_PROFILES_EXTENSION_URI});
+        assert_eq!(search_profiles(&card_with(json!([no_params]))), None);
+        let malformed = json!({"uri": SEARCH_PROFILES_EXTENSION_URI, "params": {"profiles": "bm25"}});
+        assert_eq!(search_profiles(&card_with(json!([malformed]))), None);
+        let empty = json!({"uri": SEARCH_PROFILES_EXTENSION_URI, "params": {"profiles": []}});
+        assert_eq!(search_profiles(&card_with(json!([empty]))), Some(vec![]), "an empty list is a list");
+    }
+}

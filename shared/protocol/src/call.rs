@@ -342,6 +342,23 @@ mod tests {
     }
 
     #[test]
+    fn ids_are_1_to_the_maximum_characters_counted_not_bytes() {
+        for header in [REQUEST_ID_HEADER, CORRELATION_ID_HEADER, CONTEXT_ID_HEADER] {
+            for accepted in ["x".to_owned(), "é".repeat(CALL_ID_CHARS_MAX)] {
+                let headers = HashMap::from([(header, accepted.clone())]);
+                assert!(from_map(&headers).is_ok(), "{header}: {} characters", accepted.chars().count());
+            }
+            for refused in [String::new(), "x".repeat(CALL_ID_CHARS_MAX + 1)] {
+                let headers = HashMap::from([(header, refused.clone())]);
+                let Err(CallRejection::Invalid(why)) = from_map(&headers) else {
+                    panic!("{header} of {} characters was accepted", refused.len())
+                };
+                assert!(why.contains(&format!("1 to {CALL_ID_CHARS_MAX} characters")), "{why}");
+            }
+        }
+    }
+
+    #[test]
     fn absent_headers_are_a_call_from_outside_the_mesh() {
         let context = from_map(&HashMap::new()).unwrap();
         assert_eq!(context, CallContext::default());

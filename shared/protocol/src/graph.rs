@@ -497,6 +497,19 @@ mod tests {
     }
 
     #[test]
+    fn a_link_joins_its_two_ends_either_way_round_and_nothing_else() {
+        for direction in [LinkDirection::OneWay, LinkDirection::TwoWay] {
+            let l = link("a", "b", direction, LinkRelationship::Peer);
+            assert!(l.joins("a", "b") && l.joins("b", "a"), "{direction:?}");
+            for (x, y) in [("a", "c"), ("c", "b"), ("b", "c"), ("c", "a"), ("a", "a"), ("b", "b"), ("c", "d")] {
+                assert!(!l.joins(x, y), "{direction:?} link a-b does not join {x} and {y}");
+            }
+        }
+        let disabled = Link { enabled: false, ..link("a", "b", LinkDirection::OneWay, LinkRelationship::Peer) };
+        assert!(disabled.joins("b", "a"), "a disabled link still joins its ends");
+    }
+
+    #[test]
     fn relationship_reads_the_other_way_round_from_the_target() {
         let l = link("boss", "worker", LinkDirection::TwoWay, LinkRelationship::Superior);
         assert_eq!(l.relationship_of("boss"), Some(LinkRelationship::Superior));

@@ -185,4 +185,12 @@ mod tests {
         );
         assert_eq!(serde_json::to_value(HealthStatus::Unreachable).unwrap(), json!("unreachable"));
     }
+
+    #[test]
+    fn the_metric_label_of_a_health_is_its_wire_word() {
+        for health in [HealthStatus::Unknown, HealthStatus::Healthy, HealthStatus::Unhealthy, HealthStatus::Unreachable]
+        {
+            assert_eq!(json!(health.as_str()), serde_json::to_value(health).unwrap());
+        }
+    }
 }

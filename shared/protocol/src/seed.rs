@@ -216,6 +216,10 @@ mod tests {
         assert_eq!(agent_only.last_user_message(), Err(TaskShapeError::NoUserMessage));
         let no_parts = TaskRequest { id: None, messages: vec![Message { role: Role::User, parts: vec![] }] };
         assert_eq!(no_parts.last_user_message(), Err(TaskShapeError::EmptyUserMessage));
+        // The words a caller reads in the error body.
+        assert_eq!(TaskShapeError::NoMessages.to_string(), "the task has no messages");
+        assert_eq!(TaskShapeError::NoUserMessage.to_string(), "the task has no message with role \"user\"");
+        assert_eq!(TaskShapeError::EmptyUserMessage.to_string(), "the last user message has no parts");
     }
 
     #[test]

@@ -574,6 +574,23 @@ mod conversions {
     }
 
     #[test]
+    fn a_push_config_keeps_its_task_and_webhook_both_ways() {
+        let old: v03::TaskPushNotificationConfig = serde_json::from_value(json!({
+            "taskId": "task-1",
+            "pushNotificationConfig": {"id": "c1", "url": "http://hook.test/", "token": "t",
+                "authentication": {"schemes": ["Bearer"], "credentials": "secret"}}
+        }))
+        .unwrap();
+        let new = v1::TaskPushNotificationConfig::from(old.clone());
+        assert_eq!(
+            serde_json::to_value(&new).unwrap(),
+            json!({"id": "c1", "taskId": "task-1", "url": "http://hook.test/", "token": "t",
+                "authentication": {"scheme": "Bearer", "credentials": "secret"}})
+        );
+        assert_eq!(v03::TaskPushNotificationConfig::from(new), old);
+    }
+
+    #[test]
     fn every_state_and_role_maps_both_ways() {
         let pairs = [
             (v03::TaskState::Submitted, v1::TaskState::Submitted),

@@ -603,4 +603,36 @@ mod tests {
         assert_eq!(decode("Zm9vY"), None, "a lone trailing digit");
         assert_eq!(decode("Zm9*"), None, "not in either alphabet");
     }
+
+    fn create_request(own_id: Option<&str>, config_id: Option<&str>) -> super::CreateTaskPushNotificationConfigRequest {
+        super::CreateTaskPushNotificationConfigRequest {
+            parent: None,
+            config_id: config_id.map(str::to_owned),
+            config: super::TaskPushNotificationConfig {
+                name: String::new(),
+                push_notification_config: super::v03::PushNotificationConfig {
+                    id: own_id.map(str::to_owned),
+                    url: "http://hook.test/".into(),
+                    token: Some("t".into()),
+                    authentication: None,
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn a_created_config_takes_its_own_id_else_the_requests_and_its_task_from_the_path() {
+        for (own, request, expected) in [
+            (Some("own"), Some("asked"), Some("own")),
+            (Some(""), Some("asked"), Some("asked")),
+            (None, Some("asked"), Some("asked")),
+            (Some(""), Some(""), None),
+            (None, None, None),
+        ] {
+            let config = create_request(own, request).into_v1("task-1");
+            assert_eq!(config.id.as_deref(), expected, "own {own:?}, request {request:?}");
+            assert_eq!(config.task_id.as_deref(), Some("task-1"));
+            assert_eq!((config.url.as_str(), config.token.as_deref()), ("http://hook.test/", Some("t")));
+        }
+    }
 }
