@@ -1,7 +1,8 @@
 //! The official A2A Python SDK (`a2a-sdk`) as the client of a kit agent: it sends, streams, gets,
 //! lists and cancels over JSON-RPC and HTTP+JSON, in 1.0 and in 0.3 mode, and over gRPC (1.0), and sets push
 //! notification webhooks (with a message, and with its config calls), whose notifications a
-//! webhook here receives (`tests/interop/client_checks.py`), against an open agent and against one that requires a
+//! webhook here receives, every event of each task once, after refusing the first two requests
+//! of each (`tests/interop/client_checks.py`), against an open agent and against one that requires a
 //! token (sent by the SDK's own `AuthInterceptor`, from the card's security schemes), which also
 //! reads the authenticated extended card with it, as it does from an open agent that guards its
 //! extended card with a token. Runs where `MESH_A2A_PYTHON` names a Python with the SDK
@@ -74,16 +75,36 @@ const PUSH_TOKEN: &str = "interop-push-token";
 /// Longest wait for the notifications of the runs' tasks once the runs are over.
 const PUSH_WAIT_S: u64 = 20;
 
-/// The notifications a webhook received: each one's `X-A2A-Notification-Token` and body.
-type Notifications = Arc<Mutex<Vec<(String, serde_json::Value)>>>;
+/// Requests the webhook refuses (503) for each task before it accepts: deliveries must be retried
+/// until every event arrives.
+const HOOK_REFUSALS_PER_TASK: usize = 2;
 
-/// A webhook on port 0 keeping what it receives; its URL.
+/// One request to the webhook.
+#[derive(Debug, Clone)]
+struct Notification {
+    token: String,
+    task_id: String,
+    sequence: u64,
+    accepted: bool,
+    body: serde_json::Value,
+}
+
+/// What the webhook received, in order.
+type Notifications = Arc<Mutex<Vec<Notification>>>;
+
+/// A webhook on port 0 keeping what it receives, refusing the first
+/// [`HOOK_REFUSALS_PER_TASK`] requests of each task; its URL.
 async fn webhook(received: Notifications) -> String {
     let receive = |axum::extract::State(received): axum::extract::State<Notifications>,
                    headers: axum::http::HeaderMap,
                    axum::Json(body): axum::Json<serde_json::Value>| async move {
-        let token = headers.get("x-a2a-notification-token").and_then(|v| v.to_str().ok()).unwrap_or_default();
-        received.lock().unwrap().push((token.to_owned(), body));
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let task_id = header("x-a2a-notification-task-id");
+        let mut received = received.lock().unwrap();
+        let accepted = received.iter().filter(|n| n.task_id == task_id).count() >= HOOK_REFUSALS_PER_TASK;
+        let sequence = header("x-a2a-notification-sequence").parse().unwrap_or(0);
+        received.push(Notification { token: header("x-a2a-notification-token"), task_id, sequence, accepted, body });
+        if accepted { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE }
     };
     let app = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(received);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -92,15 +113,25 @@ async fn webhook(received: Notifications) -> String {
     url
 }
 
-/// How many notifications of a completed task carrying the checks' token arrived.
-fn completions(received: &Notifications) -> usize {
+/// The tasks whose every event reached the webhook with the checks' token, each once: accepted
+/// sequence numbers 1, 2, ... without a gap, the first the task itself and the last its
+/// completion.
+fn complete_tasks(received: &Notifications) -> Vec<String> {
     let received = received.lock().unwrap();
-    received
-        .iter()
-        .filter(|(token, body)| {
-            token == PUSH_TOKEN && body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    let mut tasks: Vec<&str> = received.iter().filter(|n| n.token == PUSH_TOKEN).map(|n| n.task_id.as_str()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    tasks
+        .into_iter()
+        .filter(|task| {
+            let accepted: Vec<&Notification> = received.iter().filter(|n| n.task_id == *task && n.accepted).collect();
+            let in_order = accepted.iter().enumerate().all(|(i, n)| n.sequence == i as u64 + 1);
+            in_order
+                && accepted.first().is_some_and(|n| n.body["task"]["id"] == *task)
+                && accepted.last().is_some_and(|n| n.body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED")
         })
-        .count()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Serves the conformance agent as `variant` with `config` and runs the SDK's checks on both
@@ -111,6 +142,9 @@ async fn run_checks(python: &str, config: &AgentConfig, variant: Variant, creden
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/client_checks.py");
     let (mut card, mut config) = (card().unwrap(), config.clone());
     variant.apply(&mut card, &mut config);
+    // The webhook's refusals are retried within a second, not the default's minutes.
+    config.push_retry_delay_min_ms = 50;
+    config.push_retry_delay_max_ms = 200;
     let extended_skill = (variant == Variant::ExtendedCard).then_some(TCK_EXTENDED_SKILL_ID);
     let app = AgentApp::build_tasks(&config, card, TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
     let url = app.url().to_owned();
@@ -131,13 +165,20 @@ async fn run_checks(python: &str, config: &AgentConfig, variant: Variant, creden
     // Every passing run sent one message with the webhook; a run tried twice may have sent two.
     let passed = RUNS.len() - failures.len();
     let deadline = Instant::now() + Duration::from_secs(PUSH_WAIT_S);
-    while completions(&received) < passed {
+    while complete_tasks(&received).len() < passed {
         assert!(
             Instant::now() < deadline,
-            "{passed} completions expected at the webhook: {:?}",
+            "every event of {passed} tasks expected at the webhook: {:?}",
             received.lock().unwrap()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Each reached it only after the refusals: the first notification was retried.
+    let received_all = received.lock().unwrap().clone();
+    for task in complete_tasks(&received) {
+        let refused: Vec<u64> =
+            received_all.iter().filter(|n| n.task_id == task && !n.accepted).map(|n| n.sequence).collect();
+        assert_eq!(refused, [1; HOOK_REFUSALS_PER_TASK], "task {task}: the first notification retried");
     }
     server.abort();
     failures
