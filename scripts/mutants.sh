@@ -14,7 +14,9 @@
 #   MUTANTS_TREE        that worktree (default ~/.cache/a2a-mesh/mutants/tree)
 #   MUTANTS_TARGET_DIR  its target directory (default ~/.cache/a2a-mesh/mutants/target)
 #   MUTANTS_OUT         where each package's mutants.out is kept (default ~/.cache/a2a-mesh/mutants/out)
-#   MUTANTS_ARGS        more arguments for cargo mutants (e.g. "--file shared/protocol/src/envelope.rs")
+#   MUTANTS_ARGS        more arguments for cargo mutants (e.g. "--file shared/protocol/src/envelope.rs";
+#                       "--iterate" tests only what the last run missed, and its score then counts
+#                       only those: a package's score is a whole run's)
 #   MESH_TEST_POSTGRES_URL  as for the tests (default postgres://postgres@127.0.0.1:5432/test when
 #                       a server answers there): without it the PostgreSQL halves of the stores'
 #                       tests skip, and their mutants would look missed
