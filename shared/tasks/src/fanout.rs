@@ -112,19 +112,7 @@ impl Identity {
         // The widest header these pieces can have: its numbers at most the JSON's length.
         let widest = serde_json::to_string(&header(json.len(), json.len())).ok()?.len() + 1;
         let room = NOTIFY_PAYLOAD_BYTES_MAX.checked_sub(widest).filter(|room| *room >= PIECE_BYTES_MIN)?;
-        let mut pieces = Vec::new();
-        let mut rest = json.as_str();
-        while !rest.is_empty() {
-            let mut end = room.min(rest.len());
-            while !rest.is_char_boundary(end) {
-                end -= 1;
-            }
-            pieces.push(&rest[..end]);
-            rest = &rest[end..];
-            if pieces.len() > PIECES_PER_EVENT_MAX {
-                return None;
-            }
-        }
+        let pieces = cut(&json, room, PIECES_PER_EVENT_MAX)?;
         let count = pieces.len();
         pieces
             .into_iter()
@@ -132,6 +120,25 @@ impl Identity {
             .map(|(i, piece)| serde_json::to_string(&header(i, count)).ok().map(|line| format!("{line}\n{piece}")))
             .collect()
     }
+}
+
+/// `text` in pieces of at most `room` bytes (`room` at least 4: a character's longest UTF-8), each
+/// ending on a character boundary; `None` when that takes more than `pieces_max` pieces.
+fn cut(text: &str, room: usize, pieces_max: usize) -> Option<Vec<&str>> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = room.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        pieces.push(&rest[..end]);
+        rest = &rest[end..];
+        if pieces.len() > pieces_max {
+            return None;
+        }
+    }
+    Some(pieces)
 }
 
 /// Puts the pieces of the other replicas' events together.
@@ -392,6 +399,68 @@ mod tests {
         // Too large to send at all: more pieces than allowed.
         let huge = artifact("x".repeat(NOTIFY_PAYLOAD_BYTES_MAX * (PIECES_PER_EVENT_MAX + 1)));
         assert!(identity("a").encode(8, "", "t1", &huge).is_none());
+    }
+
+    #[test]
+    fn text_is_cut_into_the_fewest_pieces_that_fit_ending_on_character_boundaries() {
+        assert_eq!(cut("abcdef", 2, 3), Some(vec!["ab", "cd", "ef"]), "exactly the most pieces allowed");
+        assert_eq!(cut("abcdefg", 2, 3), None, "one piece too many");
+        assert_eq!(cut("", 4, 1), Some(vec![]));
+        // "é" is 2 bytes, "€" 3, "😀" 4: each piece is the longest whole-character prefix that fits.
+        let text = "é€😀".repeat(5);
+        for room in 4..12 {
+            let pieces = cut(&text, room, 100).unwrap();
+            assert_eq!(pieces.concat(), text);
+            let (last, full) = pieces.split_last().unwrap();
+            assert!(last.len() <= room);
+            for piece in full {
+                assert!(piece.len() <= room && piece.len() + 4 > room, "room {room}: {piece:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_header_announcing_more_pieces_than_allowed_is_dropped_before_any_is_kept() {
+        let payloads = identity("a").encode(9, "", "t1", &artifact("x".repeat(20_000))).unwrap();
+        let (line, piece) = payloads[0].split_once('\n').unwrap();
+        for pieces in [PIECES_PER_EVENT_MAX + 1, usize::MAX] {
+            let mut header: Header = serde_json::from_str(line).unwrap();
+            header.pieces = pieces;
+            let forged = format!("{}\n{piece}", serde_json::to_string(&header).unwrap());
+            let mut receiver = Assembler::new(identity("b"));
+            assert!(receiver.take(&forged).is_none());
+            assert!(receiver.partial.is_empty(), "{pieces} pieces: nothing is held for it");
+        }
+        let mut header: Header = serde_json::from_str(line).unwrap();
+        header.pieces = PIECES_PER_EVENT_MAX;
+        let most = format!("{}\n{piece}", serde_json::to_string(&header).unwrap());
+        let mut receiver = Assembler::new(identity("b"));
+        assert!(receiver.take(&most).is_none(), "one piece of many");
+        assert_eq!(receiver.partial.len(), 1, "the most pieces allowed: its first is held");
+    }
+
+    #[test]
+    fn events_in_pieces_are_assembled_side_by_side_up_to_a_bound() {
+        let sender = identity("a");
+        let first_pieces = |sequence: u64| sender.encode(sequence, "", "t1", &artifact("x".repeat(20_000))).unwrap();
+        let mut receiver = Assembler::new(identity("b"));
+        let interleaved = [first_pieces(1), first_pieces(2)];
+        for payloads in &interleaved {
+            assert!(receiver.take(&payloads[0]).is_none());
+        }
+        assert_eq!(receiver.partial.len(), 2, "two events under way at once");
+        for payloads in &interleaved {
+            let (last, middle) = payloads[1..].split_last().unwrap();
+            assert!(middle.iter().all(|p| receiver.take(p).is_none()));
+            assert!(receiver.take(last).is_some(), "each completes");
+        }
+        // Beyond the bound, what was under way is dropped rather than held without limit.
+        for sequence in 0..ASSEMBLIES_MAX as u64 {
+            assert!(receiver.take(&first_pieces(100 + sequence)[0]).is_none());
+        }
+        assert_eq!(receiver.partial.len(), ASSEMBLIES_MAX);
+        assert!(receiver.take(&first_pieces(1_000)[0]).is_none());
+        assert_eq!(receiver.partial.len(), 1, "the one started last");
     }
 
     #[test]
