@@ -268,6 +268,11 @@ async fn publish_batches(pool: PgPool, channel: String, mut outgoing: mpsc::Rece
     }
 }
 
+/// The wait before the next attempt to listen after one that failed `retry` after the last.
+fn listen_backoff(retry: Duration) -> Duration {
+    (retry * 2).min(Duration::from_millis(LISTEN_RETRY_MS_MAX))
+}
+
 /// Hears the channel, (re)connecting as needed, and hands the events over until `heard` closes.
 async fn listen(url: String, identity: Identity, heard: mpsc::Sender<Remote>) {
     let channel = identity.channel();
@@ -288,7 +293,7 @@ async fn listen(url: String, identity: Identity, heard: mpsc::Sender<Remote>) {
                     () = heard.closed() => return,
                     () = tokio::time::sleep(retry) => {}
                 }
-                retry = (retry * 2).min(Duration::from_millis(LISTEN_RETRY_MS_MAX));
+                retry = listen_backoff(retry);
                 continue;
             }
         };
@@ -461,6 +466,27 @@ mod tests {
         assert_eq!(receiver.partial.len(), ASSEMBLIES_MAX);
         assert!(receiver.take(&first_pieces(1_000)[0]).is_none());
         assert_eq!(receiver.partial.len(), 1, "the one started last");
+    }
+
+    #[test]
+    fn listening_is_retried_ever_later_up_to_a_bound() {
+        let mut retry = Duration::from_millis(LISTEN_RETRY_MS_MIN);
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            waits.push(retry.as_millis());
+            retry = listen_backoff(retry);
+        }
+        assert_eq!(waits, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
+    }
+
+    #[tokio::test]
+    async fn the_publisher_ends_once_every_sender_is_gone() {
+        // Nothing listens there: were the publisher to go on, it would try to send and fail.
+        let pool = PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
+        let (queue, outgoing) = mpsc::channel::<Vec<String>>(1);
+        drop(queue);
+        let ended = tokio::time::timeout(Duration::from_secs(5), publish_batches(pool, "c".into(), outgoing)).await;
+        assert!(ended.is_ok(), "the publisher outlived its queue");
     }
 
     #[test]

@@ -171,6 +171,24 @@ mod tests {
     }
 
     #[test]
+    fn artifacts_are_listed_only_when_asked_for() {
+        let mut with_artifact = task("t", "c", TaskState::Completed);
+        with_artifact.artifacts.push(mesh_protocol::a2a::v1::Artifact {
+            artifact_id: "a1".into(),
+            name: None,
+            description: None,
+            parts: vec![mesh_protocol::a2a::v1::Part::text("result")],
+            metadata: None,
+            extensions: None,
+        });
+        let row = || vec![("2026-01-01T00:00:00.000000Z".to_owned(), with_artifact.clone())];
+        for (asked, listed) in [(None, 0), (Some(false), 0), (Some(true), 1)] {
+            let query = ListQuery::parse(&ListTasksRequest { include_artifacts: asked, ..Default::default() }).unwrap();
+            assert_eq!(query.page(1, row()).tasks[0].artifacts.len(), listed, "includeArtifacts {asked:?}");
+        }
+    }
+
+    #[test]
     fn filters_match_context_state_and_time() {
         let query = ListQuery::parse(&ListTasksRequest {
             context_id: Some("c1".into()),
