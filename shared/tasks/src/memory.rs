@@ -217,6 +217,19 @@ mod tests {
         assert!(memory.get("b", "running-early").is_some(), "unfinished tasks are never purged");
         assert!(memory.get("a", "done-late").is_some());
         assert_eq!(memory.purge_finished(&at(3)), 0);
+        assert_eq!(memory.purge_finished(&at(5)), 0, "last changed at the cutoff is not before it");
+        assert_eq!(memory.purge_finished(&at(6)), 1);
+    }
+
+    #[test]
+    fn an_older_state_never_replaces_a_newer_one_and_one_as_new_does() {
+        let memory = MemoryTasks::new(10);
+        let with_context = |context: &str| Task { context_id: context.into(), ..task("t", TaskState::Working) };
+        memory.save("", &with_context("newer"), at(5)).unwrap();
+        memory.save("", &with_context("older"), at(3)).unwrap();
+        assert_eq!(memory.get("", "t").unwrap().context_id, "newer");
+        memory.save("", &with_context("as new"), at(5)).unwrap();
+        assert_eq!(memory.get("", "t").unwrap().context_id, "as new", "the later write of one instant wins");
     }
 
     #[test]
