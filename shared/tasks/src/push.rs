@@ -529,3 +529,83 @@ impl MemoryPush {
         outbox.retain(|(tenant, task_id, _, _), _| configs.contains_key(&(tenant.clone(), task_id.clone())));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mesh_protocol::a2a::v1::{TaskState, TaskStatus, TaskStatusUpdateEvent};
+
+    use super::*;
+
+    fn config(id: &str) -> TaskPushNotificationConfig {
+        TaskPushNotificationConfig {
+            tenant: None,
+            id: Some(id.into()),
+            task_id: None,
+            url: format!("http://hook.test/{id}"),
+            token: None,
+            authentication: None,
+        }
+    }
+
+    fn status(state: TaskState) -> StreamResponse {
+        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: "t".into(),
+            context_id: "c".into(),
+            status: TaskStatus { state, message: None, timestamp: None },
+            metadata: None,
+        })
+    }
+
+    /// Claimed until long after the test.
+    const LATER: &str = "9999-01-01T00:00:00.000000Z";
+
+    fn queued(push: &MemoryPush) -> Vec<(String, String, String, i64)> {
+        push.state().outbox.keys().cloned().collect()
+    }
+
+    #[test]
+    fn every_event_is_queued_once_per_config_of_its_task() {
+        let push = MemoryPush::default();
+        for id in ["a", "b", "c"] {
+            push.put("", "t", config(id)).unwrap();
+        }
+        push.put("", "other", config("a")).unwrap();
+        let events = [status(TaskState::Working), status(TaskState::Completed)];
+        assert_eq!(push.enqueue("", "t", &events).unwrap(), 6);
+        assert_eq!(queued(&push).len(), 6);
+        assert_eq!(push.enqueue("", "no-configs", &events).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_claim_takes_at_most_what_is_asked_and_only_each_configs_oldest() {
+        let push = MemoryPush::default();
+        push.put("", "t", config("a")).unwrap();
+        push.put("", "t", config("b")).unwrap();
+        push.enqueue("", "t", &[status(TaskState::Working), status(TaskState::Completed)]).unwrap();
+        let first = push.claim(1, LATER);
+        assert_eq!(first.len(), 1);
+        let rest = push.claim(10, LATER);
+        assert_eq!(rest.len(), 1, "the other config's oldest; the later ones wait behind their heads");
+        assert_ne!(first[0].config_id(), rest[0].config_id());
+        assert!([first[0].sequence, rest[0].sequence].iter().all(|sequence| *sequence == 1));
+    }
+
+    #[test]
+    fn deleting_a_config_drops_only_its_own_notifications() {
+        let push = MemoryPush::default();
+        push.put("", "t", config("a")).unwrap();
+        push.put("", "t", config("b")).unwrap();
+        push.put("", "u", config("a")).unwrap();
+        push.put("x", "t", config("a")).unwrap();
+        for (tenant, task) in [("", "t"), ("", "u"), ("x", "t")] {
+            push.enqueue(tenant, task, &[status(TaskState::Completed)]).unwrap();
+        }
+        push.delete("", "t", "a");
+        let left: Vec<(String, String, String)> =
+            queued(&push).into_iter().map(|(tenant, task, config, _)| (tenant, task, config)).collect();
+        let expected =
+            [("", "t", "b"), ("", "u", "a"), ("x", "t", "a")].map(|(a, b, c)| (a.into(), b.into(), c.into()));
+        assert_eq!(left, expected);
+        assert_eq!(push.configs("", "t").len(), 1);
+    }
+}

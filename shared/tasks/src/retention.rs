@@ -184,3 +184,13 @@ impl TaskStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_tasks_are_kept_a_week_by_default_as_documented() {
+        assert_eq!(Duration::from_millis(FINISHED_TASK_TTL_MS_DEFAULT), Duration::from_secs(7 * 24 * 60 * 60));
+    }
+}
