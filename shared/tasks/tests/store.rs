@@ -46,6 +46,33 @@ async fn concurrent_saves_commit_and_read_back() {
 }
 
 #[tokio::test]
+async fn a_task_id_is_created_once_per_tenant_and_each_store_says_what_it_is() {
+    for (backend, store, _dir) in common::stores("test-agent").await {
+        let new = task("once", "c1", TaskState::Submitted);
+        assert!(store.create("", &new).await.unwrap(), "{backend}");
+        assert!(!store.create("", &new).await.unwrap(), "{backend}: the id is taken");
+        assert!(store.create("other", &new).await.unwrap(), "{backend}: free in another tenant");
+        assert_eq!(store.check_room(), Ok(()), "{backend}");
+        store.ping().await.unwrap();
+        let expected = match backend.as_str() {
+            "memory" => (Some((2, mesh_tasks::MEMORY_TASKS_MAX_DEFAULT)), false),
+            "sqlite" => (None, false),
+            // Replicas of an agent share PostgreSQL, and hear each other's task events through it.
+            _ => (None, true),
+        };
+        assert_eq!((store.memory_occupancy(), store.shares_events()), expected, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn a_memory_store_full_of_unfinished_tasks_has_no_room_for_another() {
+    let store = TaskStore::in_memory("test-agent", 1);
+    assert!(store.create("", &task("running", "c1", TaskState::Working)).await.unwrap());
+    assert!(matches!(store.check_room(), Err(TaskError::Busy(_))));
+    assert_eq!(store.memory_occupancy(), Some((1, 1)));
+}
+
+#[tokio::test]
 async fn later_saves_of_a_task_win() {
     for (backend, store, _dir) in common::stores("test-agent").await {
         store.save_in_background("", &task("t1", "c1", TaskState::Working)).await.unwrap();
