@@ -79,12 +79,11 @@ command -v cargo-mutants >/dev/null || {
 if [ -z "${MESH_TEST_POSTGRES_URL:-}" ] && pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     export MESH_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test
 fi
-for candidate in "${MESH_SCIFACT_DIR:-}" "$repo/../shared/data/scifact" /work/shared/data/scifact; do
-    if [ -n "$candidate" ] && [ -f "$candidate/corpus.jsonl" ]; then
-        export MESH_SCIFACT_DIR="$candidate"
-        break
-    fi
-done
+# The tests look for SciFact beside the checkout they are built from, which the worktree is not:
+# point them at this checkout's (the same default as theirs).
+if [ -z "${MESH_SCIFACT_DIR:-}" ] && [ -f "$repo/../shared/data/scifact/corpus.jsonl" ]; then
+    export MESH_SCIFACT_DIR="$repo/../shared/data/scifact"
+fi
 
 mkdir -p "$base" "$out"
 if [ -d "$tree/.git" ] || [ -f "$tree/.git" ]; then

@@ -540,13 +540,7 @@ async fn a_webhook_whose_name_does_not_resolve_yet_is_kept_and_its_deliveries_re
 
 /// The most attempts made at one queued notification.
 async fn most_attempts(database: &str) -> i64 {
-    use sqlx::{Connection, Row};
-    let mut connection = sqlx::SqliteConnection::connect(database).await.unwrap();
-    sqlx::query("SELECT COALESCE(MAX(attempts), 0) AS n FROM a2a_push_outbox")
-        .fetch_one(&mut connection)
-        .await
-        .unwrap()
-        .get("n")
+    outbox_number(database, "SELECT COALESCE(MAX(attempts), 0) AS n FROM a2a_push_outbox").await
 }
 
 #[tokio::test]
@@ -598,9 +592,14 @@ async fn pending_notifications_are_delivered_by_the_next_agent_on_the_store() {
 }
 
 async fn pending(database: &str) -> i64 {
+    outbox_number(database, "SELECT COUNT(*) AS n FROM a2a_push_outbox").await
+}
+
+/// The number `n` that `query` reads from the agent's SQLite `database`.
+async fn outbox_number(database: &str, query: &'static str) -> i64 {
     use sqlx::{Connection, Row};
     let mut connection = sqlx::SqliteConnection::connect(database).await.unwrap();
-    sqlx::query("SELECT COUNT(*) AS n FROM a2a_push_outbox").fetch_one(&mut connection).await.unwrap().get("n")
+    sqlx::query(query).fetch_one(&mut connection).await.unwrap().get("n")
 }
 
 async fn make_due(database: &str) {

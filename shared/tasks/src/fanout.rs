@@ -428,19 +428,18 @@ mod tests {
     fn a_header_announcing_more_pieces_than_allowed_is_dropped_before_any_is_kept() {
         let payloads = identity("a").encode(9, "", "t1", &artifact("x".repeat(20_000))).unwrap();
         let (line, piece) = payloads[0].split_once('\n').unwrap();
+        // The first payload, its header announcing `pieces` pieces.
+        let announcing = |pieces: usize| {
+            let header = Header { pieces, ..serde_json::from_str(line).unwrap() };
+            format!("{}\n{piece}", serde_json::to_string(&header).unwrap())
+        };
         for pieces in [PIECES_PER_EVENT_MAX + 1, usize::MAX] {
-            let mut header: Header = serde_json::from_str(line).unwrap();
-            header.pieces = pieces;
-            let forged = format!("{}\n{piece}", serde_json::to_string(&header).unwrap());
             let mut receiver = Assembler::new(identity("b"));
-            assert!(receiver.take(&forged).is_none());
+            assert!(receiver.take(&announcing(pieces)).is_none());
             assert!(receiver.partial.is_empty(), "{pieces} pieces: nothing is held for it");
         }
-        let mut header: Header = serde_json::from_str(line).unwrap();
-        header.pieces = PIECES_PER_EVENT_MAX;
-        let most = format!("{}\n{piece}", serde_json::to_string(&header).unwrap());
         let mut receiver = Assembler::new(identity("b"));
-        assert!(receiver.take(&most).is_none(), "one piece of many");
+        assert!(receiver.take(&announcing(PIECES_PER_EVENT_MAX)).is_none(), "one piece of many");
         assert_eq!(receiver.partial.len(), 1, "the most pieces allowed: its first is held");
     }
 
