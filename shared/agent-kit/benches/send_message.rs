@@ -21,9 +21,10 @@
 //! INFO log line per request, written to a discarded stderr); only T and T10 have an endpoint.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
-//! [--python PATH] [--python-agent SCRIPT] [--servers A,T,T10]` (`--servers` picks the servers
-//! measured besides A, which every ratio is over: any of Ab, Am, B, C, A', T, T10, G; all by
-//! default). Ab and Am are also shown over B and C, beside A.
+//! [--python PATH] [--python-agent SCRIPT] [--servers A,T,T10] [--concurrency 16]` (`--servers`
+//! picks the servers measured besides A, which every ratio is over: any of Ab, Am, B, C, A', T,
+//! T10, G; all by default; `--concurrency` some of 1, 16 and 64). Ab and Am are also shown over B
+//! and C, beside A. `scripts/profile-task-path.sh` samples A and Am under this load with `perf`.
 //!
 //! Each server runs in its own process (A and C are this binary re-executed), so the load
 //! generator never shares a runtime with the server it measures. Every response is checked;
@@ -65,7 +66,8 @@ type BoxError = Box<dyn Error + Send + Sync>;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Concurrent requests (one keep-alive connection each) measured for every server.
+/// Concurrent requests (one keep-alive connection each) measured for every server, unless
+/// `--concurrency` picks some.
 const CONCURRENCIES: [usize; 3] = [1, 16, 64];
 /// Measured time per cell (server × concurrency × round), unless `--seconds` says otherwise.
 const MEASURE_SECS_DEFAULT: u64 = 5;
@@ -136,6 +138,8 @@ struct Options {
     python_agent: PathBuf,
     /// The servers measured; A always is.
     servers: Vec<Kind>,
+    /// The concurrencies measured (all of [`CONCURRENCIES`] by default).
+    concurrencies: Vec<usize>,
 }
 
 impl Options {
@@ -147,6 +151,7 @@ impl Options {
             python,
             python_agent: PYTHON_AGENT_DEFAULT.into(),
             servers: Kind::ALL.to_vec(),
+            concurrencies: CONCURRENCIES.to_vec(),
         };
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -163,12 +168,19 @@ impl Options {
                     }
                     options.servers = servers;
                 }
+                "--concurrency" => {
+                    options.concurrencies = value()?
+                        .split(',')
+                        .map(|n| n.trim().parse().ok().filter(|n| CONCURRENCIES.contains(n)))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| format!("--concurrency: a comma-separated list of {CONCURRENCIES:?}"))?;
+                }
                 // Cargo passes `--bench` to every bench binary.
                 "--bench" => {}
                 _ => {
                     return Err(format!(
                         "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT, \
-                         --servers Ab,Am,B,C,A',T,T10,G"
+                         --servers Ab,Am,B,C,A',T,T10,G, --concurrency 1,16,64"
                     )
                     .into());
                 }
@@ -667,9 +679,10 @@ async fn run(options: Options) -> Result<(), BoxError> {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "SendMessage (JSON-RPC, A2A 1.0; G over gRPC) benchmark: {} s measured per cell after {WARM_UP_SECS} s of warm-up, {} round(s), \
-         concurrency {CONCURRENCIES:?}, one keep-alive HTTP/1.1 connection per concurrent request.",
+         concurrency {:?}, one keep-alive HTTP/1.1 connection per concurrent request.",
         options.measure.as_secs(),
         options.rounds,
+        options.concurrencies,
     );
     println!(
         "This machine has {cores} logical core(s), shared by the load generator and the server under test \
@@ -759,7 +772,7 @@ async fn run(options: Options) -> Result<(), BoxError> {
 
     let mut results: BTreeMap<(Kind, usize), Sample> = BTreeMap::new();
     for round in 1..=options.rounds {
-        for concurrency in CONCURRENCIES {
+        for &concurrency in &options.concurrencies {
             for server in &servers {
                 let cell = measure_cell(&server.target, concurrency, options.measure).await;
                 let rate = cell.rate();

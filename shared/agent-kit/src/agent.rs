@@ -173,7 +173,7 @@ async fn send_task<H: AgentHandler>(
     let call = inbound.scope();
     let context_id = call.context().context_id.clone();
     // The record's conversation: the one the call names, else a new one.
-    let record_context = context_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let record_context = context_id.clone().unwrap_or_else(mesh_tasks::model::new_id);
     let task_id = match task.id.as_deref() {
         Some("") => {
             return Err(fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", "the task id is empty")));
@@ -183,7 +183,7 @@ async fn send_task<H: AgentHandler>(
             state.claim_seed_id(&tenant, &working).await.map_err(fail)?;
             id.to_owned()
         }
-        None => uuid::Uuid::new_v4().to_string(),
+        None => mesh_tasks::model::new_id(),
     };
     let input = TaskInput {
         task_id: task_id.clone(),

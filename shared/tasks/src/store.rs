@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
 use mesh_storage::{AnyPool, Backend, Database, Row};
+use sqlx::AnyConnection;
+use sqlx::Connection as _;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
@@ -174,8 +177,13 @@ impl TaskStore {
         let (writes, queue) = mpsc::channel(WRITE_QUEUE_MAX);
         let pending = Arc::new(PendingWrites::default());
         let pool = database.pool().clone();
-        let writer =
-            Writer { pool: pool.clone(), agent: agent.to_owned(), replica: replica.clone(), pending: pending.clone() };
+        let writer = Writer {
+            pool: pool.clone(),
+            connection: None,
+            agent: agent.to_owned(),
+            replica: replica.clone(),
+            pending: pending.clone(),
+        };
         tokio::spawn(writer.run(queue, flush_interval));
         let sql = SqlTasks { pool, backend: database.backend(), writes, pending, buffered: flush_interval.is_some() };
         Ok(Self { agent: agent.to_owned(), replica, tasks: Tasks::Sql(sql), fanout })
@@ -479,13 +487,18 @@ fn writer_stopped() -> TaskError {
 /// flush interval after the first write it takes, gathering more for the same transaction.
 struct Writer {
     pool: AnyPool,
+    /// The writer's own connection, taken from the pool once and kept: its page cache then holds
+    /// the pages the writes touch. A connection taken anew for each commit comes with a cache
+    /// that the other connections' commits made stale, so SQLite reads those pages back from the
+    /// file first. Given back after a failed commit, in case the connection broke.
+    connection: Option<PoolConnection<sqlx::Any>>,
     agent: String,
     replica: String,
     pending: Arc<PendingWrites>,
 }
 
 impl Writer {
-    async fn run(self, mut queue: mpsc::Receiver<Queued>, flush_interval: Option<Duration>) {
+    async fn run(mut self, mut queue: mpsc::Receiver<Queued>, flush_interval: Option<Duration>) {
         let mut taken = Vec::with_capacity(WRITE_BATCH_MAX);
         let mut batch = Vec::with_capacity(WRITE_BATCH_MAX);
         let mut flushes = Vec::new();
@@ -507,8 +520,8 @@ impl Writer {
         }
     }
 
-    async fn commit_batch(&self, batch: &mut Vec<Write>) -> Result<(), String> {
-        let result = commit(&self.pool, &self.agent, &self.replica, batch).await.map_err(|e| e.to_string());
+    async fn commit_batch(&mut self, batch: &mut Vec<Write>) -> Result<(), String> {
+        let result = self.commit_on_own_connection(batch).await.map_err(|e| e.to_string());
         if let Err(error) = &result {
             tracing::error!(%error, writes = batch.len(), "could not save tasks");
         }
@@ -520,6 +533,18 @@ impl Writer {
             }
         }
         result
+    }
+
+    async fn commit_on_own_connection(&mut self, batch: &[Write]) -> Result<(), sqlx::Error> {
+        let mut connection = match self.connection.take() {
+            Some(connection) => connection,
+            None => self.pool.acquire().await?,
+        };
+        let committed = commit(&mut connection, &self.agent, &self.replica, batch).await;
+        if committed.is_ok() {
+            self.connection = Some(connection);
+        }
+        committed
     }
 }
 
@@ -547,7 +572,12 @@ const ROWS_PER_STATEMENT_MAX: usize = 128;
 /// Columns written per row.
 const COLUMNS_PER_ROW: usize = 8;
 
-async fn commit(pool: &AnyPool, agent: &str, replica: &str, batch: &[Write]) -> Result<(), sqlx::Error> {
+async fn commit(
+    connection: &mut AnyConnection,
+    agent: &str,
+    replica: &str,
+    batch: &[Write],
+) -> Result<(), sqlx::Error> {
     // Only the newest write of a task in the batch matters (by status time, then queue order):
     // the others would be overwritten anyway, and one statement may not upsert a row twice.
     let mut last: HashMap<(&str, &str), usize> = HashMap::new();
@@ -563,46 +593,60 @@ async fn commit(pool: &AnyPool, agent: &str, replica: &str, batch: &[Write]) -> 
         .filter(|(i, w)| last.get(&(w.tenant.as_str(), w.id.as_str())) == Some(i))
         .map(|(_, w)| w)
         .collect();
-    let terminal = terminal_states();
-    let mut transaction = pool.begin().await?;
+    if rows.len() <= ROWS_PER_STATEMENT_MAX {
+        // One statement is atomic by itself: no BEGIN and COMMIT, each a round trip of its own.
+        return upsert(connection, agent, replica, &rows).await;
+    }
+    let mut transaction = connection.begin().await?;
     for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
-        let placeholders: Vec<String> = (0..chunk.len())
-            .map(|row| {
-                let first = row * COLUMNS_PER_ROW;
-                let numbered: Vec<String> =
-                    (1..=COLUMNS_PER_ROW).map(|column| format!("${}", first + column)).collect();
-                format!("({})", numbered.join(", "))
-            })
-            .collect();
-        let terminal_placeholders: Vec<String> =
-            (1..=terminal.len()).map(|n| format!("${}", chunk.len() * COLUMNS_PER_ROW + n)).collect();
-        // A finished task stays finished: a late save of another state (a replica's turn that
-        // ended after another replica canceled the task) never overwrites it.
-        let sql = format!(
-            "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body, owner) VALUES {} \
-             ON CONFLICT (agent, tenant, id) DO UPDATE SET context_id = excluded.context_id, \
-             state = excluded.state, updated_at = excluded.updated_at, body = excluded.body, owner = excluded.owner \
-             WHERE excluded.updated_at >= a2a_tasks.updated_at AND a2a_tasks.state NOT IN ({})",
-            placeholders.join(", "),
-            terminal_placeholders.join(", ")
-        );
-        // Audited: the SQL is built from numbered placeholders only; every value is bound.
-        let mut statement = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for write in chunk {
-            statement = statement
-                .bind(agent)
-                .bind(&write.tenant)
-                .bind(&write.id)
-                .bind(&write.context_id)
-                .bind(&write.state)
-                .bind(&write.updated_at)
-                .bind(&write.body)
-                .bind(replica);
-        }
-        for state in &terminal {
-            statement = statement.bind(state);
-        }
-        statement.execute(&mut *transaction).await?;
+        upsert(&mut *transaction, agent, replica, chunk).await?;
     }
     transaction.commit().await
+}
+
+/// Upserts `rows` in one statement.
+async fn upsert<'c>(
+    executor: impl sqlx::Executor<'c, Database = sqlx::Any>,
+    agent: &str,
+    replica: &str,
+    rows: &[&Write],
+) -> Result<(), sqlx::Error> {
+    let terminal = terminal_states();
+    let placeholders: Vec<String> = (0..rows.len())
+        .map(|row| {
+            let first = row * COLUMNS_PER_ROW;
+            let numbered: Vec<String> = (1..=COLUMNS_PER_ROW).map(|column| format!("${}", first + column)).collect();
+            format!("({})", numbered.join(", "))
+        })
+        .collect();
+    let terminal_placeholders: Vec<String> =
+        (1..=terminal.len()).map(|n| format!("${}", rows.len() * COLUMNS_PER_ROW + n)).collect();
+    // A finished task stays finished: a late save of another state (a replica's turn that
+    // ended after another replica canceled the task) never overwrites it.
+    let sql = format!(
+        "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body, owner) VALUES {} \
+         ON CONFLICT (agent, tenant, id) DO UPDATE SET context_id = excluded.context_id, \
+         state = excluded.state, updated_at = excluded.updated_at, body = excluded.body, owner = excluded.owner \
+         WHERE excluded.updated_at >= a2a_tasks.updated_at AND a2a_tasks.state NOT IN ({})",
+        placeholders.join(", "),
+        terminal_placeholders.join(", ")
+    );
+    // Audited: the SQL is built from numbered placeholders only; every value is bound.
+    let mut statement = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for write in rows {
+        statement = statement
+            .bind(agent)
+            .bind(&write.tenant)
+            .bind(&write.id)
+            .bind(&write.context_id)
+            .bind(&write.state)
+            .bind(&write.updated_at)
+            .bind(&write.body)
+            .bind(replica);
+    }
+    for state in &terminal {
+        statement = statement.bind(state);
+    }
+    statement.execute(executor).await?;
+    Ok(())
 }

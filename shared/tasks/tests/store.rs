@@ -220,6 +220,28 @@ async fn a_buffered_save_is_read_at_once_and_committed_by_a_flush() {
     }
 }
 
+/// More rows than one upsert statement carries (128), so that one commit runs several
+/// statements in a transaction rather than the single statement that commits by itself.
+const ROWS_OVER_ONE_STATEMENT: usize = 300;
+
+#[tokio::test]
+async fn a_batch_of_more_rows_than_one_statement_carries_commits_whole() {
+    for (backend, url, _dir) in sql_urls() {
+        let agent = format!("batch-{}", uuid::Uuid::new_v4());
+        let buffered = TaskStore::open_buffered(&url, &agent, FLUSH_INTERVAL_NEVER).await.unwrap();
+        for i in 0..ROWS_OVER_ONE_STATEMENT {
+            buffered.save("", &task(&format!("t{i:03}"), "c1", TaskState::Completed)).await.unwrap();
+        }
+        // The writer holds every save until the flush: they are committed as one batch.
+        buffered.flush().await.unwrap();
+        let table = TaskStore::open(&url, &agent).await.unwrap();
+        let listed = table.list("", &ListTasksRequest::default()).await.unwrap();
+        assert_eq!(listed.total_size, i32::try_from(ROWS_OVER_ONE_STATEMENT).unwrap(), "{backend}");
+        let last = format!("t{:03}", ROWS_OVER_ONE_STATEMENT - 1);
+        assert_eq!(table.get("", &last).await.unwrap().unwrap().id, last, "{backend}");
+    }
+}
+
 #[tokio::test]
 async fn a_buffered_save_is_committed_within_the_flush_interval() {
     for (backend, url, _dir) in sql_urls() {

@@ -21,7 +21,7 @@ use mesh_protocol::a2a::v1::{
     SendMessageRequest, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use mesh_tasks::model::{
-    accepts_messages, add_user_message, apply, apply_artifact, now_timestamp, state_name, trim_history,
+    accepts_messages, add_user_message, apply, apply_artifact, new_id, now_timestamp, state_name, trim_history,
 };
 use mesh_tasks::{Remote, TaskError, TaskStore, history_length};
 use tokio::sync::mpsc;
@@ -784,10 +784,6 @@ pub fn ends_task(event: &StreamResponse) -> bool {
         StreamResponse::StatusUpdate(update) => update.status.state.is_terminal(),
         StreamResponse::Task(_) | StreamResponse::ArtifactUpdate(_) => false,
     }
-}
-
-fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
 
 fn not_cancelable(task: &Task) -> TaskError {
