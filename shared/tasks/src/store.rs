@@ -180,6 +180,7 @@ impl TaskStore {
         let writer = Writer {
             pool: pool.clone(),
             connection: None,
+            keeps_connection: pool.options().get_max_connections() > 1,
             agent: agent.to_owned(),
             replica: replica.clone(),
             pending: pending.clone(),
@@ -490,8 +491,11 @@ struct Writer {
     /// The writer's own connection, taken from the pool once and kept: its page cache then holds
     /// the pages the writes touch. A connection taken anew for each commit comes with a cache
     /// that the other connections' commits made stale, so SQLite reads those pages back from the
-    /// file first. Given back after a failed commit, in case the connection broke.
+    /// file first. Given back after a failed commit, in case the connection broke, and after
+    /// every commit when the pool has one connection only (an in-memory SQLite database), which
+    /// the store's reads need too.
     connection: Option<PoolConnection<sqlx::Any>>,
+    keeps_connection: bool,
     agent: String,
     replica: String,
     pending: Arc<PendingWrites>,
@@ -541,7 +545,7 @@ impl Writer {
             None => self.pool.acquire().await?,
         };
         let committed = commit(&mut connection, &self.agent, &self.replica, batch).await;
-        if committed.is_ok() {
+        if committed.is_ok() && self.keeps_connection {
             self.connection = Some(connection);
         }
         committed

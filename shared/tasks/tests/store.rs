@@ -220,6 +220,19 @@ async fn a_buffered_save_is_read_at_once_and_committed_by_a_flush() {
     }
 }
 
+#[tokio::test]
+async fn a_store_on_one_in_memory_connection_reads_between_its_writes() {
+    // An in-memory SQLite database is one connection: the writer must not keep it from reads.
+    let store = TaskStore::open(mesh_storage::SQLITE_MEMORY_URL, "one-connection").await.unwrap();
+    for i in 0..3 {
+        let id = format!("t{i}");
+        store.save("", &task(&id, "c1", TaskState::Completed)).await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(2), store.get("", &id)).await;
+        assert_eq!(read.expect("a read waits for no connection").unwrap().unwrap().id, id);
+    }
+    assert_eq!(store.list("", &ListTasksRequest::default()).await.unwrap().total_size, 3);
+}
+
 /// More rows than one upsert statement carries (128), so that one commit runs several
 /// statements in a transaction rather than the single statement that commits by itself.
 const ROWS_OVER_ONE_STATEMENT: usize = 300;
