@@ -7,6 +7,11 @@
 # of minutes on two cores.
 #
 # Usage: scripts/coverage.sh [PACKAGE ...]   (default: the whole workspace)
+#        scripts/coverage.sh --add PACKAGE ...  after adding tests to these packages: runs their
+#                                            tests and counts them with the last run's (valid
+#                                            while only tests changed since: a changed function
+#                                            counts only what ran since), so a file's figure
+#                                            stays that of the whole workspace's tests
 #        scripts/coverage.sh --report        the tables of the last run again, without running tests
 # With packages, only their tests run, and only their files are in the tables.
 #
@@ -35,6 +40,8 @@
 #   CARGO_TARGET_DIR    as for cargo; the instrumented build goes in its llvm-cov-target/ (default
 #                       ~/.cache/a2a-mesh/coverage/target: debug test binaries take gigabytes)
 #   LLVM_COV, LLVM_PROFDATA  the LLVM tools to use, instead of finding them
+#   COVERAGE_ARGS       more arguments for cargo llvm-cov's test run (e.g. "--test chat" with --add
+#                       runs only that test target of the package)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,12 +60,15 @@ fail() {
     exit 2
 }
 
-report_only=false
-if [ "${1:-}" = --report ]; then
-    report_only=true
+mode=run
+case "${1:-}" in
+--report | --add)
+    mode=${1#--}
     shift
-fi
+    ;;
+esac
 packages=("$@")
+[ $mode != add ] || [ ${#packages[@]} -gt 0 ] || fail "--add needs the packages whose tests to run"
 
 # --- LLVM tools of rustc's LLVM major version (profiles of another version cannot be read).
 llvm_major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
@@ -100,12 +110,12 @@ if [ ${#packages[@]} -gt 0 ]; then
 fi
 mkdir -p "$out"
 status=0
-if ! $report_only; then
-    # Only the profiles of this run: --no-report keeps the artifacts, so a second run rebuilds only
-    # what changed.
-    cargo llvm-cov clean --profraw-only
+if [ $mode != report ]; then
+    # Only the profiles of this run (with --add, of the last one too): --no-report keeps the
+    # artifacts, so a second run rebuilds only what changed.
+    [ $mode = add ] || cargo llvm-cov clean --profraw-only
     echo "== tests of ${packages[*]:-the workspace}, instrumented (target $CARGO_TARGET_DIR/llvm-cov-target)"
-    cargo llvm-cov --no-report --no-fail-fast "${selection[@]}" || status=$?
+    cargo llvm-cov --no-report --no-fail-fast "${selection[@]}" ${COVERAGE_ARGS:-} || status=$?
     [ $status = 0 ] || echo "== tests failed (status $status): the tables below count what ran"
 fi
 
