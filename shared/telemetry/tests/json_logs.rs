@@ -28,7 +28,8 @@ fn log_as_the_child() {
         sampler: Some(opentelemetry_sdk::trace::Sampler::AlwaysOn),
         ..TraceSettings::default()
     };
-    mesh_telemetry::init_with(LogFormat::Json, Some(traces), None);
+    // As a deployed service reads it (deploy/kubernetes sets MESH_LOG_FORMAT=json).
+    mesh_telemetry::init_with(LogFormat::from_env(), Some(traces), None);
     tracing::info!(outside = true, "before any span");
     let root = Root::start("json-logs", None, || tracing::info_span!("work"));
     let (trace_id, span_id) = span_ids(root.span()).expect("an always-on sampler exports the span");
@@ -44,6 +45,7 @@ fn json_log_lines_name_the_trace_and_span_they_are_logged_in() {
     let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
+        .env("MESH_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
         .output()
         .unwrap();
