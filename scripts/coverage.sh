@@ -119,9 +119,11 @@ if [ $mode != report ]; then
     [ $status = 0 ] || echo "== tests failed (status $status): the tables below count what ran"
 fi
 
-# --- the reports: every file the run reached, then the tables of the selected packages.
-cargo llvm-cov report --ignore-filename-regex "$ignore_re" --html --output-dir "$out" >/dev/null
-cargo llvm-cov report --ignore-filename-regex "$ignore_re" --json --summary-only --output-path "$out/coverage.json"
+# --- the reports: every file of the workspace, as every test binary built ran it (a package's
+# files count the other packages' tests too), then the tables of the selected packages.
+cargo llvm-cov report --workspace --ignore-filename-regex "$ignore_re" --html --output-dir "$out" >/dev/null
+cargo llvm-cov report --workspace --ignore-filename-regex "$ignore_re" --json --summary-only \
+    --output-path "$out/coverage.json"
 cargo metadata --no-deps --format-version 1 >"$out/metadata.json"
 python3 - "$out" "${packages[@]}" <<'PY' | tee "$out/summary.txt"
 """Line coverage per crate and per file, from llvm-cov's JSON summary and the workspace's crates."""
