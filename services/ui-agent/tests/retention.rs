@@ -2,14 +2,16 @@
 //! starts and then on a schedule, and keeps the others: a real agent on port 0, on a SQLite file
 //! of the test's own.
 
-use std::time::{Duration, Instant, SystemTime};
+mod common;
 
+use std::time::{Duration, SystemTime};
+
+use common::{eventually, serve};
 use mesh_bus::BusConfig;
 use mesh_docmem::DocmemError;
-use ui_agent::{UiAgent, UiAgentConfig};
+use ui_agent::UiAgentConfig;
 
 const RETENTION_DAYS: u64 = 1;
-const WAIT_DEADLINE: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_untouched_past_the_retention_are_deleted_and_the_others_kept() {
@@ -41,18 +43,12 @@ async fn conversations_untouched_past_the_retention_are_deleted_and_the_others_k
         shutdown_unready_ms: 0,
         ..UiAgentConfig::default()
     };
-    let agent = UiAgent::build(&config).await.unwrap();
-    let url = agent.url().to_owned();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(agent.run_until_stopped(async {
-        let _ = stopped.await;
-    }));
+    let (url, stop, run) = serve(&config).await;
 
-    let deadline = Instant::now() + WAIT_DEADLINE;
-    while !matches!(docmem.get(&old.id).await, Err(DocmemError::NotFound(_))) {
-        assert!(Instant::now() < deadline, "the old conversation deleted within {WAIT_DEADLINE:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the old conversation deleted", async || {
+        matches!(docmem.get(&old.id).await, Err(DocmemError::NotFound(_)))
+    })
+    .await;
     // Its whole tree went with it; the fresh one stays, node for node.
     assert!(matches!(docmem.get(&reply.id).await, Err(DocmemError::NotFound(_))), "the old conversation's message");
     assert_eq!(docmem.get(&fresh.id).await.unwrap().id, fresh.id);

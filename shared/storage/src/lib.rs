@@ -220,11 +220,11 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("pragmas.db").display());
         let database = Database::connect(&url, &Migrator::DEFAULT).await.unwrap();
         // Several connections at once, so that more than the first one is checked.
+        let pragma = |name: &'static str| sqlx::query(name);
+        let read = |row: sqlx::any::AnyRow| row.try_get::<i64, _>(0).unwrap();
         let mut held = Vec::new();
         for _ in 0..3 {
             let mut connection = database.pool().acquire().await.unwrap();
-            let pragma = |name: &'static str| sqlx::query(name);
-            let read = |row: sqlx::any::AnyRow| row.try_get::<i64, _>(0).unwrap();
             let journal = pragma("PRAGMA journal_mode").fetch_one(&mut *connection).await.unwrap();
             assert_eq!(journal.try_get::<String, _>(0).unwrap(), "wal");
             // 2 is MEMORY.
