@@ -338,3 +338,100 @@ fn the_shipped_agent_cards_declare_that_they_stream() {
     }
     assert_eq!(cards, 4, "the four agents' cards in {}", dir.display());
 }
+
+/// How long a test client waits between a request's headers and its body: far longer than the
+/// agent takes to answer a cancel, so an agent that answered without the body would have.
+const LATE_BODY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Reads one HTTP/1.1 answer with a `Content-Length` from `stream`: its status and body. Panics
+/// when the agent closes the connection first.
+async fn read_answer(stream: &mut tokio::net::TcpStream) -> (u16, String) {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    let mut chunk = [0_u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                .and_then(|v| v.parse::<usize>().ok())
+                .expect("an answer with a Content-Length");
+            if body.len() >= length {
+                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                return (status, body[..length].to_owned());
+            }
+        }
+        let read = tokio::time::timeout(common::TIMEOUT, stream.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(read > 0, "the agent closed the connection before answering; got {text:?}");
+        answer.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// A cancel whose body arrives well after its headers, as a client that writes them apart may
+/// send it (the SDK's 1.0 and 0.3 HTTP+JSON clients send one): the agent answers once it has the
+/// body, and the connection stays open for the client's next request. Answering before the body
+/// closed the connection under that request, which a pooled client saw dropped unanswered.
+#[tokio::test]
+async fn a_cancel_reads_its_late_body_and_keeps_the_connection_open() {
+    use tokio::io::AsyncWriteExt;
+    let agent = serve(Variant::Standard, config()).await;
+    let sent = agent.call(&rest("POST", "/message:send", Some("1.0")), send_params(), &[]).await;
+    let id = sent.body["task"]["id"].as_str().unwrap().to_owned();
+    let host = agent.url.trim_start_matches("http://").to_owned();
+    let cancels = [
+        (format!("/tasks/{id}:cancel"), "A2A-Version: 1.0\r\n", json!({"id": id})),
+        (format!("/v1/tasks/{id}:cancel"), "", json!({"name": format!("tasks/{id}")})),
+    ];
+    for (path, version, body) in cancels {
+        let mut stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        let body = body.to_string();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\n{version}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(LATE_BODY).await;
+        stream.write_all(body.as_bytes()).await.unwrap();
+        let (status, answer) = read_answer(&mut stream).await;
+        assert_eq!(status, 409, "{path}: a completed task is not cancelable: {answer}");
+        assert!(answer.contains("TASK_NOT_CANCELABLE"), "{path}: {answer}");
+        stream.write_all(format!("GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes()).await.unwrap();
+        let (status, answer) = read_answer(&mut stream).await;
+        assert_eq!(status, 200, "{path}: the next request on the connection: {answer}");
+    }
+    agent.stop().await;
+}
+
+/// A task action's body, when there is one, is checked as any other: JSON with a JSON content
+/// type, and naming the path's task if it names one.
+#[tokio::test]
+async fn a_cancel_body_naming_another_task_or_not_json_is_refused() {
+    let agent = serve(Variant::Standard, config()).await;
+    let sent = agent.call(&rest("POST", "/message:send", Some("1.0")), send_params(), &[]).await;
+    let id = sent.body["task"]["id"].as_str().unwrap().to_owned();
+    let cancel = rest("POST", &format!("/tasks/{id}:cancel"), Some("1.0"));
+    let other = agent.call(&cancel, json!({"id": "another-task"}), &[]).await;
+    assert_eq!(other.status, StatusCode::BAD_REQUEST, "{}", other.body);
+    assert_eq!(other.error(), "INVALID_PARAMS", "{}", other.body);
+    assert!(other.error_message().contains("another-task"), "{}", other.body);
+    let url = format!("{}/tasks/{id}:cancel", agent.url);
+    let text = agent.http.post(&url).header("A2A-Version", "1.0").body("not json").send().await.unwrap();
+    assert_eq!(text.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let broken = agent
+        .http
+        .post(&url)
+        .header("A2A-Version", "1.0")
+        .header("content-type", "application/json")
+        .body("{\"id\":")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(broken.status(), StatusCode::BAD_REQUEST);
+    // The same task named, or nothing at all: the cancel itself answers (a completed task: 409).
+    for body in [json!({"id": id, "metadata": {"why": "test"}}), json!({})] {
+        let answer = agent.call(&cancel, body.clone(), &[]).await;
+        assert_eq!(answer.error(), "TASK_NOT_CANCELABLE", "{body}: {}", answer.body);
+    }
+    agent.stop().await;
+}

@@ -12,13 +12,13 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use mesh_protocol::a2a::v1::{
-    CancelTaskRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest, ListTasksRequest, SendMessageRequest,
-    TaskPushNotificationConfig, TaskPushNotificationConfigRequest, TaskState,
+    CancelTaskRequest, GetTaskRequest, JsonObject, ListTaskPushNotificationConfigsRequest, ListTasksRequest,
+    SendMessageRequest, TaskPushNotificationConfig, TaskPushNotificationConfigRequest, TaskState,
 };
 use mesh_protocol::a2a::{v03, v03_rest};
 use mesh_protocol::jsonrpc::{A2aErrorCode, RestErrorBody};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::engine::{TaskEngine, TaskHandler};
 use super::surface::{ActivatedExtensions, CardRefusal, Surface};
@@ -195,7 +195,7 @@ async fn task_v1<H: TaskHandler>(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    RawQuery(raw): RawQuery,
+    bytes: Bytes,
 ) -> Result<Response, Failure> {
     let target = path.get("target").map(String::as_str).unwrap_or_default();
     let Some(operation) = TaskOperation::parse(target, &method) else {
@@ -205,20 +205,52 @@ async fn task_v1<H: TaskHandler>(
     let tenant = path_tenant(&path, &inbound)?;
     let response = match operation {
         TaskOperation::Get(id) => {
-            let history_length = int_param(&query(raw), "historyLength")?;
+            let history_length = int_param(&query(uri.query().map(str::to_owned)), "historyLength")?;
             let request = GetTaskRequest { tenant: None, id: id.to_owned(), history_length };
             json(rest.engine.get(&tenant, &request).await?)
         }
         TaskOperation::Cancel(id) => {
-            let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata: None };
+            let ActionBody { metadata, .. } = action_body(&headers, &bytes, id)?;
+            let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata };
             json(rest.engine.cancel(&tenant, &request).await?)
         }
         TaskOperation::Subscribe(id) => {
+            action_body(&headers, &bytes, id)?;
             let events = rest.engine.subscribe(&tenant, id).await?;
             sse(until_final(events, StreamEnd::TaskEnd))
         }
     };
     Ok(echoed(&activated, response))
+}
+
+/// The body of a task action (`{id}:cancel`, `{id}:subscribe`), where the binding maps the rest
+/// of the request message: 1.0 sends `{"id", "metadata"}`, 0.3 `{"name": "tasks/{id}"}`, and a
+/// subscription usually nothing.
+///
+/// The handlers take the body whole even where they need none of it: an answer given before a
+/// request's body has arrived makes the server close the connection after it, and a client that
+/// sends its next request on that pooled connection sees it dropped unanswered.
+#[derive(Debug, Default, Deserialize)]
+struct ActionBody {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    metadata: Option<JsonObject>,
+}
+
+/// The action body, checked when there is one: JSON, an object, and naming no other task than
+/// the path's `id`.
+fn action_body(headers: &HeaderMap, bytes: &Bytes, id: &str) -> Result<ActionBody, Failure> {
+    if bytes.is_empty() {
+        return Ok(ActionBody::default());
+    }
+    let action: ActionBody = body(headers, bytes)?;
+    match action.id.as_deref() {
+        Some(named) if named != id => {
+            Err(Failure::invalid_params(format!("the body names task {named:?}, the path task {id:?}")))
+        }
+        _ => Ok(action),
+    }
 }
 
 /// What `/tasks/{target}` asks for: `GET {id}`, `POST {id}:cancel` or `{id}:subscribe` (GET as
@@ -420,7 +452,7 @@ async fn task_v03<H: TaskHandler>(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    RawQuery(raw): RawQuery,
+    bytes: Bytes,
 ) -> Result<Response, Failure> {
     let Some(operation) = TaskOperation::parse(&target, &method) else {
         return Ok(no_route(&method, uri.path()).into_response());
@@ -429,15 +461,17 @@ async fn task_v03<H: TaskHandler>(
     let tenant = inbound.tenant(None)?;
     let response = match operation {
         TaskOperation::Get(id) => {
-            let history_length = int_param(&query(raw), "historyLength")?;
+            let history_length = int_param(&query(uri.query().map(str::to_owned)), "historyLength")?;
             let request = v03::TaskQueryParams { id: id.to_owned(), history_length, metadata: None };
             json(v03_rest::Task::from(rest.engine.get(&tenant, &request.into()).await?))
         }
         TaskOperation::Cancel(id) => {
-            let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata: None };
+            let ActionBody { metadata, .. } = action_body(&headers, &bytes, id)?;
+            let request = CancelTaskRequest { tenant: None, id: id.to_owned(), metadata };
             json(v03_rest::Task::from(rest.engine.cancel(&tenant, &request).await?))
         }
         TaskOperation::Subscribe(id) => {
+            action_body(&headers, &bytes, id)?;
             let events = rest.engine.subscribe(&tenant, id).await?;
             sse(until_final(events, StreamEnd::TaskEnd).map(v03_rest::StreamResponse::from))
         }
