@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mesh_protocol::agents::SearchRequest;
-use search::eval::{eval_data_dir, index_collection, load_beir, quantile, scifact_dir};
-use search::{
-    DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory, load_encoder,
-};
+use search::eval::{eval_data_dir, index_collection, quantile};
+use search::{DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory};
+
+mod support;
 
 const TOP_K: usize = 10;
 /// Longest wait for the spawned agent to answer `/health` (it loads the model and the index).
@@ -39,18 +39,9 @@ fn arg(name: &str, default: usize) -> usize {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let Some(dataset) = scifact_dir() else {
-        eprintln!("skipping: SciFact not found (set MESH_SCIFACT_DIR or place it at ../shared/data/scifact)");
-        return;
-    };
+    let Some((dataset, collection, encoder)) = support::scifact_with_model().await else { return };
     let rounds = arg("--rounds", 3);
     let embed_sample = arg("--embed-sample", 512);
-    let collection = load_beir(&dataset, "test").expect("SciFact loads");
-    let (encoder, status) = load_encoder(&DenseConfig::default()).await;
-    let Some(encoder) = encoder else {
-        eprintln!("skipping: the dense profile is unavailable: {status:?}");
-        return;
-    };
     let threads = DenseConfig::default().threads();
     println!(
         "SciFact: {} documents, {} test queries; {threads} cores",

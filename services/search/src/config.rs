@@ -65,6 +65,9 @@ pub struct DenseConfig {
     /// Recent queries whose vectors are kept, so a repeated query costs no forward pass
     /// (about 1.5 KiB each); 0 keeps none.
     pub query_cache_entries: usize,
+    /// Vectors from which a dense search scans their 8-bit codes first and scores only the best
+    /// candidates exactly (below it, every vector is scored exactly).
+    pub quantized_min_documents: usize,
 }
 
 impl Default for DenseConfig {
@@ -76,6 +79,7 @@ impl Default for DenseConfig {
             python: "python3".into(),
             threads: 0,
             query_cache_entries: mesh_embedding::QUERY_CACHE_ENTRIES_DEFAULT,
+            quantized_min_documents: crate::dense::QUANTIZED_MIN_ROWS_DEFAULT,
         }
     }
 }

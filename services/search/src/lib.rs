@@ -38,10 +38,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 pub use agent::{SearchAgent, SearchSettings};
 pub use config::{DenseConfig, SearchConfig};
 pub use corpus::Document;
+pub use dense::{DenseMethod, QUANTIZED_MIN_ROWS_DEFAULT};
 pub use documents::{DeleteAnswer, IngestAnswer, StoredDocument};
 pub use embed::EMBEDDING_BATCH_DOCUMENTS;
 pub use error::SearchError;
-pub use index::{DENSE_PROFILE, IndexLocation, IngestReport, SearchIndex, index_directory};
+pub use index::{Change, DENSE_PROFILE, DocumentVector, IndexLocation, IngestReport, SearchIndex, index_directory};
 pub use replica::Replica;
 
 /// The search agent's card as shipped in `agent-cards/`.
@@ -112,6 +113,7 @@ pub async fn open_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, Dens
     let threads = config.dense.threads();
     let index = on_blocking_thread(move || SearchIndex::open(&location, encoder, threads)).await?;
     index.set_query_cache_entries(config.dense.query_cache_entries);
+    index.set_quantized_min_documents(config.dense.quantized_min_documents);
     Ok((Arc::new(index), status))
 }
 
@@ -251,6 +253,7 @@ pub async fn build(config: &SearchConfig, http: HttpClient) -> Result<AgentApp, 
                 let cache = probe_index.query_cache();
                 serde_json::json!({
                     "documents": probe_index.len(), "embedded": probe_index.embedded(),
+                    "dense_method": probe_index.dense_method(),
                     "query_cache": {
                         "entries": cache.entries, "capacity": cache.capacity,
                         "hits": cache.hits, "misses": cache.misses,

@@ -37,7 +37,7 @@ use self::keys::{tenant_term, visible_to};
 use self::profiles::{FieldWeights, MODALITY_BOOST, PROFILES, ProfileSpec, Ranker, modality_term};
 use self::schema::{Fields, StoredEntry, StoredFields, WRITER_MEMORY_BYTES, open_directory, prepared, read_entry};
 use crate::corpus::Document;
-use crate::dense::DenseVectors;
+use crate::dense::{DenseMethod, DenseVectors};
 use crate::error::SearchError;
 
 /// Where the index lives.
@@ -202,6 +202,16 @@ impl SearchIndex {
     /// Keeps the vectors of at most `entries` recent queries (0: none, every query is encoded).
     pub fn set_query_cache_entries(&self, entries: usize) {
         self.queries.set_capacity(entries);
+    }
+
+    /// Dense searches scan 8-bit codes of the vectors first from `documents` vectors on.
+    pub fn set_quantized_min_documents(&self, documents: usize) {
+        self.catalog.write().unwrap_or_else(|e| e.into_inner()).vectors.set_quantized_min_rows(documents);
+    }
+
+    /// How dense searches are answered at the index's current size.
+    pub fn dense_method(&self) -> DenseMethod {
+        self.catalog.read().unwrap_or_else(|e| e.into_inner()).vectors.method()
     }
 
     /// How the query vector cache has served.
