@@ -10,7 +10,7 @@ mod top;
 
 use std::collections::HashMap;
 
-use self::top::Scored;
+use self::top::{Score, Scored};
 
 /// Documents from which searches scan codes first; fewer are scored exactly only.
 pub const QUANTIZED_MIN_ROWS_DEFAULT: usize = 50_000;
@@ -144,19 +144,17 @@ impl DenseVectors {
         if query.len() != self.dimensions || limit == 0 || self.ids.is_empty() {
             return Vec::new();
         }
-        let exact = |row: usize| mesh_embedding::dot(&self.values[self.span(row)], query);
+        let exact = Exact { vectors: self, query };
         let found = match self.method() {
             DenseMethod::Exact => top::best(&self.ids, limit, self.threads, &exact, &visible),
             DenseMethod::Quantized => {
                 let mut query_codes = vec![0_i8; self.dimensions];
                 quantized::quantize(query, &mut query_codes);
-                // The query's own factor scales every row alike: it cannot change their order.
-                let coded =
-                    |row: usize| quantized::dot(&self.codes[self.span(row)], &query_codes) as f32 * self.factors[row];
+                let coded = Coded { vectors: self, query_codes: &query_codes };
                 let keep = limit.saturating_mul(RESCORED_PER_RESULT).max(RESCORED_MIN);
                 let mut rescored: Vec<Scored<'_>> = top::best(&self.ids, keep, self.threads, &coded, &visible)
                     .into_iter()
-                    .map(|candidate| Scored { score: exact(candidate.row), ..candidate })
+                    .map(|candidate| Scored { score: exact.score(candidate.row), ..candidate })
                     .collect();
                 rescored.sort_unstable_by(|a, b| b.cmp(a));
                 rescored.truncate(limit);
@@ -164,6 +162,34 @@ impl DenseVectors {
             }
         };
         found.into_iter().map(|scored| (scored.id.to_owned(), f64::from(scored.score))).collect()
+    }
+}
+
+/// Scores rows exactly: the dot product of their values with the query.
+struct Exact<'a> {
+    vectors: &'a DenseVectors,
+    query: &'a [f32],
+}
+
+impl Score for Exact<'_> {
+    #[inline(always)]
+    fn score(&self, row: usize) -> f32 {
+        mesh_embedding::dot(&self.vectors.values[self.vectors.span(row)], self.query)
+    }
+}
+
+/// Scores rows by their codes against the query's: the order of their dot products, roughly.
+/// The query's own factor scales every row alike, so it is left out.
+struct Coded<'a> {
+    vectors: &'a DenseVectors,
+    query_codes: &'a [i8],
+}
+
+impl Score for Coded<'_> {
+    #[inline(always)]
+    fn score(&self, row: usize) -> f32 {
+        let codes = &self.vectors.codes[self.vectors.span(row)];
+        quantized::dot(codes, self.query_codes) as f32 * self.vectors.factors[row]
     }
 }
 

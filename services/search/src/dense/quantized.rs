@@ -22,22 +22,18 @@ pub(super) fn quantize(vector: &[f32], codes: &mut [i8]) -> f32 {
     largest / CODE_MAX
 }
 
-/// Lanes summed side by side: independent sums the compiler keeps in vector registers.
-const LANES: usize = 16;
-
-/// The dot product of two code rows of equal length.
+/// The dot product of two code rows of equal length: products of codes (exact in `i16`), widened
+/// and summed, over each half separately. Those are the shapes compilers vectorize best here
+/// (measured at a million rows of 384 codes with AVX2: 55 ns a row, against 80 for one sum of
+/// `i32` products and 155 for a fixed array of lane sums). Inlined into the scan, which is compiled
+/// for the CPU's vector instructions.
+#[inline(always)]
 pub(super) fn dot(a: &[i8], b: &[i8]) -> i32 {
-    let mut sums = [0_i32; LANES];
-    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: i32 =
-        a_chunks.remainder().iter().zip(b_chunks.remainder()).map(|(&x, &y)| i32::from(x) * i32::from(y)).sum();
-    for (x, y) in a_chunks.zip(b_chunks) {
-        for lane in 0..LANES {
-            // A product of two codes is at most 127² in magnitude: exact in i16.
-            sums[lane] += i32::from(i16::from(x[lane]) * i16::from(y[lane]));
-        }
-    }
-    sums.iter().sum::<i32>() + tail
+    let half =
+        |a: &[i8], b: &[i8]| -> i32 { a.iter().zip(b).map(|(&x, &y)| i32::from(i16::from(x) * i16::from(y))).sum() };
+    let (a_head, a_tail) = a.split_at(a.len() / 2);
+    let (b_head, b_tail) = b.split_at(b.len() / 2);
+    half(a_head, b_head) + half(a_tail, b_tail)
 }
 
 #[cfg(test)]
