@@ -310,4 +310,61 @@ mod tests {
         assert!(load_beir(dir.path(), "bad").unwrap_err().to_string().contains("tab-separated"));
         assert!(matches!(load_beir(dir.path(), "nope"), Err(SearchError::CorpusFile { .. })));
     }
+
+    fn document(id: &str, title: &str, text: &str) -> Document {
+        Document { id: id.into(), title: title.into(), text: text.into(), modality: None, tags: Vec::new() }
+    }
+
+    /// Three abstracts and four judged queries, the last with no word in any document: each
+    /// lexical profile ranks the one relevant document first for the first three and finds
+    /// nothing for the last, so every mean is 3/4 whatever the scores' values.
+    fn small_collection() -> Collection {
+        let documents = vec![
+            document("d1", "Aspirin and fever", "aspirin lowers fever in adults"),
+            document("d2", "Vitamin supplements", "vitamin intake and the common cold"),
+            document("d3", "Sleep", "sleep improves memory consolidation"),
+        ];
+        let queries = [("q1", "aspirin fever"), ("q2", "vitamin cold"), ("q3", "sleep memory"), ("q4", "quantum")];
+        let qrels = [("q1", "d1"), ("q2", "d2"), ("q3", "d3"), ("q4", "d1")]
+            .iter()
+            .map(|(query, document)| (query.to_string(), relevant(&[(document, 1)])))
+            .collect();
+        Collection {
+            documents,
+            queries: queries.iter().map(|(id, text)| (id.to_string(), text.to_string())).collect(),
+            qrels,
+        }
+    }
+
+    #[tokio::test]
+    async fn evaluates_each_profile_and_their_fusion_against_hand_computed_means() {
+        let collection = small_collection();
+        let index = Arc::new(SearchIndex::open(&crate::IndexLocation::Memory, None, 1).unwrap());
+        index.set_query_cache_entries(7);
+        let report = index_collection(&index, &collection, &|_| {}).unwrap();
+        assert_eq!(report.added, 3);
+        let profiles = ["bm25".to_string(), "title".to_string()];
+        let reports = evaluate(index.clone(), &collection, &profiles).await.unwrap();
+        let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["bm25", "title", "bm25+title"]);
+        for run in &reports {
+            assert_eq!(run.mean, Scores { ndcg_at_10: 0.75, recall_at_100: 0.75, mrr_at_10: 0.75 }, "{}", run.name);
+            assert!(run.latency_p50_ms > 0.0 && run.latency_p50_ms <= run.latency_p99_ms, "{}", run.name);
+        }
+        assert_eq!(index.query_cache().capacity, 7, "the query cache is given back its size");
+    }
+
+    #[test]
+    fn indexing_a_collection_keeps_exactly_its_documents() {
+        let collection = small_collection();
+        let index = SearchIndex::open(&crate::IndexLocation::Memory, None, 1).unwrap();
+        index.upsert(None, vec![document("stale", "Old", "no longer in the collection")], &|_| {}).unwrap();
+        let report = index_collection(&index, &collection, &|_| {}).unwrap();
+        assert_eq!((report.added, report.unchanged), (3, 0));
+        let mut ids = index.ids(None);
+        ids.sort();
+        assert_eq!(ids, ["d1", "d2", "d3"], "the document the collection lacks is deleted");
+        let again = index_collection(&index, &collection, &|_| {}).unwrap();
+        assert_eq!((again.added, again.replaced, again.unchanged), (0, 0, 3), "an indexed collection is reused as is");
+    }
 }
