@@ -32,6 +32,8 @@ async fn a_missing_model_makes_the_agent_degraded_but_ready() {
     let health: Value = health.json().await.unwrap();
     assert_eq!(health["status"], "degraded", "{health}");
     assert_eq!(health["components"]["dense"]["status"], "unavailable", "{health}");
+    // The bundled sample is far below the size from which dense searches scan codes first.
+    assert_eq!(health["components"]["index"]["dense_method"], "exact", "{health}");
     let reasons = health["reasons"].as_array().unwrap();
     assert!(reasons.iter().any(|r| r.as_str().is_some_and(|r| r.starts_with("dense: "))), "{health}");
     let ready = reqwest::get(format!("{url}/health/ready")).await.unwrap();
