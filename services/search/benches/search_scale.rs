@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use mesh_protocol::agents::SearchRequest;
 use search::eval::{eval_data_dir, index_collection, quantile};
 use search::{
     Change, DENSE_PROFILE, DenseConfig, DenseMethod, Document, DocumentVector, IndexLocation, SearchAgent, SearchIndex,
@@ -32,7 +31,8 @@ use search::{
 
 mod support;
 
-const TOP_K: usize = 10;
+use support::TOP_K;
+
 const SIZES_DEFAULT: [usize; 3] = [10_000, 100_000, 1_000_000];
 /// Documents per commit while building a synthetic corpus.
 const BUILD_BATCH_DOCUMENTS: usize = 25_000;
@@ -95,7 +95,7 @@ async fn main() {
         "bytes/doc"
     );
     for size in sizes {
-        let resident_before = resident_bytes();
+        let resident_before = support::resident_bytes("self");
         let started = Instant::now();
         let index = SearchIndex::open(&IndexLocation::Memory, Some(encoder.clone()), threads).expect("index opens");
         index.set_query_cache_entries(queries.len() * 2);
@@ -107,7 +107,7 @@ async fn main() {
             index.apply(batch, 0).expect("synthetic documents indexed");
         }
         let build_s = started.elapsed().as_secs_f64();
-        let resident = resident_bytes().saturating_sub(resident_before);
+        let resident = support::resident_bytes("self").saturating_sub(resident_before);
         let index = Arc::new(index);
         let default_method = index.dense_method();
         // One untimed pass puts every query's vector in the cache.
@@ -123,7 +123,10 @@ async fn main() {
         for _ in 0..rounds {
             for (name, min_documents) in [("exact", usize::MAX), ("coded", 0)] {
                 index.set_quantized_min_documents(min_documents);
-                samples.entry(name).or_default().extend(latencies_ms(&agent, &[DENSE_PROFILE], &queries).await);
+                samples
+                    .entry(name)
+                    .or_default()
+                    .extend(support::latencies_ms(&agent, &[DENSE_PROFILE], &queries).await);
             }
         }
         for query in &queries {
@@ -137,8 +140,8 @@ async fn main() {
         // The fusion as served at this size, beside bm25 alone, interleaved.
         index.set_quantized_min_documents(search::QUANTIZED_MIN_ROWS_DEFAULT);
         for _ in 0..rounds {
-            samples.entry("bm25").or_default().extend(latencies_ms(&agent, &["bm25"], &queries).await);
-            let fused = latencies_ms(&agent, &["bm25", DENSE_PROFILE], &queries).await;
+            samples.entry("bm25").or_default().extend(support::latencies_ms(&agent, &["bm25"], &queries).await);
+            let fused = support::latencies_ms(&agent, &["bm25", DENSE_PROFILE], &queries).await;
             samples.entry("fused").or_default().extend(fused);
         }
         let mut figures = |name: &str| {
@@ -167,22 +170,6 @@ async fn main() {
 
 fn pair((p50, p99): (f64, f64)) -> String {
     format!("{p50:.2} / {p99:.2}")
-}
-
-/// The latency of each of `queries` searched with `profiles` through the agent, in milliseconds.
-async fn latencies_ms(agent: &SearchAgent, profiles: &[&str], queries: &[&str]) -> Vec<f64> {
-    let request = SearchRequest {
-        profiles: profiles.iter().map(|p| p.to_string()).collect(),
-        top_k: Some(TOP_K),
-        modality: None,
-    };
-    let mut latencies_ms = Vec::with_capacity(queries.len());
-    for text in queries {
-        let started = Instant::now();
-        agent.search(text, &request, None, None).await.expect("search");
-        latencies_ms.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    latencies_ms
 }
 
 /// Document `i` of a synthetic corpus, with its vector.
@@ -281,14 +268,4 @@ impl SplitMix64 {
     fn unit(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1_u64 << 24) as f32
     }
-}
-
-/// This process's resident memory, in bytes.
-fn resident_bytes() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
-        .map_or(0, |kib| kib * 1024)
 }

@@ -22,13 +22,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mesh_protocol::agents::SearchRequest;
 use search::eval::{eval_data_dir, index_collection, quantile};
 use search::{DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory};
 
 mod support;
 
-const TOP_K: usize = 10;
+use support::TOP_K;
+
 /// Longest wait for the spawned agent to answer `/health` (it loads the model and the index).
 const AGENT_START_TIMEOUT_MS: u64 = 120_000;
 
@@ -49,6 +49,8 @@ async fn main() {
         collection.queries.len()
     );
 
+    let queries: Vec<&str> = collection.queries.iter().map(|(_, text)| text.as_str()).collect();
+
     // 1. Query latency.
     let data_dir = eval_data_dir(&dataset);
     {
@@ -66,7 +68,7 @@ async fn main() {
         let mut samples_ms: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
         for _ in 0..rounds {
             for (run, profiles) in runs.iter().enumerate() {
-                samples_ms[run].extend(query_latencies_ms(&agent, profiles, &collection.queries).await);
+                samples_ms[run].extend(support::latencies_ms(&agent, profiles, &queries).await);
             }
         }
         let bm25_p50 = quantile(&mut samples_ms[0].clone(), 0.5);
@@ -84,14 +86,14 @@ async fn main() {
 
         // Queries seen before: one pass fills the cache, the next rounds find their vectors there.
         index.set_query_cache_entries(mesh_embedding::QUERY_CACHE_ENTRIES_DEFAULT);
-        query_latencies_ms(&agent, &[DENSE_PROFILE], &collection.queries).await;
+        support::latencies_ms(&agent, &[DENSE_PROFILE], &queries).await;
         println!();
         println!("repeated queries (vectors from the query cache), against the same profiles uncached");
         println!("{:<12} {:>10} {:>10} {:>16}", "profiles", "p50 ms", "p99 ms", "p50 / uncached");
         for (run, profiles) in runs.iter().enumerate().skip(1) {
             let mut cached = Vec::new();
             for _ in 0..rounds {
-                cached.extend(query_latencies_ms(&agent, profiles, &collection.queries).await);
+                cached.extend(support::latencies_ms(&agent, profiles, &queries).await);
             }
             let p50 = quantile(&mut cached, 0.5);
             let p99 = quantile(&mut cached, 0.99);
@@ -136,22 +138,6 @@ async fn main() {
     println!("{:<34} {:>10.2}", "SciFact / sample", scifact / small);
 }
 
-/// The latency of each of `queries` searched with `profiles`, in milliseconds.
-async fn query_latencies_ms(agent: &SearchAgent, profiles: &[&str], queries: &[(String, String)]) -> Vec<f64> {
-    let request = SearchRequest {
-        profiles: profiles.iter().map(|p| p.to_string()).collect(),
-        top_k: Some(TOP_K),
-        modality: None,
-    };
-    let mut latencies_ms = Vec::with_capacity(queries.len());
-    for (_, text) in queries {
-        let started = Instant::now();
-        agent.search(text, &request, None, None).await.expect("search");
-        latencies_ms.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    latencies_ms
-}
-
 /// Starts the `search` binary on `data_dir`, asks it 50 queries, and reads its VmRSS in MiB.
 async fn measure_agent_rss(data_dir: &Path, queries: &[(String, String)]) -> f64 {
     let mut agent = spawn_agent(data_dir);
@@ -162,15 +148,10 @@ async fn measure_agent_rss(data_dir: &Path, queries: &[(String, String)]) -> f64
         let response = http.post(format!("{url}/tasks/send")).json(&task).send().await.expect("query sent");
         assert!(response.status().is_success(), "{}", response.status());
     }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.id())).unwrap_or_default();
+    let resident = support::resident_bytes(&agent.id().to_string());
     let _ = agent.kill();
     let _ = agent.wait();
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(f64::NAN);
-    kib / 1024.0
+    resident as f64 / (1 << 20) as f64
 }
 
 fn spawn_agent(data_dir: &Path) -> Child {
