@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use crate::error::EmbeddingError;
-use crate::onnx::OnnxBert;
+use crate::onnx::{Lane, OnnxBert};
 
 /// Files a model directory must hold (the layout of a sentence-transformers model folder).
 pub const MODEL_FILES: &[&str] = &["config.json", "tokenizer.json", "model.safetensors"];
@@ -142,7 +142,17 @@ impl Encoder {
     }
 
     /// One unit-length vector per text, row after row in one flat buffer (`texts.len() × dimensions`).
+    /// For batches of documents; a query someone waits on goes through [`Self::encode_one`].
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<f32>, EmbeddingError> {
+        self.encode_on(Lane::Batch, texts)
+    }
+
+    /// The vector of one text, a query: on ONNX Runtime it never waits behind a batch of documents.
+    pub fn encode_one(&self, text: &str) -> Result<Vec<f32>, EmbeddingError> {
+        self.encode_on(Lane::Interactive, &[text])
+    }
+
+    fn encode_on(&self, lane: Lane, texts: &[&str]) -> Result<Vec<f32>, EmbeddingError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -164,14 +174,9 @@ impl Encoder {
                 let token_types = ids.zeros_like()?;
                 model.forward(&ids, &token_types, Some(&mask))?.flatten_all()?.to_vec1::<f32>()?
             }
-            Network::Onnx(model) => model.forward(ids, &mask, rows, columns)?,
+            Network::Onnx(model) => model.forward(lane, ids, &mask, rows, columns)?,
         };
         Ok(mean_pooled_unit(&states, &mask, columns, self.dimensions))
-    }
-
-    /// The vector of one text.
-    pub fn encode_one(&self, text: &str) -> Result<Vec<f32>, EmbeddingError> {
-        self.encode(&[text])
     }
 }
 

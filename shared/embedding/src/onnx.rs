@@ -14,8 +14,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use ort::editor::{Graph, Model, Node, ONNX_DOMAIN, Opset, Outlet};
 use ort::memory::Allocator;
 use ort::operator::attribute::Attribute;
-use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{RunOptions, Session};
 use ort::tensor::{Shape, SymbolicDimensions, TensorElementType};
 use ort::value::{Tensor, ValueType};
 use safetensors::SafeTensors;
@@ -42,10 +42,23 @@ struct BertShape {
     hidden_act: String,
 }
 
-/// A MiniLM encoder session. ONNX Runtime's `run` needs the session exclusively, so callers take
-/// turns; each run spreads its matrix products over the session's threads.
+/// Who a forward pass is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// A query someone is waiting on.
+    Interactive,
+    /// Documents being ingested, a batch at a time.
+    Batch,
+}
+
+/// The MiniLM encoder, as two sessions of the same graph. `ort` runs a session exclusively, so
+/// callers of one session take turns; with a single session a query would wait behind the batch
+/// of documents in progress (half a second for 16 abstracts) whenever documents are ingested while
+/// the agent serves. Queries have a session of their own, at the cost of a second copy of the
+/// weights in ONNX Runtime. Each run spreads its matrix products over its session's threads.
 pub(crate) struct OnnxBert {
-    session: Mutex<Session>,
+    interactive: Mutex<Session>,
+    batch: Mutex<Session>,
     hidden: usize,
 }
 
@@ -65,23 +78,26 @@ impl OnnxBert {
         if shape.hidden_act != "gelu" {
             return Err(EmbeddingError::Model(format!("activation {:?} is not BERT's gelu", shape.hidden_act)));
         }
-        let weights =
-            SafeTensors::deserialize(weights).map_err(|e| EmbeddingError::Model(format!("model.safetensors: {e}")))?;
-        let model = build_model(&shape, &Weights(weights))?;
-        let session = Session::builder()?
-            .with_optimization_level(GraphOptimizationLevel::Level3)?
-            .with_intra_threads(threads.max(1))?
-            // Spinning threads would hold the cores between queries, which the agent's other work
-            // (BM25, serving requests) needs.
-            .with_intra_op_spinning(false)?;
-        let session = model.into_session(session)?;
-        Ok(Self { session: Mutex::new(session), hidden: shape.hidden_size })
+        let weights = Weights(
+            SafeTensors::deserialize(weights).map_err(|e| EmbeddingError::Model(format!("model.safetensors: {e}")))?,
+        );
+        let session = || -> Result<Mutex<Session>, EmbeddingError> {
+            let options = Session::builder()?
+                .with_optimization_level(GraphOptimizationLevel::Level3)?
+                .with_intra_threads(threads.max(1))?
+                // Spinning threads would hold the cores between queries, which the agent's other
+                // work (BM25, serving requests) needs; measured, it made indexing no faster.
+                .with_intra_op_spinning(false)?;
+            Ok(Mutex::new(build_model(&shape, &weights)?.into_session(options)?))
+        };
+        Ok(Self { interactive: session()?, batch: session()?, hidden: shape.hidden_size })
     }
 
     /// Token states (`rows × columns × hidden`, flat) of `ids` with `mask` (`rows × columns`,
     /// padding at the end of each row, marked 0 in the mask).
     pub(crate) fn forward(
         &self,
+        lane: Lane,
         ids: Vec<u32>,
         mask: &[u32],
         rows: usize,
@@ -95,8 +111,18 @@ impl OnnxBert {
             "token_type_ids" => Tensor::from_array(([rows, columns], vec![0_i32; rows * columns]))?,
             "attention_mask" => Tensor::from_array(([rows, columns], mask))?,
         ];
-        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        let outputs = session.run(inputs)?;
+        let session = match lane {
+            Lane::Interactive => &self.interactive,
+            Lane::Batch => &self.batch,
+        };
+        let mut session = session.lock().unwrap_or_else(PoisonError::into_inner);
+        // After a batch, the memory its intermediate tensors took (about 150 MB for 16 abstracts)
+        // goes back: ingestion is occasional, and the arena would otherwise keep its peak for good.
+        let mut options = RunOptions::new()?;
+        if lane == Lane::Batch {
+            options.add_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")?;
+        }
+        let outputs = session.run_with_options(inputs, &options)?;
         let (shape, states) = outputs[STATES].try_extract_tensor::<f32>()?;
         let expected = [rows, columns, self.hidden].map(|d| d as i64);
         if shape[..] != expected {
@@ -346,4 +372,42 @@ fn build_model(shape: &BertShape, weights: &Weights<'_>) -> Result<Model, Embedd
     let mut model = Model::new([Opset::new(ONNX_DOMAIN, ONNX_OPSET)?, Opset::new(CONTRIB_DOMAIN, CONTRIB_OPSET)?])?;
     model.add_graph(graph)?;
     Ok(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Lane, OnnxBert};
+    use crate::download::{default_model_dir, default_onnx_runtime_dir, ensure_model, ensure_onnx_runtime};
+
+    /// The model on ONNX Runtime, both fetched when absent; `None` (a failure under CI) without.
+    async fn encoder() -> Option<OnnxBert> {
+        let (model, runtime) = (default_model_dir(), default_onnx_runtime_dir());
+        let parts = async {
+            ensure_model(&model, "python3").await?;
+            ensure_onnx_runtime(&runtime, "python3").await
+        };
+        let library = mesh_test_support::require("the embedding model and ONNX Runtime", parts.await)?;
+        let config = std::fs::read_to_string(model.join("config.json")).unwrap();
+        let weights = std::fs::read(model.join("model.safetensors")).unwrap();
+        Some(OnnxBert::load(&library, &config, &weights, 2).expect("the model loads"))
+    }
+
+    #[tokio::test]
+    async fn a_query_never_waits_behind_a_batch_of_documents() {
+        let Some(encoder) = encoder().await else { return };
+        // As if a batch of documents were being encoded: its session is taken.
+        let batch_in_progress = encoder.batch.lock().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            // [CLS] robots [SEP]
+            scope.spawn(|| sender.send(encoder.forward(Lane::Interactive, vec![101, 13507, 102], &[1, 1, 1], 1, 3)));
+            let answered = receiver.recv_timeout(Duration::from_secs(60));
+            // Let a query that did queue behind the batch finish, so the failure is reported.
+            drop(batch_in_progress);
+            let states = answered.expect("the query waited for the batch's session").unwrap();
+            assert_eq!(states.len(), 3 * 384);
+        });
+    }
 }
