@@ -124,11 +124,14 @@ async fn load_onnx_encoder(config: &DenseConfig, dir: &Path) -> Result<Encoder, 
     let library = if config.download {
         ensure_onnx_runtime(&runtime_dir, &config.python).await?
     } else {
-        onnx_runtime_library(&runtime_dir)
+        let library = onnx_runtime_library(&runtime_dir);
+        // Checked here: `ort` would panic on a missing file, and the first library it is pointed
+        // at stays its library for the process.
+        if !library.is_file() {
+            return Err(mesh_embedding::EmbeddingError::Runtime(format!("no library at {}", library.display())));
+        }
+        library
     };
-    if !library.is_file() {
-        return Err(mesh_embedding::EmbeddingError::Runtime(format!("no library at {}", library.display())));
-    }
     let (dir, threads) = (dir.to_owned(), config.threads());
     load_on_blocking_thread(move || Encoder::load_onnx(&dir, &library, threads)).await
 }

@@ -44,8 +44,7 @@ impl Engine {
 }
 
 enum Network {
-    // Boxed: candle's model is a large struct of tensors, the ONNX session a handle.
-    Candle(Box<BertModel>),
+    Candle(BertModel),
     Onnx(OnnxBert),
 }
 
@@ -68,7 +67,6 @@ impl std::fmt::Debug for Encoder {
 /// What both engines read from a model folder.
 struct ModelFolder {
     config_json: String,
-    hidden_size: usize,
     tokenizer: Tokenizer,
     weights: Vec<u8>,
 }
@@ -81,10 +79,6 @@ impl ModelFolder {
             }
         }
         let config_json = read(dir, "config.json")?;
-        let hidden_size = serde_json::from_str::<serde_json::Value>(&config_json)
-            .ok()
-            .and_then(|config| config["hidden_size"].as_u64())
-            .ok_or_else(|| EmbeddingError::Model("config.json names no hidden_size".into()))?;
         let sequence_tokens_max = sequence_tokens_max(dir)?;
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| EmbeddingError::Model(format!("tokenizer.json: {e}")))?;
@@ -100,7 +94,7 @@ impl ModelFolder {
             path: dir.join("model.safetensors").display().to_string(),
             source,
         })?;
-        Ok(Self { config_json, hidden_size: hidden_size as usize, tokenizer, weights })
+        Ok(Self { config_json, tokenizer, weights })
     }
 }
 
@@ -113,11 +107,7 @@ impl Encoder {
             .map_err(|e| EmbeddingError::Model(format!("config.json is not a BERT configuration: {e}")))?;
         let builder = VarBuilder::from_buffered_safetensors(folder.weights, DType::F32, &Device::Cpu)?;
         let model = BertModel::load(builder, &config)?;
-        Ok(Self {
-            network: Network::Candle(Box::new(model)),
-            tokenizer: folder.tokenizer,
-            dimensions: folder.hidden_size,
-        })
+        Ok(Self { network: Network::Candle(model), tokenizer: folder.tokenizer, dimensions: config.hidden_size })
     }
 
     /// Loads the model from the same folder on ONNX Runtime, the shared library at `library`,
@@ -125,7 +115,8 @@ impl Encoder {
     pub fn load_onnx(dir: &Path, library: &Path, threads: usize) -> Result<Self, EmbeddingError> {
         let folder = ModelFolder::read(dir)?;
         let network = OnnxBert::load(library, &folder.config_json, &folder.weights, threads)?;
-        Ok(Self { network: Network::Onnx(network), tokenizer: folder.tokenizer, dimensions: folder.hidden_size })
+        let dimensions = network.hidden_size();
+        Ok(Self { network: Network::Onnx(network), tokenizer: folder.tokenizer, dimensions })
     }
 
     /// The engine computing this encoder's vectors.

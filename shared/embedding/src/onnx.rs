@@ -57,9 +57,15 @@ pub(crate) enum Lane {
 /// the agent serves. Queries have a session of their own, at the cost of a second copy of the
 /// weights in ONNX Runtime. Each run spreads its matrix products over its session's threads.
 pub(crate) struct OnnxBert {
-    interactive: Mutex<Session>,
-    batch: Mutex<Session>,
+    interactive: Mutex<LaneSession>,
+    batch: Mutex<LaneSession>,
     hidden: usize,
+}
+
+/// A session and the options its runs are made with, set once at load.
+struct LaneSession {
+    session: Session,
+    options: RunOptions,
 }
 
 impl OnnxBert {
@@ -81,16 +87,29 @@ impl OnnxBert {
         let weights = Weights(
             SafeTensors::deserialize(weights).map_err(|e| EmbeddingError::Model(format!("model.safetensors: {e}")))?,
         );
-        let session = || -> Result<Mutex<Session>, EmbeddingError> {
-            let options = Session::builder()?
+        let session = |lane: Lane| -> Result<Mutex<LaneSession>, EmbeddingError> {
+            let builder = Session::builder()?
                 .with_optimization_level(GraphOptimizationLevel::Level3)?
                 .with_intra_threads(threads.max(1))?
                 // Spinning threads would hold the cores between queries, which the agent's other
                 // work (BM25, serving requests) needs; measured, it made indexing no faster.
                 .with_intra_op_spinning(false)?;
-            Ok(Mutex::new(build_model(&shape, &weights)?.into_session(options)?))
+            let session = build_model(&shape, &weights)?.into_session(builder)?;
+            let mut options = RunOptions::new()?;
+            // After a batch, the memory its intermediate tensors took (about 150 MB for 16
+            // abstracts) goes back: ingestion is occasional, and the arena would otherwise keep
+            // its peak for good.
+            if lane == Lane::Batch {
+                options.add_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")?;
+            }
+            Ok(Mutex::new(LaneSession { session, options }))
         };
-        Ok(Self { interactive: session()?, batch: session()?, hidden: shape.hidden_size })
+        Ok(Self { interactive: session(Lane::Interactive)?, batch: session(Lane::Batch)?, hidden: shape.hidden_size })
+    }
+
+    /// Length of the token states (and of the pooled vectors).
+    pub(crate) fn hidden_size(&self) -> usize {
+        self.hidden
     }
 
     /// Token states (`rows × columns × hidden`, flat) of `ids` with `mask` (`rows × columns`,
@@ -115,14 +134,9 @@ impl OnnxBert {
             Lane::Interactive => &self.interactive,
             Lane::Batch => &self.batch,
         };
-        let mut session = session.lock().unwrap_or_else(PoisonError::into_inner);
-        // After a batch, the memory its intermediate tensors took (about 150 MB for 16 abstracts)
-        // goes back: ingestion is occasional, and the arena would otherwise keep its peak for good.
-        let mut options = RunOptions::new()?;
-        if lane == Lane::Batch {
-            options.add_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")?;
-        }
-        let outputs = session.run_with_options(inputs, &options)?;
+        let mut lane = session.lock().unwrap_or_else(PoisonError::into_inner);
+        let LaneSession { session, options } = &mut *lane;
+        let outputs = session.run_with_options(inputs, options)?;
         let (shape, states) = outputs[STATES].try_extract_tensor::<f32>()?;
         let expected = [rows, columns, self.hidden].map(|d| d as i64);
         if shape[..] != expected {
