@@ -390,6 +390,10 @@ impl TaskStore {
             Tasks::Memory(memory) => return Ok(memory.get(tenant, id)),
             Tasks::Sql(sql) => sql,
         };
+        // The queued state first, then the table: the writer forgets a queued state only once it
+        // is committed, so read in this order one of the two always holds it (in the other order,
+        // a commit landing between the two reads hid the task from both).
+        let queued = sql.pending.get(tenant, id);
         let row = sqlx::query("SELECT body, updated_at FROM a2a_tasks WHERE agent = $1 AND tenant = $2 AND id = $3")
             .bind(&self.agent)
             .bind(tenant)
@@ -400,7 +404,7 @@ impl TaskStore {
             Some(row) => Some((row.try_get::<String, _>("updated_at")?, decode(&row)?)),
             None => None,
         };
-        match (sql.pending.get(tenant, id), committed) {
+        match (queued, committed) {
             (Some((queued_at, body)), Some((committed_at, _))) if queued_at >= committed_at => parse(&body).map(Some),
             (Some((_, body)), None) => parse(&body).map(Some),
             (_, committed) => Ok(committed.map(|(_, task)| task)),
