@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use mesh_storage::{AnyPool, Database, Row, StorageError};
 use serde::{Deserialize, Serialize};
+use sqlx::AnyConnection;
 use sqlx::migrate::Migrator;
 
 /// Docmem's own migration history, apart from the other components sharing a database.
@@ -271,52 +272,9 @@ impl Docmem {
     /// in the same statement), and the documents marked changed. `None` when a parent is missing.
     async fn try_append(&self, children: &[NewChild]) -> Result<Option<Vec<Node>>, sqlx::Error> {
         let _turn = self.database.write_turn().await;
-        let now = now_timestamp();
         let mut transaction = self.pool.begin().await?;
-        let mut nodes = Vec::with_capacity(children.len());
-        for child in children {
-            let row = sqlx::query(
-                "INSERT INTO docmem_nodes (id, root_id, parent_id, position, context_type, context_name, \
-                 context_value, content, version, created_at, updated_at, tenant) \
-                 SELECT $1, p.root_id, p.id, (SELECT COALESCE(MAX(c.position) + 1, 0) FROM docmem_nodes c \
-                 WHERE c.root_id = p.root_id AND c.parent_id = p.id), $2, $3, $4, $5, 1, $6, $6, p.tenant \
-                 FROM docmem_nodes p WHERE p.id = $7 RETURNING root_id, position, tenant",
-            )
-            .bind(&child.id)
-            .bind(&child.context.kind)
-            .bind(&child.context.name)
-            .bind(&child.context.value)
-            .bind(&child.content)
-            .bind(&now)
-            .bind(&child.parent_id)
-            .fetch_optional(&mut *transaction)
-            .await?;
-            let Some(row) = row else { return Ok(None) };
-            nodes.push(Node {
-                id: child.id.clone(),
-                root_id: row.try_get("root_id")?,
-                parent_id: Some(child.parent_id.clone()),
-                position: row.try_get("position")?,
-                context: child.context.clone(),
-                content: child.content.clone(),
-                version: 1,
-                created_at: now.clone(),
-                updated_at: now.clone(),
-                tenant: row.try_get("tenant")?,
-            });
-        }
-        let mut roots: Vec<&str> = nodes.iter().map(|n| n.root_id.as_str()).collect();
-        roots.sort_unstable();
-        roots.dedup();
-        for root_id in roots {
-            sqlx::query("UPDATE docmem_nodes SET updated_at = $1 WHERE id = $2 AND updated_at < $1")
-                .bind(&now)
-                .bind(root_id)
-                .execute(&mut *transaction)
-                .await?;
-        }
-        transaction.commit().await?;
-        Ok(Some(nodes))
+        let appended = append_in(&mut transaction, children).await;
+        settle(transaction, appended, Option::is_some).await
     }
 
     /// Appends several children under `parent_id` at once, in order, in one transaction (e.g. to
@@ -329,34 +287,10 @@ impl Docmem {
         bounded(async {
             let parent = self.get_unbounded(parent_id).await?.ok_or_else(|| DocmemError::NotFound(parent_id.into()))?;
             let _turn = self.database.write_turn().await;
-            let mut transaction = self.pool.begin().await?;
-            let first: i64 = sqlx::query(
-                "SELECT COALESCE(MAX(position) + 1, 0) FROM docmem_nodes WHERE root_id = $1 AND parent_id = $2",
-            )
-            .bind(&parent.root_id)
-            .bind(parent_id)
-            .fetch_one(&mut *transaction)
-            .await?
-            .try_get(0)?;
             let now = now_timestamp();
-            let mut nodes = Vec::with_capacity(children.len());
-            for (offset, (context, content)) in children.iter().enumerate() {
-                let node = Node {
-                    id: uuid::Uuid::new_v4().to_string(),
-                    root_id: parent.root_id.clone(),
-                    parent_id: Some(parent_id.to_owned()),
-                    position: first + offset as i64,
-                    context: context.clone(),
-                    content: content.clone(),
-                    version: 1,
-                    created_at: now.clone(),
-                    updated_at: now.clone(),
-                    tenant: parent.tenant.clone(),
-                };
-                insert_node(&mut *transaction, &node).await?;
-                nodes.push(node);
-            }
-            transaction.commit().await?;
+            let mut transaction = self.pool.begin().await?;
+            let appended = append_children_in(&mut transaction, &parent, children, &now).await;
+            let nodes = settle(transaction, appended, |_| true).await?;
             self.touch(&parent.root_id, &now).await?;
             Ok(nodes)
         })
@@ -472,10 +406,8 @@ impl Docmem {
                 index += 1;
             }
             let mut transaction = self.pool.begin().await?;
-            for id in &doomed {
-                sqlx::query("DELETE FROM docmem_nodes WHERE id = $1").bind(id).execute(&mut *transaction).await?;
-            }
-            transaction.commit().await?;
+            let deleted = delete_in(&mut transaction, &doomed).await;
+            settle(transaction, deleted, |_| true).await?;
             self.touch(&node.root_id, &now_timestamp()).await
         })
         .await
@@ -567,6 +499,117 @@ impl Docmem {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+}
+
+/// [`Docmem::try_append`]'s statements, on its transaction.
+async fn append_in(connection: &mut AnyConnection, children: &[NewChild]) -> Result<Option<Vec<Node>>, sqlx::Error> {
+    let now = now_timestamp();
+    let mut nodes = Vec::with_capacity(children.len());
+    for child in children {
+        let row = sqlx::query(
+            "INSERT INTO docmem_nodes (id, root_id, parent_id, position, context_type, context_name, \
+             context_value, content, version, created_at, updated_at, tenant) \
+             SELECT $1, p.root_id, p.id, (SELECT COALESCE(MAX(c.position) + 1, 0) FROM docmem_nodes c \
+             WHERE c.root_id = p.root_id AND c.parent_id = p.id), $2, $3, $4, $5, 1, $6, $6, p.tenant \
+             FROM docmem_nodes p WHERE p.id = $7 RETURNING root_id, position, tenant",
+        )
+        .bind(&child.id)
+        .bind(&child.context.kind)
+        .bind(&child.context.name)
+        .bind(&child.context.value)
+        .bind(&child.content)
+        .bind(&now)
+        .bind(&child.parent_id)
+        .fetch_optional(&mut *connection)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        nodes.push(Node {
+            id: child.id.clone(),
+            root_id: row.try_get("root_id")?,
+            parent_id: Some(child.parent_id.clone()),
+            position: row.try_get("position")?,
+            context: child.context.clone(),
+            content: child.content.clone(),
+            version: 1,
+            created_at: now.clone(),
+            updated_at: now.clone(),
+            tenant: row.try_get("tenant")?,
+        });
+    }
+    let mut roots: Vec<&str> = nodes.iter().map(|n| n.root_id.as_str()).collect();
+    roots.sort_unstable();
+    roots.dedup();
+    for root_id in roots {
+        sqlx::query("UPDATE docmem_nodes SET updated_at = $1 WHERE id = $2 AND updated_at < $1")
+            .bind(&now)
+            .bind(root_id)
+            .execute(&mut *connection)
+            .await?;
+    }
+    Ok(Some(nodes))
+}
+
+/// [`Docmem::append_children`]'s statements, on its transaction: the children after the last of
+/// `parent`'s, stamped `now`.
+async fn append_children_in(
+    connection: &mut AnyConnection,
+    parent: &Node,
+    children: &[(Context, String)],
+    now: &str,
+) -> Result<Vec<Node>, sqlx::Error> {
+    let first: i64 =
+        sqlx::query("SELECT COALESCE(MAX(position) + 1, 0) FROM docmem_nodes WHERE root_id = $1 AND parent_id = $2")
+            .bind(&parent.root_id)
+            .bind(&parent.id)
+            .fetch_one(&mut *connection)
+            .await?
+            .try_get(0)?;
+    let mut nodes = Vec::with_capacity(children.len());
+    for (offset, (context, content)) in children.iter().enumerate() {
+        let node = Node {
+            id: uuid::Uuid::new_v4().to_string(),
+            root_id: parent.root_id.clone(),
+            parent_id: Some(parent.id.clone()),
+            position: first + offset as i64,
+            context: context.clone(),
+            content: content.clone(),
+            version: 1,
+            created_at: now.to_owned(),
+            updated_at: now.to_owned(),
+            tenant: parent.tenant.clone(),
+        };
+        insert_node(&mut *connection, &node).await?;
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+/// [`Docmem::delete`]'s statements, on its transaction.
+async fn delete_in(connection: &mut AnyConnection, doomed: &[String]) -> Result<(), sqlx::Error> {
+    for id in doomed {
+        sqlx::query("DELETE FROM docmem_nodes WHERE id = $1").bind(id).execute(&mut *connection).await?;
+    }
+    Ok(())
+}
+
+/// Commits `transaction` when `outcome` is one to `keep`, else rolls it back at once. A transaction
+/// merely dropped is rolled back later, when its connection next reaches the pool, and holds
+/// SQLite's write lock until then: the next writer in turn would find the database locked.
+async fn settle<T>(
+    transaction: sqlx::Transaction<'_, sqlx::Any>,
+    outcome: Result<T, sqlx::Error>,
+    keep: impl FnOnce(&T) -> bool,
+) -> Result<T, sqlx::Error> {
+    match outcome {
+        Ok(value) if keep(&value) => {
+            transaction.commit().await?;
+            Ok(value)
+        }
+        outcome => {
+            transaction.rollback().await?;
+            outcome
+        }
     }
 }
 
