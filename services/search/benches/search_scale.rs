@@ -1,8 +1,8 @@
 //! Search as the corpus grows: synthetic corpora of 10,000, 100,000 and 1,000,000 documents,
 //! searched with SciFact's 300 test queries. For each size, in one run:
 //!
-//! 1. `dense` query latency p50/p99 with every vector scored exactly, beside the coded first pass
-//!    (8-bit codes, the best candidates rescored exactly) on the same index, and the coded pass's
+//! 1. `dense` query latency p50/p99 with every vector scored exactly, beside the sign first pass
+//!    (one bit a dimension, the best candidates rescored exactly) on the same index, and the sign pass's
 //!    recall@10 against the exact top 10;
 //! 2. `bm25+dense` (the fusion) latency p50/p99 as the agent serves it at that size, beside
 //!    `bm25` alone;
@@ -86,8 +86,8 @@ async fn main() {
         "documents",
         "build s",
         "exact p50/p99 ms",
-        "coded p50/p99 ms",
-        "exact/cd",
+        "signs p50/p99 ms",
+        "exact/sg",
         "recall@10",
         "bm25 p50/p99 ms",
         "fused p50/p99 ms",
@@ -121,7 +121,7 @@ async fn main() {
         let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
         let mut recall = (0_usize, 0_usize);
         for _ in 0..rounds {
-            for (name, min_documents) in [("exact", usize::MAX), ("coded", 0)] {
+            for (name, min_documents) in [("exact", usize::MAX), ("signs", 0)] {
                 index.set_quantized_min_documents(min_documents);
                 samples
                     .entry(name)
@@ -133,8 +133,8 @@ async fn main() {
             index.set_quantized_min_documents(usize::MAX);
             let (exact, _) = index.rank_timed(DENSE_PROFILE, query, None, TOP_K, None).expect("dense search");
             index.set_quantized_min_documents(0);
-            let (coded, _) = index.rank_timed(DENSE_PROFILE, query, None, TOP_K, None).expect("dense search");
-            recall.0 += coded.iter().filter(|(key, _)| exact.iter().any(|(k, _)| k == key)).count();
+            let (signs, _) = index.rank_timed(DENSE_PROFILE, query, None, TOP_K, None).expect("dense search");
+            recall.0 += signs.iter().filter(|(key, _)| exact.iter().any(|(k, _)| k == key)).count();
             recall.1 += exact.len();
         }
         // The fusion as served at this size, beside bm25 alone, interleaved.
@@ -148,12 +148,12 @@ async fn main() {
             let values = samples.get_mut(name).expect("sampled");
             (quantile(values, 0.5), quantile(values, 0.99))
         };
-        let (exact, coded, bm25, fused) = (figures("exact"), figures("coded"), figures("bm25"), figures("fused"));
+        let (exact, signs, bm25, fused) = (figures("exact"), figures("signs"), figures("bm25"), figures("fused"));
         println!(
             "{size:>9} {build_s:>9.1} {:>17} {:>17} {:>8.1} {:>10.4} {:>17} {:>17} {:>10.0} {:>10.0}",
             pair(exact),
-            pair(coded),
-            exact.0 / coded.0,
+            pair(signs),
+            exact.0 / signs.0,
             recall.0 as f64 / recall.1.max(1) as f64,
             pair(bm25),
             pair(fused),
@@ -162,7 +162,7 @@ async fn main() {
         );
         let served = match default_method {
             DenseMethod::Exact => "exact",
-            DenseMethod::Quantized => "coded",
+            DenseMethod::Quantized => "signs",
         };
         println!("{:>9} the agent's default at this size: {served}", "");
     }

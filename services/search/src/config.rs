@@ -73,8 +73,9 @@ pub struct DenseConfig {
     /// Recent queries whose vectors are kept, so a repeated query costs no forward pass
     /// (about 1.5 KiB each); 0 keeps none.
     pub query_cache_entries: usize,
-    /// Vectors from which a dense search scans their 8-bit codes first and scores only the best
-    /// candidates exactly (below it, every vector is scored exactly).
+    /// Vectors from which a dense search compares the signs of their values with the query's
+    /// first and scores only the best candidates exactly (below it, every vector is scored
+    /// exactly).
     pub quantized_min_documents: usize,
 }
 

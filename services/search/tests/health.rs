@@ -32,7 +32,7 @@ async fn a_missing_model_makes_the_agent_degraded_but_ready() {
     let health: Value = health.json().await.unwrap();
     assert_eq!(health["status"], "degraded", "{health}");
     assert_eq!(health["components"]["dense"]["status"], "unavailable", "{health}");
-    // The bundled sample is far below the size from which dense searches scan codes first.
+    // The bundled sample is far below the size from which dense searches compare signs first.
     assert_eq!(health["components"]["index"]["dense_method"], "exact", "{health}");
     let reasons = health["reasons"].as_array().unwrap();
     assert!(reasons.iter().any(|r| r.as_str().is_some_and(|r| r.starts_with("dense: "))), "{health}");

@@ -127,7 +127,13 @@ fn best_in<'a>(
 ) -> Vec<Scored<'a>> {
     let mut heap: BinaryHeap<Reverse<Scored<'a>>> = BinaryHeap::with_capacity(keep + 1);
     for row in rows {
-        let candidate = Scored { score: score.score(row), id: &ids[row], row };
+        let score = score.score(row);
+        // Most rows fall below the worst kept on their score alone: decided without reading
+        // their id, which would be one more stream of memory (and a string) a row.
+        if heap.len() == keep && heap.peek().is_some_and(|Reverse(worst)| score < worst.score) {
+            continue;
+        }
+        let candidate = Scored { score, id: &ids[row], row };
         if heap.len() == keep && heap.peek().is_some_and(|Reverse(worst)| candidate <= *worst) {
             continue;
         }

@@ -204,7 +204,7 @@ impl SearchIndex {
         self.queries.set_capacity(entries);
     }
 
-    /// Dense searches scan 8-bit codes of the vectors first from `documents` vectors on.
+    /// Dense searches compare the vectors' signs first from `documents` vectors on.
     pub fn set_quantized_min_documents(&self, documents: usize) {
         self.catalog.write().unwrap_or_else(|e| e.into_inner()).vectors.set_quantized_min_rows(documents);
     }
