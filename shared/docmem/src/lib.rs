@@ -607,7 +607,11 @@ async fn settle<T>(
             Ok(value)
         }
         outcome => {
-            transaction.rollback().await?;
+            // The caller acts on the outcome (a taken id is looked up, not an error): a failed
+            // rollback, whose connection the pool then discards, does not replace it.
+            if let Err(error) = transaction.rollback().await {
+                tracing::warn!(%error, "docmem: rolling back a write failed");
+            }
             outcome
         }
     }
