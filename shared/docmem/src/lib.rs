@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use mesh_storage::{AnyPool, Database, Row, StorageError};
+use mesh_storage::{AnyPool, Database, Row, StorageError, settle};
 use serde::{Deserialize, Serialize};
 use sqlx::AnyConnection;
 use sqlx::migrate::Migrator;
@@ -591,30 +591,6 @@ async fn delete_in(connection: &mut AnyConnection, doomed: &[String]) -> Result<
         sqlx::query("DELETE FROM docmem_nodes WHERE id = $1").bind(id).execute(&mut *connection).await?;
     }
     Ok(())
-}
-
-/// Commits `transaction` when `outcome` is one to `keep`, else rolls it back at once. A transaction
-/// merely dropped is rolled back later, when its connection next reaches the pool, and holds
-/// SQLite's write lock until then: the next writer in turn would find the database locked.
-async fn settle<T>(
-    transaction: sqlx::Transaction<'_, sqlx::Any>,
-    outcome: Result<T, sqlx::Error>,
-    keep: impl FnOnce(&T) -> bool,
-) -> Result<T, sqlx::Error> {
-    match outcome {
-        Ok(value) if keep(&value) => {
-            transaction.commit().await?;
-            Ok(value)
-        }
-        outcome => {
-            // The caller acts on the outcome (a taken id is looked up, not an error): a failed
-            // rollback, whose connection the pool then discards, does not replace it.
-            if let Err(error) = transaction.rollback().await {
-                tracing::warn!(%error, "docmem: rolling back a write failed");
-            }
-            outcome
-        }
-    }
 }
 
 async fn insert_node<'e>(

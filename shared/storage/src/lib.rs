@@ -166,6 +166,31 @@ impl Database {
     }
 }
 
+/// Commits `transaction` when `outcome` is one to `keep`, else rolls it back at once. A transaction
+/// merely dropped is rolled back later, when its connection next reaches the pool, and holds
+/// SQLite's write lock until then: the next writer in turn ([`Database::write_turn`]) would find
+/// the database locked. A write transaction is settled here before its turn ends.
+pub async fn settle<T>(
+    transaction: sqlx::Transaction<'_, sqlx::Any>,
+    outcome: Result<T, sqlx::Error>,
+    keep: impl FnOnce(&T) -> bool,
+) -> Result<T, sqlx::Error> {
+    match outcome {
+        Ok(value) if keep(&value) => {
+            transaction.commit().await?;
+            Ok(value)
+        }
+        outcome => {
+            // The caller acts on the outcome (a taken id is looked up, not an error): a failed
+            // rollback, whose connection the pool then discards, does not replace it.
+            if let Err(error) = transaction.rollback().await {
+                tracing::warn!(%error, "rolling back a write failed");
+            }
+            outcome
+        }
+    }
+}
+
 /// The write gate of one SQLite file in this process.
 fn sqlite_write_gate(url: &str) -> Arc<tokio::sync::Mutex<()>> {
     static GATES: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
