@@ -675,3 +675,82 @@ fn out_of_time(last_failure: Option<(String, ClientError)>, attempts: usize) -> 
         None => CallError::NoTimeLeft,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mesh_protocol::error::FailureStatus;
+
+    use super::*;
+
+    fn status(status: u16, code: Option<&str>) -> ClientError {
+        let body = code.map(|code| ErrorBody::new(FailureStatus::Error, code, "why"));
+        ClientError::Status { url: "http://w1/tasks/send".into(), status, body }
+    }
+
+    fn transport(source: TransportError) -> ClientError {
+        ClientError::Transport { url: "http://w1/tasks/send".into(), source }
+    }
+
+    fn failed(source: ClientError) -> CallError {
+        CallError::Failed { agent: "w1".into(), attempts: 1, source: Box::new(source) }
+    }
+
+    #[test]
+    fn what_is_retried_is_what_another_attempt_may_not_meet() {
+        let table = [
+            (transport(TransportError::Connect("refused".into())), true),
+            (transport(TransportError::Other("reset".into())), true),
+            // The callee had the whole budget: another attempt has less.
+            (transport(TransportError::Timeout { timeout_ms: 10 }), false),
+            (status(503, None), true),
+            (status(502, None), true),
+            (status(500, Some("INTERNAL_ERROR")), true),
+            (status(429, Some("RATE_LIMITED")), true),
+            // An overloaded callee is worth another instance; a refused call is refused anywhere.
+            (status(503, Some("CALL_BUSY")), true),
+            (status(503, Some("CALL_DEPTH_EXCEEDED")), false),
+            (status(429, Some("CALL_CYCLE_DETECTED")), false),
+            (status(404, None), false),
+            (status(400, Some("INVALID_INPUT")), false),
+            (status(504, None), false),
+            (ClientError::Decode { url: "u".into(), reason: "not JSON".into() }, false),
+            (ClientError::InvalidCredential, false),
+        ];
+        for (error, transient) in table {
+            assert_eq!(is_transient(&error), transient, "{error}");
+        }
+    }
+
+    #[test]
+    fn each_failure_has_its_kind() {
+        let rejection = CallContext { chain: vec!["me".into()], depth: 1, ..CallContext::default() }
+            .next_hop("x", 1_000)
+            .admit("me")
+            .unwrap_err();
+        let table = [
+            (CallError::Rejected(rejection), "rejected"),
+            (CallError::Busy { limit: 1 }, "busy"),
+            (CallError::NoTimeLeft, "timeout"),
+            (CallError::Discovery(DiscoveryError::NoAgent("work".into())), "not_found"),
+            (CallError::CircuitOpen { target: "capability \"work\"".into() }, "circuit_open"),
+            (failed(transport(TransportError::Timeout { timeout_ms: 10 })), "timeout"),
+            (failed(status(504, None)), "timeout"),
+            (failed(status(503, None)), "error"),
+            (failed(transport(TransportError::Connect("refused".into()))), "error"),
+        ];
+        for (error, kind) in table {
+            assert_eq!(error.kind(), kind, "{error}");
+        }
+    }
+
+    #[test]
+    fn targets_are_labelled_and_described_by_what_they_name() {
+        let capability = Target::capability("work");
+        let agent = Target::Agent("w1".into());
+        assert_eq!((capability_label(&capability), capability_label(&agent)), ("work".into(), "w1".into()));
+        assert_eq!((describe(&capability), describe(&agent)), ("capability \"work\"".into(), "agent \"w1\"".into()));
+        let words = [OutcomeStatus::Success, OutcomeStatus::Partial, OutcomeStatus::Error, OutcomeStatus::Timeout]
+            .map(outcome_word);
+        assert_eq!(words, ["success", "partial", "error", "timeout"]);
+    }
+}

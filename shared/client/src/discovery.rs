@@ -20,7 +20,7 @@ const CARD_FETCH_TIMEOUT_MS: u64 = 2_000;
 /// How long an entry is kept for use while the registry is down; older ones are dropped.
 const CACHE_STALE_KEEP_MS: u64 = 3_600_000;
 /// Entries each cache holds at most (capabilities, names, cards); the oldest goes first.
-const CACHE_ENTRIES_MAX: usize = 1_024;
+pub const DISCOVERY_CACHE_ENTRIES_MAX: usize = 1_024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DiscoveryError {
@@ -77,7 +77,7 @@ impl Discovery {
         let (mut healthy, mut others) = self.listed(capability).await?;
         let turn = {
             let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
-            if turns.len() >= CACHE_ENTRIES_MAX && !turns.contains_key(capability) {
+            if turns.len() >= DISCOVERY_CACHE_ENTRIES_MAX && !turns.contains_key(capability) {
                 // Cursors only spread calls; starting them over costs one uneven round.
                 turns.clear();
             }
@@ -180,7 +180,7 @@ fn store<T>(cache: &Mutex<HashMap<String, Cached<T>>>, key: &str, value: T) {
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     let keep = Duration::from_millis(CACHE_STALE_KEEP_MS);
     cache.retain(|_, cached| cached.fetched.elapsed() < keep);
-    if cache.len() >= CACHE_ENTRIES_MAX && !cache.contains_key(key) {
+    if cache.len() >= DISCOVERY_CACHE_ENTRIES_MAX && !cache.contains_key(key) {
         if let Some(oldest) = cache.iter().min_by_key(|(_, cached)| cached.fetched).map(|(key, _)| key.clone()) {
             cache.remove(&oldest);
         }
@@ -200,13 +200,13 @@ mod tests {
         store(&cache, "new", 2);
         assert_eq!(stale(&cache, "old"), None);
         assert_eq!(stale(&cache, "new"), Some(2));
-        for i in 0..CACHE_ENTRIES_MAX + 10 {
+        for i in 0..DISCOVERY_CACHE_ENTRIES_MAX + 10 {
             tokio::time::advance(Duration::from_millis(1)).await;
             store(&cache, &format!("k{i}"), 0);
         }
         let cache = cache.lock().unwrap();
-        assert_eq!(cache.len(), CACHE_ENTRIES_MAX);
+        assert_eq!(cache.len(), DISCOVERY_CACHE_ENTRIES_MAX);
         assert!(!cache.contains_key("new") && !cache.contains_key("k0"), "the oldest entries go first");
-        assert!(cache.contains_key(&format!("k{}", CACHE_ENTRIES_MAX + 9)));
+        assert!(cache.contains_key(&format!("k{}", DISCOVERY_CACHE_ENTRIES_MAX + 9)));
     }
 }

@@ -35,7 +35,7 @@ pub use circuits::{
     CIRCUIT_CONSECUTIVE_FAILURES_DEFAULT, CIRCUIT_OPEN_MS_DEFAULT, CircuitReport, CircuitSettings, CircuitWord,
     Circuits, Passage,
 };
-pub use discovery::{Discovery, DiscoveryError};
+pub use discovery::{DISCOVERY_CACHE_ENTRIES_MAX, Discovery, DiscoveryError};
 pub use http_client::{ClientError, HttpClient, decode_json, json_request};
 pub use link_feed::{GRAPH_REFRESH_MS_DEFAULT, follow_policy, refresh_policy};
 pub use registry::RegistryClient;

@@ -1,6 +1,8 @@
-//! The mesh caller and the circuit breakers over a scripted transport: which instance is called,
-//! how often, with which headers, and what the caller answers.
+//! The mesh caller, the circuit breakers and discovery over a scripted transport: which instance
+//! is called, how often, with which headers, what the caller answers and records, and when the
+//! registry is asked.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -8,11 +10,15 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use mesh_client::{
     BoxFuture, CallError, CallReportSettings, CallReporter, CallScope, CallerSettings, CircuitSettings, CircuitWord,
-    Circuits, Discovery, HttpClient, MeshCaller, Passage, RegistryClient, Target, Transport, TransportError,
+    Circuits, DISCOVERY_CACHE_ENTRIES_MAX, Discovery, DiscoveryError, HttpClient, MeshCaller, Passage, RegistryClient,
+    Target, Transport, TransportError,
 };
 use mesh_graph::LinkCache;
 use mesh_protocol::call::{CALL_CHAIN_HEADER, CALL_DEADLINE_MS_HEADER, CallContext};
-use mesh_protocol::graph::{CallReports, GraphMode, GraphPolicy, Link, LinkDirection, LinkRelationship, LinkSource};
+use mesh_protocol::graph::{
+    CallReports, GraphMode, GraphPolicy, Link, LinkDirection, LinkRelationship, LinkSource, OutcomeStatus,
+};
+use mesh_protocol::registry::AgentSummary;
 use mesh_protocol::seed::TaskRequest;
 use serde_json::json;
 
@@ -25,6 +31,8 @@ enum Behaviour {
     Refuse,
     Fail503,
     Hang,
+    /// Answers `SendMessage` with a task in this state.
+    Task(&'static str),
 }
 
 /// One request to an agent: the agent, and its call-chain and deadline headers.
@@ -39,6 +47,12 @@ struct Scripted {
     reports: Mutex<Vec<String>>,
     /// Call reports the registry got.
     calls: Mutex<Vec<mesh_protocol::graph::CallReport>>,
+    /// Agents the registry lists as unhealthy (the others: healthy).
+    unhealthy: Mutex<Vec<&'static str>>,
+    /// The registry answers every request with 503 while set.
+    registry_down: AtomicBool,
+    /// Lookups (by capability or name) the registry answered or failed.
+    lookups: AtomicUsize,
 }
 
 impl Scripted {
@@ -81,13 +95,23 @@ impl Transport for Script {
             let uri = request.uri().clone();
             let host = uri.host().unwrap_or_default().to_owned();
             if host == "registry" {
+                let lookup = !uri.path().starts_with("/api/") && !uri.path().ends_with("/failures");
+                script.lookups.fetch_add(usize::from(lookup), Ordering::SeqCst);
+                if script.registry_down.load(Ordering::SeqCst) {
+                    return Ok(json_response(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        json!({"status": "ERROR", "error_code": "DEPENDENCY_UNAVAILABLE", "error_message": "down"}),
+                    ));
+                }
+                let unhealthy = script.unhealthy.lock().unwrap().clone();
                 let agents: Vec<_> = script
                     .agents
                     .lock()
                     .unwrap()
                     .iter()
                     .map(|(name, _)| {
-                        json!({"name": name, "url": format!("http://{name}"), "health_status": "healthy",
+                        let health = if unhealthy.contains(name) { "unhealthy" } else { "healthy" };
+                        json!({"name": name, "url": format!("http://{name}"), "health_status": health,
                                "process_endpoint": format!("http://{name}/tasks/send"),
                                "agent_card_url": format!("http://{name}/.well-known/agent-card.json")})
                     })
@@ -135,6 +159,10 @@ impl Transport for Script {
                 Some(Behaviour::Fail503) => Ok(json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     json!({"status": "ERROR", "error_code": "DEPENDENCY_UNAVAILABLE", "error_message": "down"}),
+                )),
+                Some(Behaviour::Task(state)) => Ok(json_response(
+                    StatusCode::OK,
+                    json!({"task": {"id": "t", "contextId": "c", "status": {"state": state}}}),
                 )),
                 Some(Behaviour::Hang) => {
                     tokio::time::sleep(timeout).await;
@@ -264,6 +292,8 @@ async fn a_circuit_opens_after_consecutive_failures_probes_after_the_cool_down_a
     }
     assert!(circuits.is_open(endpoint));
     assert_eq!(circuits.report()[0].state, CircuitWord::Open);
+    let described = format!("{circuits:?}");
+    assert!(described.contains("consecutive_failures: 3") && described.contains(endpoint), "{described}");
     assert!(matches!(send().await, Passage::Refused), "an open circuit sends nothing");
     assert_eq!(script.called().len(), 3);
     script.set("w1", Behaviour::Answer);
@@ -288,6 +318,7 @@ async fn every_instance_open_fails_fast_and_the_registry_is_told() {
     }
     let error = caller.call(&scope(&[], None), &Target::capability("work"), &task(), None).await.unwrap_err();
     assert!(matches!(error, CallError::CircuitOpen { .. }), "{error}");
+    assert_eq!(error.to_string(), "every instance of capability \"work\" is failing (circuits open)");
     assert_eq!(error.error_code(), "AGENT_CIRCUIT_OPEN");
     assert_eq!(script.called().len(), 2, "nothing sent through the open circuit");
     assert_eq!(caller.circuits()[0].state, CircuitWord::Open);
@@ -346,4 +377,219 @@ async fn a_call_no_link_allows_never_leaves_and_the_calls_sent_are_reported() {
         (report.capability.as_deref(), report.status),
         (Some("work"), mesh_protocol::graph::OutcomeStatus::Success)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_preferred_agent_is_called_first_and_an_unknown_preference_changes_nothing() {
+    let script = Scripted::new(&[("w1", Behaviour::Answer), ("w2", Behaviour::Answer), ("w3", Behaviour::Answer)]);
+    let caller = caller(&script, settings());
+    let prefer = |name: &str| Target::Capability { capability: "work".into(), prefer: Some(name.into()) };
+    for _ in 0..2 {
+        let answered = caller.call(&scope(&[], None), &prefer("w2"), &task(), None).await.unwrap();
+        assert_eq!(answered.agent.name, "w2");
+    }
+    let answered = caller.call(&scope(&[], None), &prefer("gone"), &task(), None).await.unwrap();
+    assert_eq!(answered.agent.name, "w1", "the registry's order");
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_pause_within_the_configured_delays() {
+    let script = Scripted::new(&[("w1", Behaviour::Fail503)]);
+    let delay = Duration::from_millis(100);
+    let settings = CallerSettings { attempts_max: 3, retry_delay_min: delay, retry_delay_max: delay, ..settings() };
+    let caller = caller(&script, settings);
+    let started = tokio::time::Instant::now();
+    caller.call(&scope(&[], None), &Target::Agent("w1".into()), &task(), None).await.unwrap_err();
+    assert_eq!(script.called().len(), 3);
+    // Two pauses of the delay, each with at most as much again of jitter.
+    let elapsed = started.elapsed();
+    assert!(elapsed >= delay * 2 && elapsed < delay * 4, "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_that_would_end_past_the_deadline_ends_the_call_at_once() {
+    let script = Scripted::new(&[("w1", Behaviour::Fail503)]);
+    let delay = Duration::from_secs(10);
+    let settings = CallerSettings { attempts_max: 5, retry_delay_min: delay, retry_delay_max: delay, ..settings() };
+    let caller = caller(&script, settings);
+    let started = tokio::time::Instant::now();
+    let error = caller.call(&scope(&[], Some(1_000)), &Target::Agent("w1".into()), &task(), None).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::ZERO, "no pause that cannot end in time");
+    assert_eq!(script.called().len(), 1);
+    assert_eq!(error.error_code(), "DEPENDENCY_UNAVAILABLE", "the last failure: {error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_answered_with_a_failed_task_is_reported_as_an_error() {
+    use mesh_protocol::a2a::v1::{Message, Role, SendMessageRequest};
+    let script = Scripted::new(&[
+        ("done", Behaviour::Task("TASK_STATE_COMPLETED")),
+        ("bad", Behaviour::Task("TASK_STATE_FAILED")),
+    ]);
+    let (reporter, flusher) = CallReporter::new(CallReportSettings::default());
+    let caller = caller(&script, settings()).with_call_reports(reporter);
+    let request = SendMessageRequest {
+        tenant: None,
+        message: Message::text(Role::User, "m1", "hello"),
+        configuration: None,
+        metadata: None,
+    };
+    for agent in ["done", "bad"] {
+        let answered = caller.send_message(&scope(&[], None), &Target::Agent(agent.into()), &request, None).await;
+        assert_eq!(answered.unwrap().agent.name, agent, "an answer either way");
+    }
+    drop(caller);
+    let http = HttpClient::new(Arc::new(Script(script.clone())));
+    flusher.run(RegistryClient::new(REGISTRY, http).unwrap()).await;
+    let reported: Vec<_> = script.calls.lock().unwrap().iter().map(|c| (c.to.clone(), c.status)).collect();
+    assert_eq!(reported, [("done".to_owned(), OutcomeStatus::Success), ("bad".to_owned(), OutcomeStatus::Error)]);
+}
+
+/// What the caller records in the process's metrics, read through a debugging recorder.
+mod metrics_recorded {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+    use super::*;
+
+    /// A metric's name, its labels (sorted) and its value.
+    type Reading = (String, Vec<(String, String)>, DebugValue);
+
+    /// What was recorded: each gauge's value, each histogram's values since the last reading.
+    fn read(snapshotter: &Snapshotter) -> Vec<Reading> {
+        let readings = snapshotter.snapshot().into_vec().into_iter().map(|(key, _, _, value)| {
+            let key = key.key();
+            let mut labels: Vec<_> = key.labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect();
+            labels.sort_unstable();
+            (key.name().to_owned(), labels, value)
+        });
+        readings.collect()
+    }
+
+    fn labelled(name: &str, labels: &[(&str, &str)]) -> impl Fn(&&Reading) -> bool {
+        let mut wanted: Vec<_> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        wanted.sort_unstable();
+        let name = name.to_owned();
+        move |(n, labels, _)| *n == name && *labels == wanted
+    }
+
+    fn circuit_gauge(readings: &[Reading]) -> Option<&DebugValue> {
+        let labels = [("service", "me"), ("callee", "w1"), ("endpoint", "http://w1/tasks/send")];
+        readings.iter().find(labelled("mesh_circuit_open", &labels)).map(|(.., value)| value)
+    }
+
+    fn calls_timed(readings: &[Reading], capability: &str, status: &str) -> usize {
+        let labels = [("service", "me"), ("capability", capability), ("status", status)];
+        let timed = readings.iter().filter(labelled("mesh_outbound_call_duration_seconds", &labels));
+        timed
+            .map(|(.., value)| match value {
+                DebugValue::Histogram(values) => values.len(),
+                other => panic!("{capability}/{status}: {other:?}"),
+            })
+            .sum()
+    }
+
+    #[test]
+    fn calls_are_timed_by_outcome_and_a_circuit_sets_its_gauge_when_it_changes() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let mut readings = Vec::new();
+        metrics::with_local_recorder(&recorder, || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+            runtime.block_on(async {
+                let script = Scripted::new(&[("w1", Behaviour::Refuse), ("ok", Behaviour::Answer)]);
+                let settings = CallerSettings {
+                    attempts_max: 1,
+                    circuits: CircuitSettings { consecutive_failures: 2, open: Duration::from_secs(3600) },
+                    ..settings()
+                };
+                let caller = caller(&script, settings);
+                let w1 = Target::Agent("w1".into());
+                caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
+                readings.extend(read(&snapshotter));
+                assert_eq!(circuit_gauge(&readings), None, "no change, no gauge");
+                caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
+                let now = read(&snapshotter);
+                assert_eq!(circuit_gauge(&now), Some(&DebugValue::Gauge(1.0.into())), "opened");
+                readings.extend(now);
+                caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
+                caller.call(&scope(&[], None), &Target::Agent("ok".into()), &task(), None).await.unwrap();
+                readings.extend(read(&snapshotter));
+            });
+        });
+        assert_eq!(calls_timed(&readings, "w1", "error"), 2);
+        assert_eq!(calls_timed(&readings, "w1", "circuit_open"), 1);
+        assert_eq!(calls_timed(&readings, "ok", "success"), 1);
+    }
+}
+
+fn discovery(script: &Arc<Scripted>, ttl: Duration) -> Discovery {
+    let http = HttpClient::new(Arc::new(Script(script.clone())));
+    Discovery::new(RegistryClient::new(REGISTRY, http.clone()).unwrap(), http, ttl)
+}
+
+fn names(agents: &[AgentSummary]) -> Vec<&str> {
+    agents.iter().map(|agent| agent.name.as_str()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn discovery_rotates_each_capabilitys_healthy_agents_and_keeps_the_others_last() {
+    let script = Scripted::new(&[
+        ("sick", Behaviour::Answer),
+        ("w1", Behaviour::Answer),
+        ("w2", Behaviour::Answer),
+        ("w3", Behaviour::Answer),
+    ]);
+    script.unhealthy.lock().unwrap().push("sick");
+    let discovery = discovery(&script, Duration::from_secs(60));
+    let (healthy, others) = discovery.listed("work").await.unwrap();
+    assert_eq!((names(&healthy), names(&others)), (vec!["w1", "w2", "w3"], vec!["sick"]));
+    assert_eq!(names(&discovery.candidates("work").await.unwrap()), ["w1", "w2", "w3", "sick"]);
+    assert_eq!(names(&discovery.candidates("work").await.unwrap()), ["w2", "w3", "w1", "sick"]);
+    // Another capability turns on its own, without moving this one's turn.
+    assert_eq!(names(&discovery.candidates("other").await.unwrap()), ["w1", "w2", "w3", "sick"]);
+    assert_eq!(names(&discovery.candidates("work").await.unwrap()), ["w3", "w1", "w2", "sick"]);
+    assert_eq!(names(&discovery.candidates("work").await.unwrap()), ["w1", "w2", "w3", "sick"]);
+    // The turns are bounded: a full set of cursors starts over only for a capability it lacks.
+    for i in 2..DISCOVERY_CACHE_ENTRIES_MAX {
+        discovery.candidates(&format!("c{i}")).await.unwrap();
+    }
+    assert_eq!(names(&discovery.candidates("work").await.unwrap()), ["w2", "w3", "w1", "sick"], "kept when full");
+    discovery.candidates("one-more").await.unwrap();
+    assert_eq!(names(&discovery.candidates("work").await.unwrap()), ["w1", "w2", "w3", "sick"], "started over");
+    // With none healthy, the others take turns.
+    script.unhealthy.lock().unwrap().extend(["w1", "w2", "w3"]);
+    let fresh = self::discovery(&script, Duration::from_secs(60));
+    assert_eq!(names(&fresh.candidates("work").await.unwrap()), ["sick", "w1", "w2", "w3"]);
+    assert_eq!(names(&fresh.candidates("work").await.unwrap()), ["w1", "w2", "w3", "sick"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn discovery_asks_the_registry_once_a_ttl_and_falls_back_on_what_it_knew() {
+    const TTL: Duration = Duration::from_secs(60);
+    let script = Scripted::new(&[("w1", Behaviour::Answer)]);
+    let discovery = discovery(&script, TTL);
+    let lookups = || script.lookups.load(Ordering::SeqCst);
+    discovery.candidates("work").await.unwrap();
+    discovery.named("w1").await.unwrap();
+    tokio::time::advance(TTL - Duration::from_millis(1)).await;
+    discovery.candidates("work").await.unwrap();
+    discovery.named("w1").await.unwrap();
+    assert_eq!(lookups(), 2, "fresh within the TTL");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    discovery.candidates("work").await.unwrap();
+    assert_eq!(lookups(), 3, "stale at the TTL");
+
+    script.registry_down.store(true, Ordering::SeqCst);
+    tokio::time::advance(TTL).await;
+    assert_eq!(names(&discovery.candidates("work").await.unwrap()), ["w1"], "the last known agents");
+    assert_eq!(discovery.named("w1").await.unwrap().name, "w1");
+    assert_eq!(lookups(), 5);
+    discovery.candidates("work").await.unwrap();
+    discovery.named("w1").await.unwrap();
+    assert_eq!(lookups(), 5, "a stale answer is trusted for another TTL");
+    let error = discovery.candidates("never-seen").await.unwrap_err();
+    assert!(matches!(&error, DiscoveryError::Registry { capability, .. } if capability == "never-seen"), "{error}");
+    let error = discovery.named("nobody").await.unwrap_err();
+    assert!(matches!(&error, DiscoveryError::Registry { .. }), "{error}");
 }
