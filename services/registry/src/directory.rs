@@ -407,6 +407,80 @@ mod tests {
         assert_eq!(seen, ["a", "b"], "the fallback rotates too");
     }
 
+    fn checked(name: &str, url: &str, health: HealthStatus, at: Option<&str>) -> StoredState {
+        let mut stored = agent(name, &["search"]);
+        stored.agent.url = url.into();
+        StoredState { health, last_health_check: at.map(str::to_owned), ..stored }
+    }
+
+    #[test]
+    fn a_snapshot_keeps_a_newer_health_known_here_only_for_the_same_instance() {
+        let url = "http://127.0.0.1/a";
+        let t1 = "2026-01-01T00:00:01Z";
+        let t2 = "2026-01-01T00:00:02Z";
+        // This replica checked the instance after the snapshot's check: its health stands.
+        let directory = Directory::new(vec![checked("a", url, HealthStatus::Healthy, Some(t2))]);
+        let changes = directory.replace_all(vec![checked("a", url, HealthStatus::Unhealthy, Some(t1))], 0);
+        assert_eq!(changes, Some(vec![]));
+        assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Healthy);
+        // A check as old as the snapshot's: the snapshot's health wins, and the change is told.
+        let changes = directory.replace_all(vec![checked("a", url, HealthStatus::Unhealthy, Some(t2))], 0);
+        let told = HealthChange { name: "a".into(), from: HealthStatus::Healthy, to: HealthStatus::Unhealthy };
+        assert_eq!(changes, Some(vec![told]));
+        assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Unhealthy);
+        // Another instance under the name: what this replica knew of the old one does not apply.
+        let changes =
+            directory.replace_all(vec![checked("a", "http://127.0.0.1/moved", HealthStatus::Unknown, None)], 0);
+        assert_eq!(changes, Some(vec![]));
+        let record = directory.get("a").unwrap();
+        assert_eq!((record.health_status, record.last_health_check), (HealthStatus::Unknown, None));
+    }
+
+    #[test]
+    fn a_snapshot_read_before_a_change_here_is_dropped() {
+        let directory = Directory::new(vec![agent("a", &["search"]), agent("b", &["search"])]);
+        let before = directory.mutations();
+        assert!(directory.remove("a", None));
+        assert_ne!(directory.mutations(), before);
+        assert_eq!(directory.replace_all(vec![agent("a", &["search"]), agent("b", &["search"])], before), None);
+        assert!(directory.get("a").is_err(), "the removal stands");
+        let removal = directory.mutations();
+        assert!(!directory.remove("gone", None), "nothing to remove");
+        assert_ne!(directory.mutations(), removal, "a removal counts as a change either way");
+    }
+
+    #[test]
+    fn a_poll_result_tells_the_health_it_replaced_only_when_it_changes_it() {
+        let directory = Directory::new(vec![agent("a", &["search"])]);
+        let target = directory.poll_target("a").unwrap();
+        let at = || "2026-01-01T00:00:01Z".to_owned();
+        assert_eq!(directory.set_health(&target, HealthStatus::Healthy, at()), Some(HealthStatus::Unknown));
+        assert_eq!(directory.set_health(&target, HealthStatus::Healthy, at()), None);
+        assert_eq!(directory.set_health(&target, HealthStatus::Unreachable, at()), Some(HealthStatus::Healthy));
+        let elsewhere = PollTarget { url: "http://127.0.0.1/moved".into(), ..target };
+        assert_eq!(directory.set_health(&elsewhere, HealthStatus::Healthy, at()), None, "another instance's result");
+        assert_eq!(directory.get("a").unwrap().health_status, HealthStatus::Unreachable);
+    }
+
+    #[test]
+    fn owners_are_told_and_counted() {
+        let owned = |name: &str, owner: Option<&str>| {
+            let mut stored = agent(name, &["search"]);
+            stored.agent.owner = owner.map(str::to_owned);
+            stored
+        };
+        let directory = Directory::new(vec![
+            owned("a", Some("alice")),
+            owned("b", Some("alice")),
+            owned("c", Some("bob")),
+            owned("d", None),
+        ]);
+        assert_eq!(directory.owner("a"), Some(Some("alice".into())));
+        assert_eq!(directory.owner("d"), Some(None), "registered with authentication off");
+        assert_eq!(directory.owner("nobody"), None);
+        assert_eq!(["alice", "bob", "carol"].map(|owner| directory.count_owned_by(owner)), [2, 1, 0]);
+    }
+
     #[test]
     fn unknown_capability_and_agent_are_errors() {
         let directory = Directory::new(vec![agent("a", &["search"])]);

@@ -301,6 +301,82 @@ mod tests {
     }
 
     #[test]
+    fn due_checks_are_looked_for_four_times_an_interval_within_bounds() {
+        let tick = |interval_ms: u64| {
+            let settings = PollSettings {
+                interval: Duration::from_millis(interval_ms),
+                timeout: Duration::from_secs(1),
+                concurrency_max: 1,
+                sync_interval: Duration::from_secs(1),
+            };
+            settings.claim_tick().as_millis()
+        };
+        assert_eq!(tick(2_000), 500);
+        assert_eq!(tick(30_000), u128::from(CLAIM_TICK_MS_MAX));
+        assert_eq!(tick(20), u128::from(CLAIM_TICK_MS_MIN));
+    }
+
+    #[test]
+    fn agents_are_counted_by_capability_and_health_and_a_pair_gone_goes_to_zero() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+        use crate::store::{StoredAgent, StoredState};
+
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let gauges = || -> BTreeMap<(String, String), f64> {
+            let readings = snapshotter.snapshot().into_vec().into_iter();
+            readings
+                .filter_map(|(key, _, _, value)| {
+                    let key = key.key();
+                    let label = |name: &str| key.labels().find(|l| l.key() == name).map(|l| l.value().to_owned());
+                    let service = label("service");
+                    match value {
+                        DebugValue::Gauge(value) if key.name() == "mesh_registry_agents" => {
+                            assert_eq!(service.as_deref(), Some(crate::app::REGISTRY_SERVICE));
+                            Some(((label("capability")?, label("health")?), value.into_inner()))
+                        }
+                        _ => None,
+                    }
+                })
+                .collect()
+        };
+        let pairs = |pairs: &[(&str, &'static str)]| -> BTreeSet<(String, &'static str)> {
+            pairs.iter().map(|(capability, health)| ((*capability).to_owned(), *health)).collect()
+        };
+        let expected = |counts: &[(&str, &str, f64)]| -> BTreeMap<(String, String), f64> {
+            counts.iter().map(|(c, h, n)| (((*c).to_owned(), (*h).to_owned()), *n)).collect()
+        };
+        metrics::with_local_recorder(&recorder, || {
+            let stored = |name: &str, capabilities: &[&str]| StoredState {
+                agent: StoredAgent::for_test(name, capabilities),
+                health: HealthStatus::Unknown,
+                last_health_check: None,
+            };
+            let directory = Directory::new(vec![stored("a", &["search", "entities"]), stored("b", &["search"])]);
+            let counted = count_agents(&directory, BTreeSet::new());
+            assert_eq!(counted, pairs(&[("entities", "unknown"), ("search", "unknown")]));
+            assert_eq!(gauges(), expected(&[("entities", "unknown", 1.0), ("search", "unknown", 2.0)]));
+
+            let b = directory.poll_target("b").unwrap();
+            directory.set_health(&b, HealthStatus::Healthy, "2026-01-01T00:00:01Z".into());
+            assert!(directory.remove("a", None));
+            let counted = count_agents(&directory, counted);
+            assert_eq!(counted, pairs(&[("search", "healthy")]));
+            let now = expected(&[("entities", "unknown", 0.0), ("search", "healthy", 1.0), ("search", "unknown", 0.0)]);
+            assert_eq!(gauges(), now, "the pairs gone are set to zero");
+        });
+    }
+
+    #[test]
+    fn check_times_are_utc_with_milliseconds() {
+        let now = now_rfc3339();
+        let parsed = chrono::DateTime::parse_from_rfc3339(&now).unwrap();
+        assert!(now.ends_with('Z') && now.len() == "2026-01-01T00:00:00.000Z".len(), "{now}");
+        assert!((Utc::now() - parsed.to_utc()).num_seconds().abs() < 60, "{now}");
+    }
+
+    #[test]
     fn the_health_words_are_the_wire_words() {
         for health in [HealthStatus::Unknown, HealthStatus::Healthy, HealthStatus::Unhealthy, HealthStatus::Unreachable]
         {

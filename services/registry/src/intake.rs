@@ -253,6 +253,53 @@ mod tests {
     }
 
     #[test]
+    fn names_and_capability_lists_may_reach_their_bounds_and_no_further() {
+        let mut reg = registration("http://127.0.0.1:8002");
+        reg.name = "é".repeat(AGENT_NAME_CHARS_MAX);
+        assert!(validate(&reg, "now").is_ok(), "the longest name, counted in characters");
+        reg.name.push('é');
+        assert!(validate(&reg, "now").is_err());
+        let mut reg = registration("http://127.0.0.1:8002");
+        reg.capabilities = (0..CAPABILITIES_MAX).map(|i| format!("c{i}")).collect();
+        assert_eq!(validate(&reg, "now").unwrap().capabilities.len(), CAPABILITIES_MAX);
+        reg.capabilities.push("one-more".into());
+        let error = validate(&reg, "now").unwrap_err();
+        assert!(error.to_string().contains(&format!("at most {CAPABILITIES_MAX}")), "{error}");
+    }
+
+    #[test]
+    fn a_new_name_is_admitted_below_the_bounds_in_all_and_per_identity() {
+        let policy = IntakePolicy {
+            card_fetch_timeout: None,
+            registrations_max: 3,
+            registrations_per_identity_max: 2,
+            card_verifier: None,
+            require_signed_cards: false,
+        };
+        let owned = |name: &str, owner: Option<&str>| {
+            let mut agent = StoredAgent::for_test(name, &["search"]);
+            agent.owner = owner.map(str::to_owned);
+            agent
+        };
+        let stored = |agent: StoredAgent| crate::store::StoredState {
+            agent,
+            health: mesh_protocol::registry::HealthStatus::Unknown,
+            last_health_check: None,
+        };
+        let directory = Directory::new(vec![stored(owned("a", Some("alice")))]);
+        assert!(admit_registration(&directory, &owned("b", Some("alice")), &policy).is_ok(), "alice's second");
+        directory.upsert(owned("b", Some("alice")));
+        let refused = admit_registration(&directory, &owned("c", Some("alice")), &policy);
+        assert!(matches!(refused, Err(RegistryError::IdentityRegistrationsFull(2))), "{refused:?}");
+        assert!(admit_registration(&directory, &owned("a", Some("alice")), &policy).is_ok(), "a re-registration");
+        assert!(admit_registration(&directory, &owned("c", Some("bob")), &policy).is_ok());
+        assert!(admit_registration(&directory, &owned("c", None), &policy).is_ok(), "authentication off");
+        directory.upsert(owned("c", Some("bob")));
+        let refused = admit_registration(&directory, &owned("d", Some("carol")), &policy);
+        assert!(matches!(refused, Err(RegistryError::RegistrationsFull(3))), "{refused:?}");
+    }
+
+    #[test]
     fn names_may_hold_spaces_and_unicode() {
         let mut reg = registration("http://127.0.0.1:8002");
         reg.name = "Échoes Agent ✓".into();

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use mesh_protocol::graph::{
     Link, LinkDirection, LinkMessage, LinkRelationship, LinkSource, LinkUpdate, NewLink, NewLinkMessage, OutcomeStatus,
 };
-use mesh_storage::{Database, Row, StorageError};
+use mesh_storage::{Database, Row, StorageError, settle};
 use serde::de::DeserializeOwned;
 
 use crate::error::RegistryError;
@@ -197,17 +197,21 @@ impl LinkStore {
     pub async fn delete(&self, id: &str) -> Result<Link, RegistryError> {
         let link = self.get(id).await?;
         let mut tx = self.db.pool().begin().await.map_err(StorageError::from)?;
-        sqlx::query("DELETE FROM link_messages WHERE link_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(StorageError::from)?;
-        sqlx::query("DELETE FROM agent_links WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(StorageError::from)?;
-        tx.commit().await.map_err(StorageError::from)?;
+        let written = async {
+            sqlx::query("DELETE FROM link_messages WHERE link_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(StorageError::from)?;
+            sqlx::query("DELETE FROM agent_links WHERE id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(StorageError::from)?;
+            Ok::<_, StorageError>(())
+        }
+        .await;
+        settle(tx, written, |_| true).await?;
         Ok(link)
     }
 
@@ -302,37 +306,41 @@ impl LinkStore {
         };
         let seq = self.next_seq();
         let mut tx = self.db.pool().begin().await.map_err(StorageError::from)?;
-        sqlx::query(concat!(
-            "INSERT INTO link_messages (seq, ",
-            message_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-        ))
-        .bind(seq)
-        .bind(&stored.id)
-        .bind(&stored.link_id)
-        .bind(&stored.from_agent_id)
-        .bind(&stored.to_agent_id)
-        .bind(stored.relationship.as_str())
-        .bind(&stored.context_id)
-        .bind(stored.task_id.as_deref())
-        .bind(&stored.text)
-        .bind(stored.reply.as_deref())
-        .bind(stored.status.as_str())
-        .bind(&stored.sent_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(StorageError::from)?;
-        // Retention: drop what falls outside the newest LINK_MESSAGES_KEPT_MAX of this link.
-        sqlx::query(
-            "DELETE FROM link_messages WHERE link_id = $1 AND seq < (SELECT MIN(seq) FROM \
-             (SELECT seq FROM link_messages WHERE link_id = $1 ORDER BY seq DESC LIMIT $2) AS newest)",
-        )
-        .bind(&stored.link_id)
-        .bind(LINK_MESSAGES_KEPT_MAX)
-        .execute(&mut *tx)
-        .await
-        .map_err(StorageError::from)?;
-        tx.commit().await.map_err(StorageError::from)?;
+        let written = async {
+            sqlx::query(concat!(
+                "INSERT INTO link_messages (seq, ",
+                message_columns!(),
+                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            ))
+            .bind(seq)
+            .bind(&stored.id)
+            .bind(&stored.link_id)
+            .bind(&stored.from_agent_id)
+            .bind(&stored.to_agent_id)
+            .bind(stored.relationship.as_str())
+            .bind(&stored.context_id)
+            .bind(stored.task_id.as_deref())
+            .bind(&stored.text)
+            .bind(stored.reply.as_deref())
+            .bind(stored.status.as_str())
+            .bind(&stored.sent_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(StorageError::from)?;
+            // Retention: drop what falls outside the newest LINK_MESSAGES_KEPT_MAX of this link.
+            sqlx::query(
+                "DELETE FROM link_messages WHERE link_id = $1 AND seq < (SELECT MIN(seq) FROM \
+                 (SELECT seq FROM link_messages WHERE link_id = $1 ORDER BY seq DESC LIMIT $2) AS newest)",
+            )
+            .bind(&stored.link_id)
+            .bind(LINK_MESSAGES_KEPT_MAX)
+            .execute(&mut *tx)
+            .await
+            .map_err(StorageError::from)?;
+            Ok::<_, StorageError>(())
+        }
+        .await;
+        settle(tx, written, |_| true).await?;
         Ok(stored)
     }
 

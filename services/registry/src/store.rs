@@ -2,7 +2,7 @@
 //! agent's health and when it is next due for a check, which replicas sharing the database share.
 
 use mesh_protocol::registry::HealthStatus;
-use mesh_storage::{Backend, Database, Row, StorageError};
+use mesh_storage::{Backend, Database, Row, StorageError, settle};
 use sqlx::any::AnyRow;
 use sqlx::migrate::Migrator;
 
@@ -103,46 +103,49 @@ impl AgentStore {
             .map_err(|e| StorageError::Query(sqlx::Error::Encode(Box::new(e))))?;
         let _turn = self.db.write_turn().await;
         let mut tx = self.db.pool().begin().await?;
-        // Locks the row on PostgreSQL, so two replicas registering one name at once both see what
-        // the other did before deciding whether it changed anything.
-        let select = match self.db.backend() {
-            Backend::Postgres => concat!("SELECT ", agent_columns!(), " FROM agents WHERE name = $1 FOR UPDATE"),
-            Backend::Sqlite => concat!("SELECT ", agent_columns!(), " FROM agents WHERE name = $1"),
-        };
-        let before = sqlx::query(select)
+        let written = async {
+            // Locks the row on PostgreSQL, so two replicas registering one name at once both see what
+            // the other did before deciding whether it changed anything.
+            let select = match self.db.backend() {
+                Backend::Postgres => concat!("SELECT ", agent_columns!(), " FROM agents WHERE name = $1 FOR UPDATE"),
+                Backend::Sqlite => concat!("SELECT ", agent_columns!(), " FROM agents WHERE name = $1"),
+            };
+            let before = sqlx::query(select)
+                .bind(&agent.name)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|row| stored_state(&row))
+                .transpose()?;
+            sqlx::query(
+                "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 ON CONFLICT (name) DO UPDATE SET url = excluded.url, capabilities = excluded.capabilities, \
+                 health_endpoint = excluded.health_endpoint, process_endpoint = excluded.process_endpoint, \
+                 agent_card_url = excluded.agent_card_url, updated_at = excluded.updated_at, \
+                 owner = COALESCE(agents.owner, excluded.owner), \
+                 health = CASE WHEN agents.url = excluded.url THEN agents.health ELSE 'unknown' END, \
+                 last_health_check = CASE WHEN agents.url = excluded.url THEN agents.last_health_check ELSE NULL END, \
+                 next_check_at_ms = CASE WHEN agents.url = excluded.url THEN agents.next_check_at_ms ELSE 0 END",
+            )
             .bind(&agent.name)
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(|row| stored_state(&row))
-            .transpose()?;
-        sqlx::query(
-            "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (name) DO UPDATE SET url = excluded.url, capabilities = excluded.capabilities, \
-             health_endpoint = excluded.health_endpoint, process_endpoint = excluded.process_endpoint, \
-             agent_card_url = excluded.agent_card_url, updated_at = excluded.updated_at, \
-             owner = COALESCE(agents.owner, excluded.owner), \
-             health = CASE WHEN agents.url = excluded.url THEN agents.health ELSE 'unknown' END, \
-             last_health_check = CASE WHEN agents.url = excluded.url THEN agents.last_health_check ELSE NULL END, \
-             next_check_at_ms = CASE WHEN agents.url = excluded.url THEN agents.next_check_at_ms ELSE 0 END",
-        )
-        .bind(&agent.name)
-        .bind(&agent.url)
-        .bind(capabilities)
-        .bind(&agent.health_endpoint)
-        .bind(&agent.process_endpoint)
-        .bind(&agent.agent_card_url)
-        .bind(&agent.registered_at)
-        .bind(&agent.updated_at)
-        .bind(&agent.owner)
-        .execute(&mut *tx)
-        .await?;
-        let changed = before.is_none_or(|before| !before.agent.same_instance(agent));
-        if changed {
-            bump_version(&mut tx).await?;
+            .bind(&agent.url)
+            .bind(capabilities)
+            .bind(&agent.health_endpoint)
+            .bind(&agent.process_endpoint)
+            .bind(&agent.agent_card_url)
+            .bind(&agent.registered_at)
+            .bind(&agent.updated_at)
+            .bind(&agent.owner)
+            .execute(&mut *tx)
+            .await?;
+            let changed = before.is_none_or(|before| !before.agent.same_instance(agent));
+            if changed {
+                bump_version(&mut tx).await?;
+            }
+            Ok::<_, StorageError>(changed)
         }
-        tx.commit().await?;
-        Ok(changed)
+        .await;
+        settle(tx, written, |_| true).await
     }
 
     /// Removes `name`, or only while it is registered at `url` when one is given; returns
@@ -150,22 +153,25 @@ impl AgentStore {
     pub async fn delete(&self, name: &str, url: Option<&str>) -> Result<bool, StorageError> {
         let _turn = self.db.write_turn().await;
         let mut tx = self.db.pool().begin().await?;
-        let result = match url {
-            None => sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(&mut *tx).await?,
-            Some(url) => {
-                sqlx::query("DELETE FROM agents WHERE name = $1 AND url = $2")
-                    .bind(name)
-                    .bind(url)
-                    .execute(&mut *tx)
-                    .await?
+        let written = async {
+            let result = match url {
+                None => sqlx::query("DELETE FROM agents WHERE name = $1").bind(name).execute(&mut *tx).await?,
+                Some(url) => {
+                    sqlx::query("DELETE FROM agents WHERE name = $1 AND url = $2")
+                        .bind(name)
+                        .bind(url)
+                        .execute(&mut *tx)
+                        .await?
+                }
+            };
+            let removed = result.rows_affected() > 0;
+            if removed {
+                bump_version(&mut tx).await?;
             }
-        };
-        let removed = result.rows_affected() > 0;
-        if removed {
-            bump_version(&mut tx).await?;
+            Ok::<_, StorageError>(removed)
         }
-        tx.commit().await?;
-        Ok(removed)
+        .await;
+        settle(tx, written, |_| true).await
     }
 
     /// Takes the checks of up to `limit` agents that are due at `now_ms`, moving each on to
@@ -222,33 +228,36 @@ impl AgentStore {
     ) -> Result<(), StorageError> {
         let _turn = self.db.write_turn().await;
         let mut tx = self.db.pool().begin().await?;
-        let changed = sqlx::query(
-            "UPDATE agents SET health = $1, last_health_check = $2 WHERE name = $3 AND url = $4 AND health <> $1 \
-             AND (last_health_check IS NULL OR last_health_check < $2)",
-        )
-        .bind(health.as_str())
-        .bind(checked_at)
-        .bind(&target.name)
-        .bind(&target.url)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            > 0;
-        if changed {
-            bump_version(&mut tx).await?;
-        } else {
-            sqlx::query(
-                "UPDATE agents SET last_health_check = $1 WHERE name = $2 AND url = $3 \
-                 AND (last_health_check IS NULL OR last_health_check < $1)",
+        let written = async {
+            let changed = sqlx::query(
+                "UPDATE agents SET health = $1, last_health_check = $2 WHERE name = $3 AND url = $4 AND health <> $1 \
+                 AND (last_health_check IS NULL OR last_health_check < $2)",
             )
+            .bind(health.as_str())
             .bind(checked_at)
             .bind(&target.name)
             .bind(&target.url)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected()
+                > 0;
+            if changed {
+                bump_version(&mut tx).await?;
+            } else {
+                sqlx::query(
+                    "UPDATE agents SET last_health_check = $1 WHERE name = $2 AND url = $3 \
+                     AND (last_health_check IS NULL OR last_health_check < $1)",
+                )
+                .bind(checked_at)
+                .bind(&target.name)
+                .bind(&target.url)
+                .execute(&mut *tx)
+                .await?;
+            }
+            Ok::<_, StorageError>(())
         }
-        tx.commit().await?;
-        Ok(())
+        .await;
+        settle(tx, written, |_| true).await
     }
 
     /// The number every change other replicas must see moves on.

@@ -70,7 +70,7 @@ impl CardHost {
     }
 }
 
-async fn start_registry(data: &Path) -> String {
+async fn start_registry(data: &Path, require_signed_cards: bool) -> String {
     let config = RegistryConfig {
         port: 0,
         database_url: format!("sqlite://{}", data.join("registry.db").display()),
@@ -78,7 +78,7 @@ async fn start_registry(data: &Path) -> String {
             trusted("mesh-es", KeyAlgorithm::ES256, "card-es256.pub.pem"),
             trusted("mesh-ed", KeyAlgorithm::EdDSA, "card-ed25519.pub.pem"),
         ],
-        require_signed_cards: true,
+        require_signed_cards,
         ..RegistryConfig::default()
     };
     let app = Application::build(&config).await.unwrap();
@@ -109,7 +109,7 @@ fn signed_here(card: Value, signer: &CardSigner) -> Value {
 #[tokio::test]
 async fn only_cards_signed_by_a_trusted_key_are_admitted() {
     let data = tempfile::tempdir().unwrap();
-    let registry = start_registry(data.path()).await;
+    let registry = start_registry(data.path(), true).await;
     let host = CardHost::start().await;
 
     host.serve(host.card("unsigned_agent"));
@@ -138,6 +138,18 @@ async fn only_cards_signed_by_a_trusted_key_are_admitted() {
     }
 
     // A signature by a key the registry does not trust, under a kid it does trust.
+    let impostor = signed_here(host.card("impostor"), &signer("mesh-es", KeyAlgorithm::EdDSA, "card-ed25519.key.pem"));
+    host.serve(impostor);
+    assert_eq!(register(&registry, "impostor", &host.url).await.1, "AGENT_CARD_SIGNATURE_INVALID");
+}
+
+#[tokio::test]
+async fn with_signatures_not_required_an_unsigned_card_is_admitted_and_a_bad_signature_is_not() {
+    let data = tempfile::tempdir().unwrap();
+    let registry = start_registry(data.path(), false).await;
+    let host = CardHost::start().await;
+    host.serve(host.card("unsigned_agent"));
+    assert_eq!(register(&registry, "unsigned_agent", &host.url).await, (StatusCode::OK, String::new()));
     let impostor = signed_here(host.card("impostor"), &signer("mesh-es", KeyAlgorithm::EdDSA, "card-ed25519.key.pem"));
     host.serve(impostor);
     assert_eq!(register(&registry, "impostor", &host.url).await.1, "AGENT_CARD_SIGNATURE_INVALID");
@@ -188,7 +200,7 @@ async fn sdk(python: &str, args: &[&str], card: &Value) -> Result<String, String
 async fn cards_signed_by_the_python_sdk_verify_here_and_ours_verify_there() {
     let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
     let data = tempfile::tempdir().unwrap();
-    let registry = start_registry(data.path()).await;
+    let registry = start_registry(data.path(), true).await;
     let host = CardHost::start().await;
     let key = testdata("card-es256.key.pem");
 
