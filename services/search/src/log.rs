@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use mesh_storage::{AnyPool, Database, Row};
+use mesh_storage::{AnyPool, Database, Row, settle};
 use sqlx::migrate::Migrator;
 
 use crate::corpus::Document;
@@ -127,65 +127,69 @@ impl DocumentLog {
         bounded(async {
             let _turn = self.database.write_turn().await;
             let mut transaction = self.pool.begin().await?;
-            // The head row's lock numbers the entries: appenders take turns, in commit order.
-            let claim = if seeding {
-                "UPDATE search_document_log_heads SET last_sequence = last_sequence + $1, seeded = 1 \
-                 WHERE corpus = $2 AND seeded = 0 RETURNING last_sequence"
-            } else {
-                "UPDATE search_document_log_heads SET last_sequence = last_sequence + $1 \
-                 WHERE corpus = $2 RETURNING last_sequence"
-            };
-            let Some(row) = sqlx::query(claim).bind(count).bind(&self.corpus).fetch_optional(&mut *transaction).await?
-            else {
-                return Ok(None);
-            };
-            let last: i64 = row.try_get(0)?;
-            let first = last - count + 1;
-            let now = now_ms();
-            for (chunk_index, chunk) in rows.chunks(INSERT_ROWS_MAX).enumerate() {
-                let placeholders: Vec<String> = (0..chunk.len())
-                    .map(|i| {
-                        let p = i * 8;
-                        format!(
-                            "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                            p + 1,
-                            p + 2,
-                            p + 3,
-                            p + 4,
-                            p + 5,
-                            p + 6,
-                            p + 7,
-                            p + 8
-                        )
-                    })
-                    .collect();
-                // A document's new entry takes the place of its old one (one entry per document).
-                let sql = format!(
-                    "INSERT INTO search_document_log \
-                     (corpus, sequence, tenant, document_id, body, vector, model, appended_at_ms) VALUES {} \
-                     ON CONFLICT (corpus, tenant, document_id) DO UPDATE SET sequence = excluded.sequence, \
-                     body = excluded.body, vector = excluded.vector, model = excluded.model, \
-                     appended_at_ms = excluded.appended_at_ms",
-                    placeholders.join(", ")
-                );
-                // Only placeholders are formatted into the statement, never values.
-                let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for (i, row) in chunk.iter().enumerate() {
-                    let offset = i64::try_from(chunk_index * INSERT_ROWS_MAX + i).unwrap_or(i64::MAX);
-                    insert = insert
-                        .bind(&self.corpus)
-                        .bind(first + offset)
-                        .bind(&row.tenant)
-                        .bind(&row.document_id)
-                        .bind(row.body.clone())
-                        .bind(row.vector.clone())
-                        .bind(row.model.clone())
-                        .bind(now);
+            let written = async {
+                // The head row's lock numbers the entries: appenders take turns, in commit order.
+                let claim = if seeding {
+                    "UPDATE search_document_log_heads SET last_sequence = last_sequence + $1, seeded = 1 \
+                     WHERE corpus = $2 AND seeded = 0 RETURNING last_sequence"
+                } else {
+                    "UPDATE search_document_log_heads SET last_sequence = last_sequence + $1 \
+                     WHERE corpus = $2 RETURNING last_sequence"
+                };
+                let Some(row) =
+                    sqlx::query(claim).bind(count).bind(&self.corpus).fetch_optional(&mut *transaction).await?
+                else {
+                    return Ok(None);
+                };
+                let last: i64 = row.try_get(0)?;
+                let first = last - count + 1;
+                let now = now_ms();
+                for (chunk_index, chunk) in rows.chunks(INSERT_ROWS_MAX).enumerate() {
+                    let placeholders: Vec<String> = (0..chunk.len())
+                        .map(|i| {
+                            let p = i * 8;
+                            format!(
+                                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                                p + 1,
+                                p + 2,
+                                p + 3,
+                                p + 4,
+                                p + 5,
+                                p + 6,
+                                p + 7,
+                                p + 8
+                            )
+                        })
+                        .collect();
+                    // A document's new entry takes the place of its old one (one entry per document).
+                    let sql = format!(
+                        "INSERT INTO search_document_log \
+                         (corpus, sequence, tenant, document_id, body, vector, model, appended_at_ms) VALUES {} \
+                         ON CONFLICT (corpus, tenant, document_id) DO UPDATE SET sequence = excluded.sequence, \
+                         body = excluded.body, vector = excluded.vector, model = excluded.model, \
+                         appended_at_ms = excluded.appended_at_ms",
+                        placeholders.join(", ")
+                    );
+                    // Only placeholders are formatted into the statement, never values.
+                    let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
+                    for (i, row) in chunk.iter().enumerate() {
+                        let offset = i64::try_from(chunk_index * INSERT_ROWS_MAX + i).unwrap_or(i64::MAX);
+                        insert = insert
+                            .bind(&self.corpus)
+                            .bind(first + offset)
+                            .bind(&row.tenant)
+                            .bind(&row.document_id)
+                            .bind(row.body.clone())
+                            .bind(row.vector.clone())
+                            .bind(row.model.clone())
+                            .bind(now);
+                    }
+                    insert.execute(&mut *transaction).await?;
                 }
-                insert.execute(&mut *transaction).await?;
+                Ok::<_, SearchError>(Some(sequence(last)))
             }
-            transaction.commit().await?;
-            Ok(Some(sequence(last)))
+            .await;
+            settle(transaction, written, Option::is_some).await
         })
         .await
     }
@@ -235,34 +239,38 @@ impl DocumentLog {
         bounded(async {
             let _turn = self.database.write_turn().await;
             let mut transaction = self.pool.begin().await?;
-            let row = sqlx::query(
-                "SELECT MAX(sequence) FROM search_document_log \
-                 WHERE corpus = $1 AND body IS NULL AND appended_at_ms < $2",
-            )
-            .bind(&self.corpus)
-            .bind(cutoff)
-            .fetch_one(&mut *transaction)
-            .await?;
-            let Some(through) = row.try_get::<Option<i64>, _>(0)? else {
-                return Ok(0);
-            };
-            sqlx::query(
-                "UPDATE search_document_log_heads SET tombstones_through = $1 \
-                 WHERE corpus = $2 AND tombstones_through < $1",
-            )
-            .bind(through)
-            .bind(&self.corpus)
-            .execute(&mut *transaction)
-            .await?;
-            let dropped =
-                sqlx::query("DELETE FROM search_document_log WHERE corpus = $1 AND body IS NULL AND sequence <= $2")
-                    .bind(&self.corpus)
-                    .bind(through)
-                    .execute(&mut *transaction)
-                    .await?
-                    .rows_affected();
-            transaction.commit().await?;
-            Ok(dropped)
+            let written = async {
+                let row = sqlx::query(
+                    "SELECT MAX(sequence) FROM search_document_log \
+                     WHERE corpus = $1 AND body IS NULL AND appended_at_ms < $2",
+                )
+                .bind(&self.corpus)
+                .bind(cutoff)
+                .fetch_one(&mut *transaction)
+                .await?;
+                let Some(through) = row.try_get::<Option<i64>, _>(0)? else {
+                    return Ok(0);
+                };
+                sqlx::query(
+                    "UPDATE search_document_log_heads SET tombstones_through = $1 \
+                     WHERE corpus = $2 AND tombstones_through < $1",
+                )
+                .bind(through)
+                .bind(&self.corpus)
+                .execute(&mut *transaction)
+                .await?;
+                let dropped = sqlx::query(
+                    "DELETE FROM search_document_log WHERE corpus = $1 AND body IS NULL AND sequence <= $2",
+                )
+                .bind(&self.corpus)
+                .bind(through)
+                .execute(&mut *transaction)
+                .await?
+                .rows_affected();
+                Ok::<_, SearchError>(dropped)
+            }
+            .await;
+            settle(transaction, written, |_| true).await
         })
         .await
     }
@@ -334,4 +342,33 @@ async fn bounded<T>(call: impl Future<Output = Result<T, SearchError>>) -> Resul
     tokio::time::timeout(Duration::from_millis(LOG_CALL_TIMEOUT_MS), call)
         .await
         .unwrap_or_else(|_| Err(SearchError::Log(format!("no answer within {LOG_CALL_TIMEOUT_MS} ms"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deletion(id: &str) -> Change {
+        Change::Delete { tenant: None, id: id.to_owned() }
+    }
+
+    /// A seed that finds the log seeded has begun a write (the head's claim, inside its
+    /// transaction) and writes nothing: it must end that transaction before the next writer's
+    /// turn, or the next append finds SQLite locked. Every replica but the first seeds so.
+    #[tokio::test]
+    async fn a_seed_that_finds_the_log_seeded_leaves_it_writable_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut urls = vec![format!("sqlite://{}", dir.path().join("log.db").display())];
+        urls.extend(mesh_test_support::postgres_url());
+        for url in urls {
+            let log = DocumentLog::open(&url, &uuid::Uuid::new_v4().to_string()).await.unwrap();
+            assert_eq!(log.seed(&[deletion("d0")]).await.unwrap(), Some(1), "{url}");
+            for round in 1..=200 {
+                assert_eq!(log.seed(&[deletion("late")]).await.unwrap(), None, "{url}, round {round}");
+                let appended = log.append(&[deletion(&format!("d{round}"))]).await;
+                assert_eq!(appended.unwrap(), round + 1, "{url}, round {round}");
+            }
+            assert_eq!(log.head().await.unwrap().last_sequence, 201, "{url}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use mesh_storage::{AnyPool, Database, Row};
+use mesh_storage::{AnyPool, Database, Row, settle};
 use sqlx::migrate::Migrator;
 use tokio::sync::Notify;
 
@@ -146,43 +146,48 @@ impl ConversationBus for LogBus {
         let first = bounded("producing records", async {
             let _turn = self.database.write_turn().await;
             let mut transaction = self.pool.begin().await?;
-            // The row lock on the topic serializes producers, so offsets are dense and in commit order.
-            let row = sqlx::query(
-                "UPDATE bus_topics SET next_offset = next_offset + $1 WHERE topic = $2 RETURNING next_offset",
-            )
-            .bind(count)
-            .bind(topic)
-            .fetch_optional(&mut *transaction)
-            .await?
-            .ok_or_else(|| BusError::UnknownTopic(topic.to_owned()))?;
-            let first = row.try_get::<i64, _>(0)? - count;
-            let now = mesh_docmem::now_timestamp();
-            for (chunk_index, chunk) in records.chunks(INSERT_ROWS_MAX).enumerate() {
-                let placeholders: Vec<String> = (0..chunk.len())
-                    .map(|i| {
-                        let p = i * 5;
-                        format!("(${}, ${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4, p + 5)
-                    })
-                    .collect();
-                let sql = format!(
-                    "INSERT INTO bus_records (topic, record_offset, conversation_id, body, appended_at) VALUES {}",
-                    placeholders.join(", ")
-                );
-                // Only placeholders are formatted into the statement, never values.
-                let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for (i, record) in chunk.iter().enumerate() {
-                    let index = chunk_index * INSERT_ROWS_MAX + i;
-                    insert = insert
-                        .bind(topic)
-                        .bind(first + index as i64)
-                        .bind(&record.conversation_id)
-                        .bind(&bodies[index])
-                        .bind(&now);
+            // An unknown topic is found after the UPDATE took the write lock: the transaction is
+            // settled before the turn passes on (see `settle`).
+            let written = async {
+                // The row lock on the topic serializes producers, so offsets are dense and in commit order.
+                let row = sqlx::query(
+                    "UPDATE bus_topics SET next_offset = next_offset + $1 WHERE topic = $2 RETURNING next_offset",
+                )
+                .bind(count)
+                .bind(topic)
+                .fetch_optional(&mut *transaction)
+                .await?
+                .ok_or_else(|| BusError::UnknownTopic(topic.to_owned()))?;
+                let first = row.try_get::<i64, _>(0)? - count;
+                let now = mesh_docmem::now_timestamp();
+                for (chunk_index, chunk) in records.chunks(INSERT_ROWS_MAX).enumerate() {
+                    let placeholders: Vec<String> = (0..chunk.len())
+                        .map(|i| {
+                            let p = i * 5;
+                            format!("(${}, ${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4, p + 5)
+                        })
+                        .collect();
+                    let sql = format!(
+                        "INSERT INTO bus_records (topic, record_offset, conversation_id, body, appended_at) VALUES {}",
+                        placeholders.join(", ")
+                    );
+                    // Only placeholders are formatted into the statement, never values.
+                    let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
+                    for (i, record) in chunk.iter().enumerate() {
+                        let index = chunk_index * INSERT_ROWS_MAX + i;
+                        insert = insert
+                            .bind(topic)
+                            .bind(first + index as i64)
+                            .bind(&record.conversation_id)
+                            .bind(&bodies[index])
+                            .bind(&now);
+                    }
+                    insert.execute(&mut *transaction).await?;
                 }
-                insert.execute(&mut *transaction).await?;
+                Ok::<_, BusError>(first)
             }
-            transaction.commit().await?;
-            Ok(first)
+            .await;
+            settle(transaction, written, |_| true).await
         })
         .await?;
         wakeup(&self.url, topic).notify_waiters();

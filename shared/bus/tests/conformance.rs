@@ -318,3 +318,24 @@ async fn producing_to_a_missing_topic_is_refused() {
         assert!(matches!(error, BusError::UnknownTopic(_)), "{error}");
     }
 }
+
+/// A refused produce has begun a write (the topic's offset is claimed, and found missing, inside
+/// its transaction): it must end that transaction before the next writer's turn, or the next
+/// produce finds the database locked.
+#[tokio::test]
+async fn a_refused_produce_leaves_the_log_writable_at_once() {
+    for backend in backends().await {
+        if backend.name == "kafka" {
+            continue;
+        }
+        let topic = unique("writable");
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let record = BusRecord::message("ui-1", "root", "n1", ACTION_CREATE);
+        for round in 0..200 {
+            let refused = backend.bus.produce(&unique("missing"), &record).await;
+            assert!(matches!(refused, Err(BusError::UnknownTopic(_))), "{}, round {round}: {refused:?}", backend.name);
+            let offset = backend.bus.produce(&topic, &record).await;
+            assert_eq!(offset.unwrap(), round, "{}, round {round}", backend.name);
+        }
+    }
+}

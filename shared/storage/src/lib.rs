@@ -170,11 +170,11 @@ impl Database {
 /// merely dropped is rolled back later, when its connection next reaches the pool, and holds
 /// SQLite's write lock until then: the next writer in turn ([`Database::write_turn`]) would find
 /// the database locked. A write transaction is settled here before its turn ends.
-pub async fn settle<T>(
+pub async fn settle<T, E: From<sqlx::Error>>(
     transaction: sqlx::Transaction<'_, sqlx::Any>,
-    outcome: Result<T, sqlx::Error>,
+    outcome: Result<T, E>,
     keep: impl FnOnce(&T) -> bool,
-) -> Result<T, sqlx::Error> {
+) -> Result<T, E> {
     match outcome {
         Ok(value) if keep(&value) => {
             transaction.commit().await?;

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mesh_protocol::a2a::v1::{StreamResponse, TaskPushNotificationConfig};
-use mesh_storage::Row;
+use mesh_storage::{Row, settle};
 
 use crate::error::TaskError;
 use crate::model::now_timestamp;
@@ -104,31 +104,34 @@ impl TaskStore {
         // The write comes first, so that the transaction holds SQLite's write lock from its first
         // statement: one that read first could not upgrade after another commit (WAL).
         let mut transaction = sql.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO a2a_push_configs (agent, tenant, task_id, id, created_at, body, last_sequence) \
-             VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (agent, tenant, task_id, id) DO UPDATE SET body = excluded.body",
-        )
-        .bind(&self.agent)
-        .bind(tenant)
-        .bind(task_id)
-        .bind(&id)
-        .bind(now_timestamp())
-        .bind(to_json(&stored)?)
-        .execute(&mut *transaction)
-        .await?;
-        let configs: i64 =
-            sqlx::query("SELECT COUNT(*) AS n FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3")
-                .bind(&self.agent)
-                .bind(tenant)
-                .bind(task_id)
-                .fetch_one(&mut *transaction)
-                .await?
-                .try_get("n")?;
-        if configs > PUSH_CONFIGS_PER_TASK_MAX as i64 {
-            // Dropping the transaction rolls the insert back.
-            return Err(too_many_configs());
+        let written = async {
+            sqlx::query(
+                "INSERT INTO a2a_push_configs (agent, tenant, task_id, id, created_at, body, last_sequence) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (agent, tenant, task_id, id) DO UPDATE SET body = excluded.body",
+            )
+            .bind(&self.agent)
+            .bind(tenant)
+            .bind(task_id)
+            .bind(&id)
+            .bind(now_timestamp())
+            .bind(to_json(&stored)?)
+            .execute(&mut *transaction)
+            .await?;
+            let configs: i64 =
+                sqlx::query("SELECT COUNT(*) AS n FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3")
+                    .bind(&self.agent)
+                    .bind(tenant)
+                    .bind(task_id)
+                    .fetch_one(&mut *transaction)
+                    .await?
+                    .try_get("n")?;
+            if configs > PUSH_CONFIGS_PER_TASK_MAX as i64 {
+                    return Err(too_many_configs());
+            }
+            Ok::<_, TaskError>(())
         }
-        transaction.commit().await?;
+        .await;
+        settle(transaction, written, |_| true).await?;
         Ok(stored)
     }
 
@@ -169,20 +172,24 @@ impl TaskStore {
             Tasks::Sql(sql) => sql,
         };
         let mut transaction = sql.pool.begin().await?;
-        for table_and_column in [("a2a_push_outbox", "config_id"), ("a2a_push_configs", "id")] {
-            let (table, column) = table_and_column;
-            // Audited: table and column names are the fixed pairs above; values are bound.
-            let statement =
-                format!("DELETE FROM {table} WHERE agent = $1 AND tenant = $2 AND task_id = $3 AND {column} = $4");
-            sqlx::query(sqlx::AssertSqlSafe(statement))
-                .bind(&self.agent)
-                .bind(tenant)
-                .bind(task_id)
-                .bind(id)
-                .execute(&mut *transaction)
-                .await?;
+        let written = async {
+            for table_and_column in [("a2a_push_outbox", "config_id"), ("a2a_push_configs", "id")] {
+                let (table, column) = table_and_column;
+                // Audited: table and column names are the fixed pairs above; values are bound.
+                let statement =
+                    format!("DELETE FROM {table} WHERE agent = $1 AND tenant = $2 AND task_id = $3 AND {column} = $4");
+                sqlx::query(sqlx::AssertSqlSafe(statement))
+                    .bind(&self.agent)
+                    .bind(tenant)
+                    .bind(task_id)
+                    .bind(id)
+                    .execute(&mut *transaction)
+                    .await?;
+            }
+            Ok::<_, TaskError>(())
         }
-        transaction.commit().await?;
+        .await;
+        settle(transaction, written, |_| true).await?;
         Ok(())
     }
 
@@ -211,33 +218,37 @@ impl TaskStore {
             return Err(outbox_full());
         }
         let mut transaction = sql.pool.begin().await?;
-        let now = now_timestamp();
-        let mut inserted = 0;
-        for body in &bodies {
-            sqlx::query(
-                "UPDATE a2a_push_configs SET last_sequence = last_sequence + 1 \
-                 WHERE agent = $1 AND tenant = $2 AND task_id = $3",
-            )
-            .bind(&self.agent)
-            .bind(tenant)
-            .bind(task_id)
-            .execute(&mut *transaction)
-            .await?;
-            inserted += sqlx::query(
-                "INSERT INTO a2a_push_outbox (agent, tenant, task_id, config_id, sequence, attempts, due_at, claimed_until, body) \
-                 SELECT agent, tenant, task_id, id, last_sequence, 0, $4, '', $5 FROM a2a_push_configs \
-                 WHERE agent = $1 AND tenant = $2 AND task_id = $3",
-            )
-            .bind(&self.agent)
-            .bind(tenant)
-            .bind(task_id)
-            .bind(&now)
-            .bind(body)
-            .execute(&mut *transaction)
-            .await?
-            .rows_affected();
+        let written = async {
+            let now = now_timestamp();
+            let mut inserted = 0;
+            for body in &bodies {
+                sqlx::query(
+                    "UPDATE a2a_push_configs SET last_sequence = last_sequence + 1 \
+                     WHERE agent = $1 AND tenant = $2 AND task_id = $3",
+                )
+                .bind(&self.agent)
+                .bind(tenant)
+                .bind(task_id)
+                .execute(&mut *transaction)
+                .await?;
+                inserted += sqlx::query(
+                    "INSERT INTO a2a_push_outbox (agent, tenant, task_id, config_id, sequence, attempts, due_at, claimed_until, body) \
+                     SELECT agent, tenant, task_id, id, last_sequence, 0, $4, '', $5 FROM a2a_push_configs \
+                     WHERE agent = $1 AND tenant = $2 AND task_id = $3",
+                )
+                .bind(&self.agent)
+                .bind(tenant)
+                .bind(task_id)
+                .bind(&now)
+                .bind(body)
+                .execute(&mut *transaction)
+                .await?
+                .rows_affected();
+            }
+            Ok::<_, TaskError>(inserted)
         }
-        transaction.commit().await?;
+        .await;
+        let inserted = settle(transaction, written, |_| true).await?;
         Ok(usize::try_from(inserted).unwrap_or(usize::MAX))
     }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
-use mesh_storage::{AnyPool, Backend, Database, Row};
+use mesh_storage::{AnyPool, Backend, Database, Row, settle};
 use sqlx::AnyConnection;
 use sqlx::Connection as _;
 use sqlx::migrate::Migrator;
@@ -606,10 +606,14 @@ async fn commit(
         return upsert(connection, agent, replica, &rows).await;
     }
     let mut transaction = connection.begin().await?;
-    for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
-        upsert(&mut *transaction, agent, replica, chunk).await?;
+    let written = async {
+        for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
+            upsert(&mut *transaction, agent, replica, chunk).await?;
+        }
+        Ok(())
     }
-    transaction.commit().await
+    .await;
+    settle(transaction, written, |_| true).await
 }
 
 /// Upserts `rows` in one statement.

@@ -89,6 +89,24 @@ async fn configs_are_stored_per_tenant_task_bounded_and_deleted_idempotently() {
     }
 }
 
+/// A refused config was inserted, counted and found one too many inside its transaction: the
+/// transaction must end before the next write, or that write finds SQLite locked.
+#[tokio::test]
+async fn a_refused_config_leaves_the_store_writable_at_once() {
+    for (backend, store, _dir) in common::stores("push-refused").await {
+        for n in 0..PUSH_CONFIGS_PER_TASK_MAX {
+            store.put_push_config("a", "t1", &config(Some(&format!("c{n}")), "http://x.test/")).await.unwrap();
+        }
+        for round in 0..100 {
+            let refused = store.put_push_config("a", "t1", &config(Some("one-too-many"), "http://x.test/")).await;
+            assert!(matches!(refused, Err(TaskError::InvalidParams(_))), "{backend}, round {round}: {refused:?}");
+            let other = store.put_push_config("a", &format!("t{round}-other"), &config(None, "http://y.test/")).await;
+            assert!(other.is_ok(), "{backend}, round {round}: {other:?}");
+        }
+        assert_eq!(store.push_configs("a", "t1").await.unwrap().len(), PUSH_CONFIGS_PER_TASK_MAX, "{backend}");
+    }
+}
+
 #[tokio::test]
 async fn notifications_take_sequence_numbers_and_go_out_one_at_a_time_in_order() {
     for (backend, store, _dir) in common::stores("push-outbox").await {
