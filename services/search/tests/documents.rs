@@ -168,3 +168,39 @@ async fn a_body_over_the_limit_is_refused_with_413() {
     let request = agent.request(Method::POST, "/documents", JSON, body);
     agent.expect_error(request, StatusCode::PAYLOAD_TOO_LARGE, "REQUEST_BODY_TOO_LARGE").await;
 }
+
+#[tokio::test]
+async fn a_tenants_documents_are_its_own_and_read_before_the_shared_ones() {
+    let data = tempfile::tempdir().unwrap();
+    let agent = agent(&data).await;
+    let own = json!({"documents": [{"_id": "seed-1", "title": "Acme's own", "text": "only acme has this"}]});
+    let started = std::time::Instant::now();
+    let answer = expect(&agent, Method::POST, "/documents?tenant=acme", JSON, own.to_string(), StatusCode::OK).await;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(answer["tenant"], "acme", "{answer}");
+    assert_eq!(counts(&answer), (1, 0, 0, 2), "a document of its own beside the shared one: {answer}");
+    // The agent's own time of the ingest, in milliseconds: within what the client waited.
+    let time_ms = answer["time_ms"].as_f64().unwrap();
+    assert!(time_ms > 0.01 && time_ms <= elapsed_ms, "{time_ms} ms of {elapsed_ms} ms");
+
+    let acme = expect(&agent, Method::GET, "/documents/seed-1?tenant=acme", JSON, "", StatusCode::OK).await;
+    assert_eq!((title_and_text(&acme, "seed-1").0.as_str(), &acme["tenant"]), ("Acme's own", &json!("acme")));
+    let shared = expect(&agent, Method::GET, "/documents/seed-1", JSON, "", StatusCode::OK).await;
+    assert_eq!((title_and_text(&shared, "seed-1").0.as_str(), shared.get("tenant")), ("Seed", None));
+
+    // Deleting the tenant's copy leaves the shared one, which the tenant then reads.
+    let answer = expect(&agent, Method::DELETE, "/documents/seed-1?tenant=acme", JSON, "", StatusCode::OK).await;
+    assert_eq!(answer["documents"], 1, "{answer}");
+    let acme = expect(&agent, Method::GET, "/documents/seed-1?tenant=acme", JSON, "", StatusCode::OK).await;
+    assert_eq!((title_and_text(&acme, "seed-1").0.as_str(), acme.get("tenant")), ("Seed", None));
+
+    for (method, body) in
+        [(Method::POST, own.to_string()), (Method::GET, String::new()), (Method::DELETE, String::new())]
+    {
+        let path =
+            if method == Method::POST { "/documents?tenant=not%20one" } else { "/documents/seed-1?tenant=not%20one" };
+        let request = agent.request(method, path, JSON, body);
+        let error = agent.expect_error(request, StatusCode::BAD_REQUEST, "TENANT_INVALID").await;
+        assert!(error.error_message.contains("not one"), "{error:?}");
+    }
+}
