@@ -247,7 +247,10 @@ mod tests {
         vectors.remove("y");
         vectors.remove("missing");
         assert_eq!(vectors.len(), 2);
-        assert!(!vectors.contains("y"));
+        assert!(!vectors.contains("y") && vectors.contains("x") && vectors.contains("z"));
+        assert_eq!(vectors.get("x"), Some(&[0.0, 1.0][..]), "the replacing vector");
+        assert_eq!(vectors.get("z"), Some(&unit(&[1.0, 1.0])[..]), "the last row, moved into the removed one's place");
+        assert_eq!(vectors.get("y"), None);
         let hits = vectors.nearest(&[0.0, 1.0], 5, |_| true);
         assert_eq!(hits[0], ("x".to_owned(), 1.0));
         assert_eq!(hits[1].0, "z");
@@ -310,8 +313,10 @@ mod tests {
 
     #[test]
     fn signs_follow_replaced_and_removed_rows() {
-        let rows = clustered(40, 16, 3);
-        let mut vectors = DenseVectors::new(16);
+        // Past 64 dimensions, so that a row's signs take more than one word.
+        const DIMENSIONS: usize = 100;
+        let rows = clustered(40, DIMENSIONS, 3);
+        let mut vectors = DenseVectors::new(DIMENSIONS);
         vectors.set_quantized_min_rows(0);
         for (i, row) in rows.iter().enumerate() {
             vectors.upsert(&format!("d{i:02}"), row);
@@ -322,12 +327,12 @@ mod tests {
         vectors.remove("d07");
         assert_eq!(vectors.len(), 38);
         for row in 0..vectors.len() {
-            let mut signs = vec![0_u64; 1];
+            let mut signs = vec![0_u64; signs::words(DIMENSIONS)];
             signs::pack(&vectors.values[vectors.span(row)], &mut signs);
             assert_eq!(&vectors.signs[vectors.signs_span(row)], signs.as_slice(), "row {row} ({})", vectors.ids[row]);
             assert_eq!(vectors.tiebreaks[row], signs::tiebreak(&vectors.ids[row]), "row {row}");
         }
-        assert_eq!((vectors.signs.len(), vectors.tiebreaks.len()), (38, 38));
+        assert_eq!((vectors.signs.len(), vectors.tiebreaks.len()), (38 * 2, 38));
         assert_eq!(vectors.nearest(&rows[30], 1, |_| true)[0].0, "d05");
         assert_eq!(vectors.nearest(&rows[39], 1, |_| true)[0].0, "d39", "the moved row answers as itself");
         assert!(vectors.nearest(&rows[7], 40, |_| true).iter().all(|(id, _)| id != "d07" && id != "d30"));
