@@ -166,7 +166,7 @@ mod tests {
             let score = |row: usize| f32::from(scores[row].0);
             let visible = |id: &str| scores[id[1..].parse::<usize>().unwrap()].1;
             let mut expected: Vec<(f32, &str)> =
-                ids.iter().enumerate().filter(|(row, _)| scores[*row].1).map(|(row, id)| (score.score(row), id.as_str())).collect();
+                ids.iter().enumerate().filter(|(row, _)| scores[*row].1).map(|(row, id)| (f32::from(scores[row].0), id.as_str())).collect();
             expected.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
             expected.truncate(keep);
             let found: Vec<(f32, &str)> = best_split(&ids, keep, threads, 1, &score, &visible)
@@ -175,5 +175,14 @@ mod tests {
                 .collect();
             prop_assert_eq!(found, expected);
         }
+    }
+
+    #[test]
+    fn scored_rows_are_equal_when_they_order_alike() {
+        let scored = |score: f32, id: &'static str, row: usize| Scored { score, id, row };
+        assert_eq!(scored(0.5, "a", 1), scored(0.5, "a", 2), "the row is where, not what, is ranked");
+        assert_ne!(scored(0.5, "a", 1), scored(0.5, "b", 1));
+        assert_ne!(scored(0.5, "a", 1), scored(0.25, "a", 1));
+        assert!(scored(0.5, "b", 1) > scored(0.25, "a", 1) && scored(0.5, "a", 1) > scored(0.5, "b", 1));
     }
 }
