@@ -162,9 +162,12 @@ mod tests {
             keep in 1_usize..40,
             threads in 1_usize..4,
         ) {
-            let ids: Vec<String> = (0..scores.len()).map(|i| format!("d{i:03}")).collect();
+            // Ids descend as rows ascend, so that a later row may outrank an earlier one of the
+            // same score (row order is insertion order, not id order).
+            let row_of = |id: &str| scores.len() - 1 - id[1..].parse::<usize>().unwrap();
+            let ids: Vec<String> = (0..scores.len()).map(|row| format!("d{:03}", scores.len() - 1 - row)).collect();
             let score = |row: usize| f32::from(scores[row].0);
-            let visible = |id: &str| scores[id[1..].parse::<usize>().unwrap()].1;
+            let visible = |id: &str| scores[row_of(id)].1;
             let mut expected: Vec<(f32, &str)> =
                 ids.iter().enumerate().filter(|(row, _)| scores[*row].1).map(|(row, id)| (f32::from(scores[row].0), id.as_str())).collect();
             expected.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
