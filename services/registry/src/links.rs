@@ -198,16 +198,8 @@ impl LinkStore {
         let link = self.get(id).await?;
         let mut tx = self.db.pool().begin().await.map_err(StorageError::from)?;
         let written = async {
-            sqlx::query("DELETE FROM link_messages WHERE link_id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(StorageError::from)?;
-            sqlx::query("DELETE FROM agent_links WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(StorageError::from)?;
+            sqlx::query("DELETE FROM link_messages WHERE link_id = $1").bind(id).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM agent_links WHERE id = $1").bind(id).execute(&mut *tx).await?;
             Ok::<_, StorageError>(())
         }
         .await;
@@ -325,8 +317,7 @@ impl LinkStore {
             .bind(stored.status.as_str())
             .bind(&stored.sent_at)
             .execute(&mut *tx)
-            .await
-            .map_err(StorageError::from)?;
+            .await?;
             // Retention: drop what falls outside the newest LINK_MESSAGES_KEPT_MAX of this link.
             sqlx::query(
                 "DELETE FROM link_messages WHERE link_id = $1 AND seq < (SELECT MIN(seq) FROM \
@@ -335,8 +326,7 @@ impl LinkStore {
             .bind(&stored.link_id)
             .bind(LINK_MESSAGES_KEPT_MAX)
             .execute(&mut *tx)
-            .await
-            .map_err(StorageError::from)?;
+            .await?;
             Ok::<_, StorageError>(())
         }
         .await;

@@ -392,12 +392,19 @@ async fn a_preferred_agent_is_called_first_and_an_unknown_preference_changes_not
     assert_eq!(answered.agent.name, "w1", "the registry's order");
 }
 
+/// A caller of one instance that always answers 503, retrying up to `attempts_max` times after
+/// pauses of `delay` (and jitter).
+fn retrying(attempts_max: usize, delay: Duration) -> (Arc<Scripted>, MeshCaller) {
+    let script = Scripted::new(&[("w1", Behaviour::Fail503)]);
+    let settings = CallerSettings { attempts_max, retry_delay_min: delay, retry_delay_max: delay, ..settings() };
+    let caller = caller(&script, settings);
+    (script, caller)
+}
+
 #[tokio::test(start_paused = true)]
 async fn retries_pause_within_the_configured_delays() {
-    let script = Scripted::new(&[("w1", Behaviour::Fail503)]);
     let delay = Duration::from_millis(100);
-    let settings = CallerSettings { attempts_max: 3, retry_delay_min: delay, retry_delay_max: delay, ..settings() };
-    let caller = caller(&script, settings);
+    let (script, caller) = retrying(3, delay);
     let started = tokio::time::Instant::now();
     caller.call(&scope(&[], None), &Target::Agent("w1".into()), &task(), None).await.unwrap_err();
     assert_eq!(script.called().len(), 3);
@@ -408,10 +415,7 @@ async fn retries_pause_within_the_configured_delays() {
 
 #[tokio::test(start_paused = true)]
 async fn a_pause_that_would_end_past_the_deadline_ends_the_call_at_once() {
-    let script = Scripted::new(&[("w1", Behaviour::Fail503)]);
-    let delay = Duration::from_secs(10);
-    let settings = CallerSettings { attempts_max: 5, retry_delay_min: delay, retry_delay_max: delay, ..settings() };
-    let caller = caller(&script, settings);
+    let (script, caller) = retrying(5, Duration::from_secs(10));
     let started = tokio::time::Instant::now();
     let error = caller.call(&scope(&[], Some(1_000)), &Target::Agent("w1".into()), &task(), None).await.unwrap_err();
     assert_eq!(started.elapsed(), Duration::ZERO, "no pause that cannot end in time");
