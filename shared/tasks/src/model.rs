@@ -1,7 +1,9 @@
 //! How a task changes: events applied to its state, and the views clients ask for.
 
 use chrono::{SecondsFormat, Utc};
-use mesh_protocol::a2a::v1::{Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState};
+use mesh_protocol::a2a::v1::{
+    Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent,
+};
 
 /// A new id for a task, a context or a message: a UUID whose first bits are the time it was
 /// made (version 7). The task table's keys and indexes then grow at their right edge, so a new
@@ -67,6 +69,39 @@ pub fn apply_artifact(artifacts: &mut Vec<Artifact>, update: &TaskArtifactUpdate
     }
 }
 
+/// The events that bring a subscriber's copy of a task to `stored`, a later read of it whose
+/// events were not heard (a listener that reconnected, or started after the task moved on): each
+/// artifact new or changed since the copy, whole (`append: false`, so it replaces what the
+/// subscriber has), then the status when it differs. Empty when the copy is up to date.
+pub fn catch_up(copy: &Task, stored: &Task) -> Vec<StreamResponse> {
+    let finished = stored.status.state.is_terminal();
+    let mut events: Vec<StreamResponse> = stored
+        .artifacts
+        .iter()
+        .filter(|artifact| !copy.artifacts.contains(artifact))
+        .map(|artifact| {
+            StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: stored.id.clone(),
+                context_id: stored.context_id.clone(),
+                artifact: artifact.clone(),
+                append: false,
+                // Whether more of it may come is known only once the task has ended.
+                last_chunk: finished,
+                metadata: None,
+            })
+        })
+        .collect();
+    if copy.status != stored.status {
+        events.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: stored.id.clone(),
+            context_id: stored.context_id.clone(),
+            status: stored.status.clone(),
+            metadata: None,
+        }));
+    }
+    events
+}
+
 /// Adds the user's next message: after the agent's status message it answers, which thereby
 /// joins the history first.
 pub fn add_user_message(task: &mut Task, message: Message) {
@@ -89,7 +124,7 @@ pub fn accepts_messages(state: TaskState) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use mesh_protocol::a2a::v1::{Part, Role, TaskStatus, TaskStatusUpdateEvent};
+    use mesh_protocol::a2a::v1::{Part, Role, TaskStatus};
 
     use super::*;
 
@@ -186,6 +221,71 @@ mod tests {
         assert_eq!(asked.status.message, None);
         assert!(!accepts_messages(task.status.state), "a working task takes no message");
         assert!(accepts_messages(TaskState::InputRequired));
+    }
+
+    /// The kinds, artifact texts and `last_chunk` of `events`, for comparing them whole.
+    fn described(events: &[StreamResponse]) -> Vec<String> {
+        events
+            .iter()
+            .map(|event| match event {
+                StreamResponse::ArtifactUpdate(update) => {
+                    let texts: Vec<_> = update.artifact.parts.iter().filter_map(Part::as_text).collect();
+                    format!(
+                        "artifact {} {texts:?} append={} last={}",
+                        update.artifact.artifact_id, update.append, update.last_chunk
+                    )
+                }
+                StreamResponse::StatusUpdate(update) => format!("status {:?}", update.status.state),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn catching_up_tells_the_artifacts_and_status_a_copy_missed_and_nothing_it_has() {
+        let copy = task();
+        assert!(catch_up(&copy, &copy).is_empty(), "an up-to-date copy needs nothing");
+
+        // Working elsewhere, with one artifact in two chunks: told whole, more may come.
+        let mut working = copy.clone();
+        for event in [artifact_update(&["a"], false), artifact_update(&["b"], true)] {
+            apply(&mut working, &event);
+        }
+        working.status.state = TaskState::Working;
+        assert_eq!(
+            described(&catch_up(&copy, &working)),
+            ["artifact a1 [\"a\", \"b\"] append=false last=false", "status Working"]
+        );
+
+        // Completed with a second artifact, the copy having the first one: only the new one, and
+        // as the last chunk, since the task has ended.
+        let mut completed = working.clone();
+        let mut second = artifact_update(&["c"], false);
+        if let StreamResponse::ArtifactUpdate(update) = &mut second {
+            update.artifact.artifact_id = "a2".into();
+        }
+        apply(&mut completed, &second);
+        completed.status.state = TaskState::Completed;
+        assert_eq!(
+            described(&catch_up(&working, &completed)),
+            ["artifact a2 [\"c\"] append=false last=true", "status Completed"]
+        );
+
+        // An artifact changed in place (chunks appended), the status the same: the artifact only.
+        let mut appended = working.clone();
+        apply(&mut appended, &artifact_update(&["d"], true));
+        assert_eq!(
+            described(&catch_up(&working, &appended)),
+            ["artifact a1 [\"a\", \"b\", \"d\"] append=false last=false"]
+        );
+
+        // Applied to the copy, the events bring it to the stored task.
+        let mut caught = copy;
+        for event in catch_up(&caught.clone(), &completed) {
+            apply(&mut caught, &event);
+        }
+        assert_eq!(caught.artifacts, completed.artifacts);
+        assert_eq!(caught.status, completed.status);
     }
 
     #[test]

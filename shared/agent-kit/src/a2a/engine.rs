@@ -21,7 +21,8 @@ use mesh_protocol::a2a::v1::{
     SendMessageRequest, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use mesh_tasks::model::{
-    accepts_messages, add_user_message, apply, apply_artifact, new_id, now_timestamp, state_name, trim_history,
+    accepts_messages, add_user_message, apply, apply_artifact, catch_up, new_id, now_timestamp, state_name,
+    trim_history,
 };
 use mesh_tasks::{Remote, TaskError, TaskStore, history_length};
 use tokio::sync::mpsc;
@@ -292,12 +293,15 @@ impl Core {
             // A turn here owns the task: only an end reached elsewhere (a cancellation) counts.
             return;
         }
-        if let StreamResponse::StatusUpdate(update) = &event {
-            if update.status == state.task.status {
-                // Heard after the copy was read with it already (a subscriber joined between the
-                // write and its notification): told once, in the copy's snapshot.
-                return;
-            }
+        let known = match &event {
+            StreamResponse::StatusUpdate(update) => update.status == state.task.status,
+            StreamResponse::ArtifactUpdate(update) => !update.append && state.task.artifacts.contains(&update.artifact),
+            _ => false,
+        };
+        if known {
+            // Heard after the copy was read with it already (a subscriber joined, or the copy
+            // caught up, between the write and its notification): told once, by the copy.
+            return;
         }
         apply(&mut state.task, &event);
         self.pass_on(key, &live, state, event);
@@ -329,8 +333,9 @@ impl Core {
     }
 
     /// Reads a task followed here but not run here from the store again, for what its events may
-    /// not have told (the listener reconnected, or the task moved on while a subscriber joined):
-    /// a different status is passed on as a status update, and a final one ends the copy.
+    /// not have told (the listener reconnected or had not yet connected, or the task moved on
+    /// while a subscriber joined): the artifacts and status the copy missed are passed on
+    /// ([`catch_up`]), and a final status ends the copy.
     async fn resync(&self, key: &TaskKey, live: &Arc<LiveTask>) {
         let stored = match self.store.get(&key.0, &key.1).await {
             Ok(Some(stored)) => stored,
@@ -341,17 +346,17 @@ impl Core {
             }
         };
         let mut state = lock(&live.state);
-        if state.closed || state.running || state.task.status == stored.status {
+        if state.closed || state.running {
             return;
         }
-        let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-            task_id: stored.id.clone(),
-            context_id: stored.context_id.clone(),
-            status: stored.status.clone(),
-            metadata: None,
-        });
+        let mut events = catch_up(&state.task, &stored);
+        let Some(last) = events.pop() else { return };
         state.task = stored;
-        self.pass_on(key, live, state, event);
+        // Only the last event can end the task: the ones before it go to the subscribers as any.
+        for event in events {
+            state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+        }
+        self.pass_on(key, live, state, last);
     }
 
     /// [`Self::resync`] for every task followed here by a subscriber and not run here.
