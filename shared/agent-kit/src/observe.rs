@@ -128,7 +128,7 @@ async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) 
         )
     });
     let span = root.span().clone();
-    let in_flight = metrics::gauge!("http_server_active_requests", SERVICE_LABEL => service.to_string());
+    let in_flight = metrics::gauge!("http_server_active_requests", SERVICE_LABEL => service.clone());
     in_flight.increment(1.0);
     let in_flight = InFlight(in_flight);
 
@@ -139,14 +139,14 @@ async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) 
     let elapsed = started.elapsed();
     metrics::histogram!(
         "http_server_request_duration_seconds",
-        SERVICE_LABEL => service.to_string(),
+        SERVICE_LABEL => service.clone(),
         "method" => method.as_str().to_owned(),
         "route" => route.clone(),
         "status" => status.as_str().to_owned(),
     )
     .record(elapsed.as_secs_f64());
     if let Some(rejection) = response.extensions().get::<Rejection>() {
-        metrics::counter!("mesh_requests_rejected_total", SERVICE_LABEL => service.to_string(), "reason" => rejection.reason())
+        metrics::counter!("mesh_requests_rejected_total", SERVICE_LABEL => service.clone(), "reason" => rejection.reason())
             .increment(1);
     }
     let request_id = header(response.headers(), REQUEST_ID_HEADER.as_str()).unwrap_or_default();

@@ -470,6 +470,8 @@ mod model {
                 "TASK_STATE_AUTH_REQUIRED",
             ]
         );
+        let named: Vec<_> = states.iter().map(|state| state.as_str()).collect();
+        assert_eq!(wire, named, "as_str spells each state as it is serialized");
         let terminal: Vec<_> = states.into_iter().filter(|s| s.is_terminal()).collect();
         assert_eq!(terminal, [Completed, Failed, Canceled, Rejected]);
         let interrupted: Vec<_> = states.into_iter().filter(|s| s.is_interrupted()).collect();

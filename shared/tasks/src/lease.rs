@@ -47,13 +47,13 @@ impl TaskStore {
             "INSERT INTO a2a_task_replicas (agent, replica, renewed_at) VALUES ($1, $2, $3) \
              ON CONFLICT (agent, replica) DO UPDATE SET renewed_at = excluded.renewed_at",
         )
-        .bind(&self.agent)
+        .bind(&*self.agent)
         .bind(&self.replica)
         .bind(timestamp_before(Duration::ZERO))
         .execute(&sql.pool)
         .await?;
         sqlx::query("DELETE FROM a2a_task_replicas WHERE agent = $1 AND renewed_at < $2")
-            .bind(&self.agent)
+            .bind(&*self.agent)
             .bind(timestamp_before(ttl))
             .execute(&sql.pool)
             .await?;

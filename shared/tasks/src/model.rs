@@ -29,16 +29,12 @@ pub fn normalize_timestamp(instant: &str) -> Option<String> {
 }
 
 /// The wire name of a state (`TASK_STATE_COMPLETED`), as stored for filtering.
-pub fn state_name(state: TaskState) -> String {
-    match serde_json::to_value(state) {
-        Ok(serde_json::Value::String(name)) => name,
-        // A unit enum always serializes to its string name.
-        _ => format!("{state:?}"),
-    }
+pub fn state_name(state: TaskState) -> &'static str {
+    state.as_str()
 }
 
 /// The wire names of the terminal states, as stored.
-pub fn terminal_states() -> [String; 4] {
+pub fn terminal_states() -> [&'static str; 4] {
     [TaskState::Completed, TaskState::Failed, TaskState::Canceled, TaskState::Rejected].map(state_name)
 }
 

@@ -109,7 +109,7 @@ impl TaskStore {
                 "INSERT INTO a2a_push_configs (agent, tenant, task_id, id, created_at, body, last_sequence) \
                  VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (agent, tenant, task_id, id) DO UPDATE SET body = excluded.body",
             )
-            .bind(&self.agent)
+            .bind(&*self.agent)
             .bind(tenant)
             .bind(task_id)
             .bind(&id)
@@ -119,7 +119,7 @@ impl TaskStore {
             .await?;
             let configs: i64 =
                 sqlx::query("SELECT COUNT(*) AS n FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3")
-                    .bind(&self.agent)
+                    .bind(&*self.agent)
                     .bind(tenant)
                     .bind(task_id)
                     .fetch_one(&mut *transaction)
@@ -146,7 +146,7 @@ impl TaskStore {
             Tasks::Sql(sql) => sql,
         };
         sqlx::query("SELECT body FROM a2a_push_configs WHERE agent = $1 AND tenant = $2 AND task_id = $3 ORDER BY id")
-            .bind(&self.agent)
+            .bind(&*self.agent)
             .bind(tenant)
             .bind(task_id)
             .fetch_all(&sql.pool)
@@ -179,7 +179,7 @@ impl TaskStore {
                 let statement =
                     format!("DELETE FROM {table} WHERE agent = $1 AND tenant = $2 AND task_id = $3 AND {column} = $4");
                 sqlx::query(sqlx::AssertSqlSafe(statement))
-                    .bind(&self.agent)
+                    .bind(&*self.agent)
                     .bind(tenant)
                     .bind(task_id)
                     .bind(id)
@@ -210,7 +210,7 @@ impl TaskStore {
         // Read before the transaction, which then only writes (see `put_push_config`): the bound
         // may be passed by the notifications queued at the same moment, never by more.
         let queued: i64 = sqlx::query("SELECT COUNT(*) AS n FROM a2a_push_outbox WHERE agent = $1")
-            .bind(&self.agent)
+            .bind(&*self.agent)
             .fetch_one(&sql.pool)
             .await?
             .try_get("n")?;
@@ -226,7 +226,7 @@ impl TaskStore {
                     "UPDATE a2a_push_configs SET last_sequence = last_sequence + 1 \
                      WHERE agent = $1 AND tenant = $2 AND task_id = $3",
                 )
-                .bind(&self.agent)
+                .bind(&*self.agent)
                 .bind(tenant)
                 .bind(task_id)
                 .execute(&mut *transaction)
@@ -236,7 +236,7 @@ impl TaskStore {
                      SELECT agent, tenant, task_id, id, last_sequence, 0, $4, '', $5 FROM a2a_push_configs \
                      WHERE agent = $1 AND tenant = $2 AND task_id = $3",
                 )
-                .bind(&self.agent)
+                .bind(&*self.agent)
                 .bind(tenant)
                 .bind(task_id)
                 .bind(&now)
@@ -270,7 +270,7 @@ impl TaskStore {
              WHERE p.agent = o.agent AND p.tenant = o.tenant AND p.task_id = o.task_id AND p.config_id = o.config_id \
              AND p.sequence < o.sequence) ORDER BY o.due_at LIMIT $3",
         )
-        .bind(&self.agent)
+        .bind(&*self.agent)
         .bind(&now)
         .bind(i64::try_from(max).unwrap_or(i64::MAX))
         .fetch_all(&sql.pool)
@@ -286,7 +286,7 @@ impl TaskStore {
                  AND config_id = $5 AND sequence = $6 AND claimed_until < $7",
             )
             .bind(&until)
-            .bind(&self.agent)
+            .bind(&*self.agent)
             .bind(&tenant)
             .bind(&task_id)
             .bind(&config_id)
@@ -349,7 +349,7 @@ impl TaskStore {
         };
         // Audited: the SQL is one of the two fixed statements above; every value is bound.
         let mut query = sqlx::query(sqlx::AssertSqlSafe(statement))
-            .bind(&self.agent)
+            .bind(&*self.agent)
             .bind(tenant)
             .bind(task_id)
             .bind(config_id)
@@ -376,7 +376,7 @@ impl TaskStore {
             "DELETE FROM a2a_push_configs WHERE agent = $1 AND created_at < $2 AND NOT EXISTS (SELECT 1 FROM a2a_tasks t \
              WHERE t.agent = a2a_push_configs.agent AND t.tenant = a2a_push_configs.tenant AND t.id = a2a_push_configs.task_id)",
         )
-        .bind(&self.agent)
+        .bind(&*self.agent)
         .bind(cutoff)
         .execute(&sql.pool)
         .await?;
@@ -385,7 +385,7 @@ impl TaskStore {
              WHERE c.agent = a2a_push_outbox.agent AND c.tenant = a2a_push_outbox.tenant \
              AND c.task_id = a2a_push_outbox.task_id AND c.id = a2a_push_outbox.config_id)",
         )
-        .bind(&self.agent)
+        .bind(&*self.agent)
         .execute(&sql.pool)
         .await?;
         Ok(())

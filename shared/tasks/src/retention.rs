@@ -79,11 +79,11 @@ impl TaskStore {
                 "DELETE FROM a2a_tasks WHERE agent = $1 AND (tenant, id) IN (SELECT tenant, id FROM a2a_tasks \
                  WHERE agent = $1 AND state IN ($2, $3, $4, $5) AND updated_at < $6 LIMIT $7)",
             )
-            .bind(&self.agent)
-            .bind(&completed)
-            .bind(&failed)
-            .bind(&canceled)
-            .bind(&rejected)
+            .bind(&*self.agent)
+            .bind(completed)
+            .bind(failed)
+            .bind(canceled)
+            .bind(rejected)
             .bind(cutoff)
             .bind(PURGE_BATCH_ROWS)
             .execute(pool)
@@ -134,9 +134,9 @@ impl TaskStore {
                  AND NOT EXISTS (SELECT 1 FROM a2a_task_replicas r WHERE r.agent = t.agent \
                  AND r.replica = t.owner AND r.renewed_at >= $4) ORDER BY updated_at LIMIT $5",
             )
-            .bind(&self.agent)
-            .bind(&running[0])
-            .bind(&running[1])
+            .bind(&*self.agent)
+            .bind(running[0])
+            .bind(running[1])
             .bind(&lease_cutoff)
             .bind(INTERRUPTED_BATCH_ROWS)
             .fetch_all(&sql.pool)

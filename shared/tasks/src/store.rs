@@ -48,7 +48,7 @@ struct Write {
     tenant: String,
     id: String,
     context_id: String,
-    state: String,
+    state: &'static str,
     updated_at: String,
     body: String,
     /// Its place in the order of this store's writes, to tell it from later writes of the task.
@@ -68,7 +68,8 @@ enum Queued {
 /// Tasks of one agent: in SQLite or PostgreSQL (durable or buffered), or in memory.
 #[derive(Debug, Clone)]
 pub struct TaskStore {
-    pub(crate) agent: String,
+    /// Shared, so that the metrics' `service` label takes it without a copy per write.
+    pub(crate) agent: Arc<str>,
     /// This process's name among the replicas sharing the table: the owner of the rows it writes.
     pub(crate) replica: String,
     pub(crate) tasks: Tasks,
@@ -187,7 +188,7 @@ impl TaskStore {
         };
         tokio::spawn(writer.run(queue, flush_interval));
         let sql = SqlTasks { pool, backend: database.backend(), writes, pending, buffered: flush_interval.is_some() };
-        Ok(Self { agent: agent.to_owned(), replica, tasks: Tasks::Sql(sql), fanout })
+        Ok(Self { agent: agent.into(), replica, tasks: Tasks::Sql(sql), fanout })
     }
 
     /// A store keeping the agent's tasks in this process's memory alone, at most `tasks_max` of
@@ -195,7 +196,7 @@ impl TaskStore {
     /// shared with replicas.
     pub fn in_memory(agent: &str, tasks_max: usize) -> Self {
         Self {
-            agent: agent.to_owned(),
+            agent: agent.into(),
             replica: uuid::Uuid::new_v4().to_string(),
             tasks: Tasks::Memory(Arc::new(MemoryTasks::new(tasks_max))),
             fanout: None,
@@ -260,7 +261,7 @@ impl TaskStore {
             "INSERT INTO a2a_tasks (agent, tenant, id, context_id, state, updated_at, body, owner) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (agent, tenant, id) DO NOTHING",
         )
-        .bind(&self.agent)
+        .bind(&*self.agent)
         .bind(tenant)
         .bind(&task.id)
         .bind(&task.context_id)
@@ -395,7 +396,7 @@ impl TaskStore {
         // a commit landing between the two reads hid the task from both).
         let queued = sql.pending.get(tenant, id);
         let row = sqlx::query("SELECT body, updated_at FROM a2a_tasks WHERE agent = $1 AND tenant = $2 AND id = $3")
-            .bind(&self.agent)
+            .bind(&*self.agent)
             .bind(tenant)
             .bind(id)
             .fetch_optional(&sql.pool)
@@ -421,12 +422,12 @@ impl TaskStore {
             Tasks::Sql(sql) => sql,
         };
         let mut filters = String::from("agent = $1 AND tenant = $2");
-        let mut binds = vec![self.agent.clone(), tenant.to_owned()];
+        let mut binds = vec![self.agent.to_string(), tenant.to_owned()];
         if let Some(context_id) = &query.context_id {
             bind(&mut filters, &mut binds, " AND context_id = ?", context_id.clone());
         }
         if let Some(state) = query.state {
-            bind(&mut filters, &mut binds, " AND state = ?", state_name(state));
+            bind(&mut filters, &mut binds, " AND state = ?", state_name(state).to_owned());
         }
         if let Some(since) = &query.updated_since {
             bind(&mut filters, &mut binds, " AND updated_at >= ?", since.clone());
@@ -651,7 +652,7 @@ async fn upsert<'c>(
             .bind(&write.tenant)
             .bind(&write.id)
             .bind(&write.context_id)
-            .bind(&write.state)
+            .bind(write.state)
             .bind(&write.updated_at)
             .bind(&write.body)
             .bind(replica);

@@ -734,8 +734,25 @@ async fn sweep_while_alive(core: Weak<Core>, period: Duration) {
 }
 
 /// The size of artifacts as stored (JSON).
+/// The size of `artifacts` as stored (JSON), counted as it is written rather than written out:
+/// it is checked on every artifact event.
 fn artifact_bytes(artifacts: &[Artifact]) -> usize {
-    serde_json::to_vec(artifacts).map_or(usize::MAX, |json| json.len())
+    let mut counted = CountedBytes(0);
+    serde_json::to_writer(&mut counted, artifacts).map_or(usize::MAX, |()| counted.0)
+}
+
+/// A writer that keeps only how many bytes went through it.
+struct CountedBytes(usize);
+
+impl std::io::Write for CountedBytes {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(bytes.len());
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn artifacts_too_large(bytes: usize, max: usize) -> TaskError {
@@ -792,7 +809,7 @@ pub fn ends_task(event: &StreamResponse) -> bool {
 }
 
 fn not_cancelable(task: &Task) -> TaskError {
-    TaskError::NotCancelable { id: task.id.clone(), state: state_name(task.status.state) }
+    TaskError::NotCancelable { id: task.id.clone(), state: state_name(task.status.state).to_owned() }
 }
 
 fn no_more_messages(task: &Task) -> TaskError {
@@ -1005,6 +1022,17 @@ impl TaskEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn artifact_bytes_are_those_of_their_json() {
+        let artifacts: Vec<Artifact> = serde_json::from_value(serde_json::json!([
+            {"artifactId": "a1", "parts": [{"text": "héllo"}]},
+            {"artifactId": "a2", "name": "n", "parts": [{"data": {"rows": [1, 2]}}]}
+        ]))
+        .unwrap();
+        assert_eq!(artifact_bytes(&artifacts), serde_json::to_vec(&artifacts).unwrap().len());
+        assert_eq!(artifact_bytes(&[]), 2, "an empty list is []");
+    }
 
     #[test]
     fn only_user_messages_with_ids_and_parts_start_turns() {

@@ -51,6 +51,22 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// The state's wire name (`TASK_STATE_COMPLETED`), as it is serialized: for labels, SQL
+    /// columns and messages that need it without serializing (a test holds the two together).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unspecified => "TASK_STATE_UNSPECIFIED",
+            Self::Submitted => "TASK_STATE_SUBMITTED",
+            Self::Working => "TASK_STATE_WORKING",
+            Self::Completed => "TASK_STATE_COMPLETED",
+            Self::Failed => "TASK_STATE_FAILED",
+            Self::Canceled => "TASK_STATE_CANCELED",
+            Self::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            Self::Rejected => "TASK_STATE_REJECTED",
+            Self::AuthRequired => "TASK_STATE_AUTH_REQUIRED",
+        }
+    }
+
     /// Whether the task can never change again: it cannot be canceled or subscribed to.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Canceled | Self::Rejected)
