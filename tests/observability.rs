@@ -4,7 +4,8 @@
 //! all five services, over the seed binding and over A2A JSON-RPC; a query whose caller did not
 //! sample it leaves no span in any service; a streamed answer's server span lasts as long as the
 //! stream; a bus record carrying a `traceparent` starts a turn in that trace, and the answer's
-//! record carries the trace on.
+//! record carries the trace on; a caller's call span tells a partial answer (an event) and a
+//! failure (its `error.type`).
 //!
 //! The receiver runs on the Python named by `MESH_OTLP_PYTHON` (`.ci/run` builds its
 //! virtualenv); without it the test says why it skips, and under `CI=true` it fails.
@@ -39,6 +40,8 @@ struct Span {
     start_ns: u64,
     end_ns: u64,
     attributes: HashMap<String, Value>,
+    /// The names of the span's events.
+    events: Vec<String>,
 }
 
 /// The receiver process, killed when dropped.
@@ -263,6 +266,7 @@ async fn one_query_is_one_trace_across_all_five_services_on_both_bindings() {
     check_a_stream_span_lasts_as_long_as_the_stream(&receiver, &http, &suite).await;
     check_a_bus_turn_continues_the_record_trace(&receiver, &bus).await;
     check_the_metrics_pushed_over_otlp(&receiver).await;
+    check_what_a_call_span_tells_of_its_outcome(&receiver).await;
     // Last: its queries would change the counts checked above.
     check_the_planning_calls_run_side_by_side(&receiver, &http, &suite).await;
     suite.stop().await.unwrap();
@@ -421,4 +425,105 @@ async fn check_a_bus_turn_continues_the_record_trace(receiver: &Receiver, bus: &
     let answer = answer.expect("the answer's record");
     let traceparent = answer.record.headers.get("traceparent").map(String::as_str).unwrap_or_default();
     assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "the answer's record: {:?}", answer.record);
+}
+
+/// A transport standing for the registry and three agents, each named after how it answers a
+/// seed task: `partial` with a `PARTIAL` answer, `refusing` with a 400 error body, `hanging`
+/// not before the call's timeout. The registry lists the agent named as the capability asked for.
+#[derive(Debug, Clone, Copy)]
+struct ThreeCallees;
+
+fn json_response(status: u16, body: &Value) -> http::Response<bytes::Bytes> {
+    http::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(bytes::Bytes::from(body.to_string()))
+        .unwrap()
+}
+
+impl mesh_client::Transport for ThreeCallees {
+    fn send(
+        &self,
+        request: http::Request<bytes::Bytes>,
+        timeout: Duration,
+    ) -> mesh_client::BoxFuture<'static, Result<http::Response<bytes::Bytes>, mesh_client::TransportError>> {
+        Box::pin(async move {
+            let (host, path) = (request.uri().host().unwrap_or_default().to_owned(), request.uri().path().to_owned());
+            if host == "registry" {
+                // Call reports and failure reports are taken; anything else is a capability's lookup.
+                if path == "/api/events/calls" || path.ends_with("/failures") {
+                    return Ok(json_response(202, &json!({"accepted": 1})));
+                }
+                let name = path.trim_start_matches("/capabilities/");
+                let agent = json!({"name": name, "url": format!("http://{name}"), "health_status": "healthy",
+                                   "process_endpoint": format!("http://{name}/tasks/send"),
+                                   "agent_card_url": format!("http://{name}/.well-known/agent-card.json")});
+                return Ok(json_response(200, &json!({"status": "success", "capability": name, "agents": [agent]})));
+            }
+            match host.as_str() {
+                "partial" => Ok(json_response(
+                    200,
+                    &json!({"id": "t", "status": "PARTIAL", "warnings": ["one source timed out"],
+                            "messages": [{"role": "agent", "parts": [{"type": "text", "text": "half"}]}],
+                            "metadata": {"agent": host, "processing_time_ms": 1.0}}),
+                )),
+                "refusing" => Ok(json_response(
+                    400,
+                    &json!({"status": "ERROR", "error_code": "TASK_INVALID", "error_message": "not a task I take"}),
+                )),
+                _ => {
+                    tokio::time::sleep(timeout).await;
+                    Err(mesh_client::TransportError::Timeout {
+                        timeout_ms: u64::try_from(timeout.as_millis()).unwrap(),
+                    })
+                }
+            }
+        })
+    }
+}
+
+/// What a caller's `call` span tells of the call's outcome (each call a trace of its own): a
+/// `PARTIAL` answer is an event on it, a failure its `error.type` (`error` for what the callee
+/// refused, `timeout` for an answer that did not come in time); a full answer neither.
+async fn check_what_a_call_span_tells_of_its_outcome(receiver: &Receiver) {
+    let caller_name = format!("span-caller-{}", uuid::Uuid::new_v4().simple());
+    let http = mesh_client::HttpClient::new(std::sync::Arc::new(ThreeCallees));
+    let registry = mesh_client::RegistryClient::new("http://registry", http.clone()).unwrap();
+    let discovery = mesh_client::Discovery::new(registry.clone(), http.clone(), Duration::from_secs(60));
+    let caller = mesh_client::MeshCaller::new(
+        http,
+        registry,
+        std::sync::Arc::new(discovery),
+        mesh_client::CallerSettings { attempts_max: 1, ..mesh_client::CallerSettings::default() },
+    );
+    let scope = mesh_client::CallScope::received(&caller_name, mesh_protocol::call::CallContext::default());
+    let task = mesh_protocol::seed::TaskRequest::from_text(None, "work", None);
+    for (capability, answered) in [("partial", true), ("refusing", false), ("hanging", false)] {
+        let outcome = caller.call(&scope, &mesh_client::Target::capability(capability), &task, Some(200)).await;
+        assert_eq!(outcome.is_ok(), answered, "{capability}: {outcome:?}");
+    }
+    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    let calls = loop {
+        mesh_telemetry::flush();
+        let calls: Vec<Span> = spans(receiver)
+            .await
+            .into_iter()
+            .filter(|s| s.attributes.get("mesh.caller") == Some(&json!(caller_name)) && s.name.starts_with("call "))
+            .collect();
+        if calls.len() == 3 {
+            break calls;
+        }
+        assert!(Instant::now() < deadline, "three call spans of {caller_name}, not {calls:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let span = |capability: &str| {
+        calls.iter().find(|s| s.name == format!("call {capability}")).unwrap_or_else(|| panic!("{calls:?}"))
+    };
+    assert_eq!(span("partial").events, ["partial_answer"], "{calls:?}");
+    assert_eq!(span("partial").attributes.get("error.type"), None, "{calls:?}");
+    assert_eq!(span("refusing").attributes.get("error.type"), Some(&json!("error")), "{calls:?}");
+    assert_eq!(span("hanging").attributes.get("error.type"), Some(&json!("timeout")), "{calls:?}");
+    for failed in ["refusing", "hanging"] {
+        assert!(span(failed).events.iter().all(|e| e != "partial_answer"), "{calls:?}");
+    }
 }
