@@ -28,7 +28,9 @@ pub(crate) struct MemoryTasks {
 
 #[derive(Debug, Default)]
 struct Kept {
-    tasks: HashMap<Key, Entry>,
+    /// Boxed: a task with its status message takes hundreds of bytes, which every growth of the
+    /// table would otherwise move (up to `tasks_max` of them) and which would size its buckets.
+    tasks: HashMap<Key, Box<Entry>>,
     /// The finished tasks by last change, oldest first, `(updated_at, tenant, id)`: the order
     /// they are purged and evicted in.
     finished: BTreeSet<(String, String, String)>,
@@ -57,7 +59,7 @@ impl Kept {
         if task.status.state.is_terminal() {
             self.finished.insert((updated_at.clone(), key.0.clone(), key.1.clone()));
         }
-        self.tasks.insert(key, Entry { updated_at, task });
+        self.tasks.insert(key, Box::new(Entry { updated_at, task }));
     }
 }
 

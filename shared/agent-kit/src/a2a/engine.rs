@@ -547,14 +547,15 @@ impl<H: TaskHandler> TaskEngine<H> {
         };
         let handler = self.handler.clone();
         // The turn runs on its own task, in the request's trace: its spans join it, and its calls
-        // carry it on.
+        // carry it on. The handler's future and the turn's end are boxed: inline they made the
+        // spawned future about 7 KiB, copied whole at each of the moves spawning makes.
         let turn_task = async move {
-            let run = std::panic::AssertUnwindSafe(handler.run(turn, sink.clone())).catch_unwind().await;
+            let run = std::panic::AssertUnwindSafe(Box::pin(handler.run(turn, sink.clone()))).catch_unwind().await;
             let reason = match run {
                 Ok(()) => "the agent ended its turn without a final state",
                 Err(_) => "the agent failed while working on the task",
             };
-            sink.end_turn(reason).await;
+            Box::pin(sink.end_turn(reason)).await;
         };
         tokio::spawn(mesh_telemetry::in_current_trace(turn_task));
         Ok(events)
