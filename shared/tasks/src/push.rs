@@ -367,7 +367,7 @@ impl TaskStore {
     pub(crate) async fn purge_orphan_push(&self, cutoff: &str) -> Result<(), TaskError> {
         let sql = match &self.tasks {
             Tasks::Memory(memory) => {
-                memory.push.retain_tasks(|tenant, task_id| memory.get(tenant, task_id).is_some());
+                memory.push.retain_tasks(cutoff, |tenant, task_id| memory.get(tenant, task_id).is_some());
                 return Ok(());
             }
             Tasks::Sql(sql) => sql,
@@ -408,6 +408,9 @@ pub(crate) struct MemoryPush {
 struct PushState {
     /// Each task's configs, by id, with the last sequence number each gave.
     configs: HashMap<TaskKey, BTreeMap<String, (TaskPushNotificationConfig, i64)>>,
+    /// When each task's first config was stored: a task's webhooks are stored before its first
+    /// state is, so a young config without a task is not an orphan (as `created_at` in SQL).
+    created: HashMap<TaskKey, String>,
     /// In key order, so a config's notifications come in sequence order.
     outbox: BTreeMap<OutboxKey, Waiting>,
 }
@@ -434,7 +437,9 @@ impl MemoryPush {
     ) -> Result<TaskPushNotificationConfig, TaskError> {
         let id = stored.id.clone().unwrap_or_default();
         let mut state = self.state();
-        let configs = state.configs.entry((tenant.to_owned(), task_id.to_owned())).or_default();
+        let key = (tenant.to_owned(), task_id.to_owned());
+        state.created.entry(key.clone()).or_insert_with(now_timestamp);
+        let configs = state.configs.entry(key).or_default();
         if !configs.contains_key(&id) && configs.len() >= PUSH_CONFIGS_PER_TASK_MAX {
             return Err(too_many_configs());
         }
@@ -466,7 +471,7 @@ impl MemoryPush {
         if state.outbox.len() >= PUSH_OUTBOX_ROWS_MAX {
             return Err(outbox_full());
         }
-        let PushState { configs, outbox } = &mut *state;
+        let PushState { configs, outbox, .. } = &mut *state;
         let Some(configs) = configs.get_mut(&(tenant.to_owned(), task_id.to_owned())) else { return Ok(0) };
         let now = now_timestamp();
         for event in events {
@@ -484,7 +489,7 @@ impl MemoryPush {
     fn claim(&self, max: usize, until: &str) -> Vec<PendingPush> {
         let now = now_timestamp();
         let mut state = self.state();
-        let PushState { configs, outbox } = &mut *state;
+        let PushState { configs, outbox, .. } = &mut *state;
         let mut claimed = Vec::new();
         let mut previous: Option<(&str, &str, &str)> = None;
         for ((tenant, task_id, config_id, sequence), waiting) in outbox.iter_mut() {
@@ -532,11 +537,13 @@ impl MemoryPush {
         }
     }
 
-    /// Forgets the configs (and their notifications) of tasks `kept` no longer says are kept.
-    fn retain_tasks(&self, kept: impl Fn(&str, &str) -> bool) {
+    /// Drops the configs (and notifications) of tasks that are not `kept`, unless stored at or
+    /// after `cutoff`.
+    fn retain_tasks(&self, cutoff: &str, kept: impl Fn(&str, &str) -> bool) {
         let mut state = self.state();
-        state.configs.retain(|(tenant, task_id), _| kept(tenant, task_id));
-        let PushState { configs, outbox } = &mut *state;
+        let PushState { configs, created, outbox } = &mut *state;
+        configs.retain(|key, _| kept(&key.0, &key.1) || created.get(key).is_some_and(|at| at.as_str() >= cutoff));
+        created.retain(|key, _| configs.contains_key(key));
         outbox.retain(|(tenant, task_id, _, _), _| configs.contains_key(&(tenant.clone(), task_id.clone())));
     }
 }
@@ -599,6 +606,25 @@ mod tests {
         assert_eq!(rest.len(), 1, "the other config's oldest; the later ones wait behind their heads");
         assert_ne!(first[0].config_id(), rest[0].config_id());
         assert!([first[0].sequence, rest[0].sequence].iter().all(|sequence| *sequence == 1));
+    }
+
+    #[test]
+    fn a_config_whose_task_is_not_stored_yet_outlives_a_purge_until_it_is_old() {
+        // A new task's webhooks are stored before its first state: a purge between the two
+        // must not take them (it did, and the task's notifications were never sent).
+        let push = MemoryPush::default();
+        let before = now_timestamp();
+        push.put("", "t", config("a")).unwrap();
+        push.enqueue("", "t", &[status(TaskState::Working)]).unwrap();
+        push.retain_tasks(&before, |_, _| false);
+        assert_eq!(push.configs("", "t").len(), 1, "young: kept");
+        assert_eq!(push.claim(8, "9999").len(), 1, "its notification too");
+        push.retain_tasks("9999", |_, _| false);
+        assert!(push.configs("", "t").is_empty(), "old and taskless: an orphan");
+        assert!(push.claim(8, "9999").is_empty());
+        push.put("", "u", config("a")).unwrap();
+        push.retain_tasks("9999", |_, task| task == "u");
+        assert_eq!(push.configs("", "u").len(), 1, "a stored task keeps its configs, however old");
     }
 
     #[test]
