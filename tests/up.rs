@@ -13,56 +13,70 @@ use std::time::Duration;
 /// which takes tens of seconds in a test build on a busy 2-core machine.
 const STARTUP_DEADLINE_MS: u64 = 120_000;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+/// Where, in `up`'s directory, the test keeps what `up` writes to stderr.
+const STDERR_FILE: &str = "up.stderr";
+
+/// How much of `up`'s stderr a failure shows.
+const STDERR_TAIL_LINES: usize = 30;
 
 /// A running `a2a-mesh up`, in a directory of its own (its `data/` lands there).
 struct Up {
     child: Child,
     dir: tempfile::TempDir,
     lines: mpsc::Receiver<String>,
-    registry_port: u16,
+    registry_url: String,
     orchestrator_url: String,
 }
 
 impl Up {
+    /// Starts `up ARGS` with every service on port 0 and reads the addresses they were given
+    /// from what `up` prints. Ports picked by the test and handed over would race: until `up`
+    /// binds them, another test's outgoing connections may take them as their source ports.
     fn start(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let registry_port = free_port();
-        let orchestrator_port = free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_a2a-mesh"))
-            .arg("up")
-            .args(args)
-            .current_dir(dir.path())
-            // Free ports, so the test never meets a suite already running on the default ones.
-            .env("MESH_REGISTRY_PORT", registry_port.to_string())
-            .env("MESH_ORCHESTRATOR_PORT", orchestrator_port.to_string())
-            .env("MESH_SEARCH_PORT", free_port().to_string())
-            .env("MESH_ENTITY_EXTRACTION_PORT", free_port().to_string())
-            .env("MESH_PROFILE_SELECTION_PORT", free_port().to_string())
-            .env("MESH_UI_AGENT_PORT", free_port().to_string())
+        let mut command = Command::new(env!("CARGO_BIN_EXE_a2a-mesh"));
+        command.arg("up").args(args).current_dir(dir.path());
+        for service in ["REGISTRY", "ORCHESTRATOR", "SEARCH", "ENTITY_EXTRACTION", "PROFILE_SELECTION", "UI_AGENT"] {
+            command.env(format!("MESH_{service}_PORT"), "0");
+        }
+        let mut child = command
             .env("MESH_REGISTRY_DATABASE_URL", format!("sqlite://{}", data.join("registry.db").display()))
             .env("MESH_SEARCH_DATA_DIR", data.join("search"))
             .env("MESH_BUS_DATABASE_URL", format!("sqlite://{}", data.join("bus.db").display()))
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join(STDERR_FILE)).unwrap())
             .spawn()
             .unwrap();
         let (lines_tx, lines) = mpsc::channel();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         std::thread::spawn(move || stdout.lines().map_while(Result::ok).for_each(|line| drop(lines_tx.send(line))));
-        let orchestrator_url = format!("http://127.0.0.1:{orchestrator_port}");
-        Self { child, dir, lines, registry_port, orchestrator_url }
+        let mut up = Self { child, dir, lines, registry_url: String::new(), orchestrator_url: String::new() };
+        up.registry_url = up.url_of("registry");
+        up.orchestrator_url = up.url_of("orchestrator");
+        up
     }
 
-    /// The first line `up` prints that `matches`.
+    /// The first line `up` prints that `matches`; if `up` exits or stays silent first, the
+    /// failure shows what it wrote to stderr.
     fn line(&self, matches: impl Fn(&str) -> bool) -> String {
         let deadline = Duration::from_millis(STARTUP_DEADLINE_MS);
-        std::iter::from_fn(|| self.lines.recv_timeout(deadline).ok())
-            .find(|line| matches(line))
-            .expect("`up` prints the line")
+        std::iter::from_fn(|| self.lines.recv_timeout(deadline).ok()).find(|line| matches(line)).unwrap_or_else(|| {
+            let stderr = std::fs::read_to_string(self.dir.path().join(STDERR_FILE)).unwrap_or_default();
+            let tail: Vec<&str> = stderr.lines().rev().take(STDERR_TAIL_LINES).collect();
+            panic!(
+                "`up` never printed the line; the end of its stderr:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )
+        })
+    }
+
+    /// The URL `up` prints for `service` (`  registry           http://127.0.0.1:PORT ...`).
+    fn url_of(&self, service: &str) -> String {
+        let line = self.line(|line| line.split_whitespace().next() == Some(service));
+        let url = line.split_whitespace().nth(1).unwrap_or_default().to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+        url
     }
 
     /// `a2a-mesh ARGS` run where `up` runs.
@@ -104,8 +118,7 @@ fn assert_answered(answer: &str) {
 #[test]
 fn up_serves_the_suite_answers_ask_and_stops_on_ctrl_c() {
     let up = Up::start(&[]);
-    let registry_line = up.line(|line| line.trim_start().starts_with("registry"));
-    assert!(registry_line.contains(&format!("http://127.0.0.1:{}", up.registry_port)), "{registry_line}");
+    assert_eq!(status_of(&format!("{}/health", up.registry_url), None), 200, "the registry `up` printed answers");
     assert_answered(&up.ask_until_answered());
     assert!(!up.dir.path().join("data/auth").exists(), "plain `up` generates no keys");
     up.stop();
@@ -142,8 +155,7 @@ fn up_with_auth_generates_its_keys_and_the_command_line_mints_its_own_tokens() {
     let token = String::from_utf8(token.stdout).unwrap();
     assert_eq!(status_of(&tasks, Some(token.trim())), 200, "a minted token is accepted");
     let admin = dashboard.split("#token=").nth(1).unwrap().trim();
-    let registry = format!("http://127.0.0.1:{}", up.registry_port);
-    assert_eq!(status_of(&format!("{registry}/api/links"), Some(admin)), 200, "the dashboard's token reads");
+    assert_eq!(status_of(&format!("{}/api/links", up.registry_url), Some(admin)), 200, "the dashboard's token reads");
     let bad = up.command(&["token", "--subject", "x", "--role", "root"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("unknown role"));
     up.stop();
