@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
-use axum::{Json, Router, middleware};
+use axum::{Json, Router};
 use mesh_agent_kit::ServiceMetrics;
 use mesh_agent_kit::auth::{AGENT_ROLES, ANY_ROLE, RequestCaller, require};
 use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams, health_route};
@@ -163,7 +163,7 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
     let api = agents
         .merge(reads)
         .merge(graph_api::routes())
-        .route_layer(middleware::from_fn_with_state(metrics.clone(), mesh_agent_kit::http::track_requests))
+        .route_layer(mesh_agent_kit::http::track_requests(metrics.clone()))
         .with_state(state);
     let docs = Router::new().route(
         "/openapi.json",

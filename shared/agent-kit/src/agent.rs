@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
-use axum::{Json, Router, middleware};
+use axum::{Json, Router};
 use mesh_client::{CallScope, CircuitReport};
 use mesh_graph::LinkContext;
 use mesh_protocol::seed::{
@@ -14,11 +14,12 @@ use mesh_protocol::seed::{
 use serde_json::{Map, Value};
 
 use crate::a2a::{EngineSettings, Inbound, SeedTasks, Surface, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
-use crate::call_safety::admit_calls;
+use crate::call_safety::AdmitCalls;
 use crate::card::CardDocument;
 use crate::error::{AgentError, ErrorResponse};
 use crate::http::{JsonBody, REQUEST_ID_HEADER};
-use crate::metrics::{self, ServiceMetrics};
+use crate::metrics::{ServiceMetrics, TrackRequests};
+use crate::middleware::layer;
 use mesh_protocol::a2a::v1::Task;
 use mesh_tasks::TaskStore;
 
@@ -138,9 +139,7 @@ pub fn task_agent_router<T: TaskHandler>(
 /// depth, deadline) and counted.
 fn task_routes(routes: Router, card: &CardDocument, metrics: Arc<ServiceMetrics>) -> Router {
     let name: Arc<str> = Arc::from(card.card().name.as_str());
-    let routes = routes
-        .route_layer(middleware::from_fn_with_state(name, admit_calls))
-        .route_layer(middleware::from_fn_with_state(metrics, metrics::track));
+    let routes = routes.route_layer(layer(AdmitCalls(name))).route_layer(layer(TrackRequests(metrics)));
     crate::auth::require(routes, crate::auth::TASK_ROLES)
 }
 

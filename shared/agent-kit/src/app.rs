@@ -2,7 +2,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::{Extension, middleware};
+use axum::Extension;
 use mesh_client::{
     CALL_REPORT_BATCH_MAX_DEFAULT, CALL_REPORT_FLUSH_MS_DEFAULT, CALL_REPORT_QUEUE_MAX_DEFAULT, ClientError,
     GRAPH_REFRESH_MS_DEFAULT, HttpClient, RegistryClient,
@@ -31,7 +31,7 @@ use crate::graph::AgentGraph;
 use crate::http::{
     BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining, turn_unready,
 };
-use crate::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics, track};
+use crate::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics};
 use crate::observe::with_observed_layers;
 use crate::registration::{deregister, register_until_accepted};
 
@@ -490,7 +490,7 @@ impl AgentApp {
         }
         let mut router = routes(surface, metrics.clone(), store.clone(), engine);
         if extras.routes.has_routes() {
-            router = router.merge(extras.routes.route_layer(middleware::from_fn_with_state(metrics.clone(), track)));
+            router = router.merge(extras.routes.route_layer(crate::http::track_requests(metrics.clone())));
         }
         if let Some(graph) = &graph {
             // The admission layer of the task routes finds the link cache here.

@@ -1,7 +1,7 @@
 //! The trust layer of every mesh server (the registry's too): who sent a request, and whether
 //! the route lets them in.
 //!
-//! [`authenticate`] runs on every request, outside the routes: with authentication configured it
+//! [`Authenticate`] runs on every request, outside the routes: with authentication configured it
 //! turns the request's credential into a [`Caller`] (a request extension), and refuses a request
 //! without one `401` unless its route is public (health, card, metrics). Every route is thus
 //! closed unless declared public, so a route added without a policy is not open by mistake.
@@ -14,9 +14,8 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use mesh_auth::{AUTH_REALM, AuthConfig, AuthError, Authenticator, Caller, Role};
 use mesh_protocol::jsonrpc::{ErrorObject, Id, Response as RpcResponse};
@@ -24,6 +23,7 @@ use serde_json::Value;
 
 use crate::error::ErrorResponse;
 use crate::graph::AuthenticatedAgent;
+use crate::middleware::{Middleware, Refusal, layer};
 
 /// JSON-RPC code of a request without valid credentials (HTTP 401); in JSON-RPC's server-error
 /// range, outside the A2A catalogue (-32001..-32009), beside `LINK_DENIED` (-32040).
@@ -101,42 +101,59 @@ impl AccessControl {
 }
 
 /// Authenticates every request (see the module docs).
-pub async fn authenticate(State(access): State<AccessControl>, mut request: Request, next: Next) -> Response {
-    let caller = match &access.authenticator {
-        None => Caller::Open,
-        Some(authenticator) => match authenticator.authenticate(request.headers()) {
-            Ok(Some(principal)) => Caller::Authenticated(principal),
-            // Probes and cards are read by anyone; bad credentials on them do not matter.
-            Ok(None) | Err(_) if access.is_public(request.uri().path()) => Caller::Anonymous,
-            Ok(None) => return refuse(request, &AuthError::Missing).await,
-            Err(error) => {
-                tracing::info!(path = %request.uri().path(), %error, "credentials refused");
-                return refuse(request, &error).await;
-            }
-        },
-    };
-    if let Caller::Authenticated(principal) = &caller
-        && principal.has(Role::Agent)
-    {
-        // The link check trusts the authenticated agent over the call chain it writes.
-        request.extensions_mut().insert(AuthenticatedAgent(principal.subject.clone()));
+#[derive(Debug, Clone)]
+pub struct Authenticate(pub AccessControl);
+
+impl Middleware for Authenticate {
+    type Pass = ();
+
+    fn before(&self, request: &mut Request) -> Result<(), Refusal> {
+        let access = &self.0;
+        let caller = match &access.authenticator {
+            None => Caller::Open,
+            Some(authenticator) => match authenticator.authenticate(request.headers()) {
+                Ok(Some(principal)) => Caller::Authenticated(principal),
+                // Probes and cards are read by anyone; bad credentials on them do not matter.
+                Ok(None) | Err(_) if access.is_public(request.uri().path()) => Caller::Anonymous,
+                Ok(None) => return Err(refuse(request, AuthError::Missing)),
+                Err(error) => {
+                    tracing::info!(path = %request.uri().path(), %error, "credentials refused");
+                    return Err(refuse(request, error));
+                }
+            },
+        };
+        if let Caller::Authenticated(principal) = &caller
+            && principal.has(Role::Agent)
+        {
+            // The link check trusts the authenticated agent over the call chain it writes.
+            request.extensions_mut().insert(AuthenticatedAgent(principal.subject.clone()));
+        }
+        request.extensions_mut().insert(caller);
+        Ok(())
     }
-    request.extensions_mut().insert(caller);
-    next.run(request).await
 }
 
 /// Limits `routes` to callers holding one of `roles`.
 pub fn require<S: Clone + Send + Sync + 'static>(routes: axum::Router<S>, roles: &'static [Role]) -> axum::Router<S> {
-    routes.route_layer(middleware::from_fn_with_state(roles, check_roles))
+    routes.route_layer(layer(RequireRoles(roles)))
 }
 
-async fn check_roles(State(roles): State<&'static [Role]>, request: Request, next: Next) -> Response {
-    match caller_of(&request) {
-        caller if caller.holds_any(roles) => next.run(request).await,
-        Caller::Anonymous => refuse(request, &AuthError::Missing).await,
-        _ => {
-            let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
-            refuse(request, &AuthError::Forbidden(names.join(", "))).await
+/// Lets in callers holding one of its roles.
+#[derive(Debug, Clone, Copy)]
+struct RequireRoles(&'static [Role]);
+
+impl Middleware for RequireRoles {
+    type Pass = ();
+
+    fn before(&self, request: &mut Request) -> Result<(), Refusal> {
+        let roles = self.0;
+        match caller_of(request) {
+            caller if caller.holds_any(roles) => Ok(()),
+            Caller::Anonymous => Err(refuse(request, AuthError::Missing)),
+            _ => {
+                let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+                Err(refuse(request, AuthError::Forbidden(names.join(", "))))
+            }
         }
     }
 }
@@ -177,12 +194,17 @@ pub fn auth_error_response(error: &AuthError) -> ErrorResponse {
     ErrorResponse::new(status, code, error.to_string())
 }
 
-async fn refuse(request: Request, error: &AuthError) -> Response {
-    let jsonrpc_id = match is_jsonrpc_route(&request) {
-        true => Some(jsonrpc_id_of(request).await),
-        false => None,
-    };
-    credential_refusal(error, jsonrpc_id)
+/// The refusal of `request` for `error` (the request is taken: it goes no further); on the
+/// JSON-RPC route it reads the request's id first.
+fn refuse(request: &mut Request, error: AuthError) -> Refusal {
+    let request = std::mem::take(request);
+    Box::pin(async move {
+        let jsonrpc_id = match is_jsonrpc_route(&request) {
+            true => Some(jsonrpc_id_of(request).await),
+            false => None,
+        };
+        credential_refusal(&error, jsonrpc_id)
+    })
 }
 
 /// The answer to a request whose credentials do not let it in, as the trust layer gives it: on
@@ -280,7 +302,7 @@ mod tests {
             .route("/open-by-mistake", get(|| async { "data" }))
             .merge(admin)
             .merge(tasks)
-            .layer(middleware::from_fn_with_state(access, authenticate))
+            .layer(layer(Authenticate(access)))
     }
 
     async fn call(app: &axum::Router, method: Method, path: &str, key: Option<&str>) -> (StatusCode, Response) {

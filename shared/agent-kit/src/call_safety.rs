@@ -4,11 +4,12 @@
 //! link allows (when the agent has a link cache, see [`crate::graph`]) its `403 LINK_DENIED` —
 //! and an admitted call runs no longer than its caller waits.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use mesh_auth::{Caller, Role};
 use mesh_client::CallScope;
@@ -17,6 +18,7 @@ use mesh_protocol::call::{CallContext, CallRejection};
 
 use crate::error::ErrorResponse;
 use crate::graph::{self, AuthenticatedAgent};
+use crate::middleware::{Middleware, Refusal, refuse_now};
 
 /// The HTTP status of a call refused or failed for a call-safety reason, by error code.
 pub fn call_failure_status(error_code: &str) -> StatusCode {
@@ -37,54 +39,70 @@ fn refused(rejection: &CallRejection) -> ErrorResponse {
     ErrorResponse::new(call_failure_status(rejection.error_code()), rejection.error_code(), rejection.to_string())
 }
 
-/// Middleware for the task routes of the agent named by the state: reads the call context from
-/// the headers, refuses what must be refused (the link check too, when the agent's link cache
-/// is a request extension), and otherwise hands the handler a [`CallScope`] (as a request
-/// extension) and cuts the call off when its caller's deadline passes.
-pub async fn admit_calls(State(agent): State<Arc<str>>, mut request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    let context = CallContext::from_headers(|name| headers.get(name).and_then(|v| v.to_str().ok()))
-        .and_then(|context| context.admit(&agent).map(|()| context));
-    let mut context = match context {
-        Ok(context) => context,
-        Err(rejection) => {
-            tracing::warn!(agent = %agent, %rejection, "call refused");
-            return refused(&rejection).into_response();
+/// Middleware for the task routes of the agent it names: reads the call context from the
+/// headers, refuses what must be refused (the link check too, when the agent's link cache is a
+/// request extension), and otherwise hands the handler a [`CallScope`] (as a request extension)
+/// and cuts the call off when its caller's deadline passes.
+#[derive(Debug, Clone)]
+pub struct AdmitCalls(pub Arc<str>);
+
+impl Middleware for AdmitCalls {
+    /// The time the caller's deadline leaves, if it set one.
+    type Pass = Option<Duration>;
+
+    fn before(&self, request: &mut Request) -> Result<Self::Pass, Refusal> {
+        let agent = &self.0;
+        let headers = request.headers();
+        let context = CallContext::from_headers(|name| headers.get(name).and_then(|v| v.to_str().ok()))
+            .and_then(|context| context.admit(agent).map(|()| context));
+        let mut context = match context {
+            Ok(context) => context,
+            Err(rejection) => {
+                tracing::warn!(agent = %agent, %rejection, "call refused");
+                return Err(refuse_now(refused(&rejection)));
+            }
+        };
+        // A user's tenant is its credential's, whatever its headers say; the calls made for it
+        // carry that tenant on to the agents they reach (which trust it from an agent only).
+        if let Some(Caller::Authenticated(principal)) = request.extensions().get::<Caller>()
+            && !principal.has(Role::Agent)
+            && !principal.has(Role::Admin)
+        {
+            context.tenant = Some(principal.tenant.clone()).filter(|tenant| !tenant.is_empty());
         }
-    };
-    // A user's tenant is its credential's, whatever its headers say; the calls made for it
-    // carry that tenant on to the agents they reach (which trust it from an agent only).
-    if let Some(Caller::Authenticated(principal)) = request.extensions().get::<Caller>()
-        && !principal.has(Role::Agent)
-        && !principal.has(Role::Admin)
+        let scope = CallScope::received(agent.as_ref(), context);
+        if let Some(links) = request.extensions().get::<Arc<LinkCache>>() {
+            if let Err(denial) = graph::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>()) {
+                tracing::warn!(agent = %agent, %denial, "call refused");
+                return Err(graph::denied(std::mem::take(request), &denial));
+            }
+        }
+        let left = scope.time_left();
+        request.extensions_mut().insert(scope);
+        match left {
+            Some(left) if left.is_zero() => Err(refuse_now(deadline_passed(left))),
+            left => Ok(left),
+        }
+    }
+
+    async fn after<F>(left: Self::Pass, answer: F) -> Response
+    where
+        F: Future<Output = Response> + Send + 'static,
     {
-        context.tenant = Some(principal.tenant.clone()).filter(|tenant| !tenant.is_empty());
-    }
-    let scope = CallScope::received(agent.as_ref(), context);
-    if let Some(links) = request.extensions().get::<Arc<LinkCache>>() {
-        if let Err(denial) = graph::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>()) {
-            tracing::warn!(agent = %agent, %denial, "call refused");
-            return graph::denied(request, &denial).await;
+        let Some(left) = left else { return answer.await };
+        match tokio::time::timeout(left, answer).await {
+            Ok(response) => response,
+            Err(_) => deadline_passed(left),
         }
     }
-    let left = scope.time_left();
-    request.extensions_mut().insert(scope);
-    let Some(left) = left else {
-        return next.run(request).await;
-    };
-    let expired = || {
-        ErrorResponse::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "CALL_DEADLINE_EXCEEDED",
-            format!("the caller's deadline ({} ms) passed before the answer was ready", left.as_millis()),
-        )
-        .into_response()
-    };
-    if left.is_zero() {
-        return expired();
-    }
-    match tokio::time::timeout(left, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => expired(),
-    }
+}
+
+/// The answer to a call whose caller's deadline, `left` away when it arrived, passed.
+fn deadline_passed(left: Duration) -> Response {
+    ErrorResponse::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "CALL_DEADLINE_EXCEEDED",
+        format!("the caller's deadline ({} ms) passed before the answer was ready", left.as_millis()),
+    )
+    .into_response()
 }

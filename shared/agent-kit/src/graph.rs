@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::response::Response;
 use mesh_client::{
     CallReportFlusher, CallReportSettings, CallReporter, CallScope, HttpClient, MeshCaller, RegistryClient,
     follow_policy,
@@ -28,6 +27,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::{AgentConfig, KitError};
 use crate::error::ErrorResponse;
+use crate::middleware::Refusal;
 
 /// JSON-RPC code of a call no link allows: in JSON-RPC's server-error range, outside the A2A
 /// catalogue (-32001..-32009); `data` carries the mesh error body (`error_code` `LINK_DENIED`).
@@ -119,9 +119,9 @@ pub(crate) fn admit(
 
 /// The answer to a denied call: a JSON-RPC error on the JSON-RPC route (its request id echoed),
 /// the mesh error body elsewhere; `403` either way.
-pub(crate) async fn denied(request: Request, denial: &Denial) -> Response {
+pub(crate) fn denied(request: Request, denial: &Denial) -> Refusal {
     let error = ErrorResponse::new(StatusCode::FORBIDDEN, Denial::ERROR_CODE, denial.to_string());
-    crate::auth::refusal(request, error, LINK_DENIED_JSONRPC_CODE).await
+    Box::pin(crate::auth::refusal(request, error, LINK_DENIED_JSONRPC_CODE))
 }
 
 /// The link context of an inbound A2A message: who sent it over which link, as its metadata
@@ -135,6 +135,7 @@ pub(crate) fn inbound_link(message: &Message, call: &CallScope) -> Option<LinkCo
 #[cfg(test)]
 mod tests {
     use axum::http::Method;
+    use axum::response::Response;
     use mesh_graph::DenialReason;
     use mesh_protocol::a2a::v1::Role;
     use mesh_protocol::call::CallContext;

@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, Method, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use mesh_protocol::error::ErrorBody;
@@ -29,9 +28,10 @@ use crate::error::ErrorResponse;
 pub use crate::limits::{
     CONCURRENCY_MAX_DEFAULT, RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_PER_S_DEFAULT, RETRY_AFTER_S, rate_limit_key,
 };
-use crate::limits::{TenantRateLimit, limit_rate, refuse_control_characters, shed_load};
+use crate::limits::{LimitRate, PrintableHeaders, ShedLoad, TenantRateLimit};
 use crate::metrics::ServiceMetrics;
-pub use crate::metrics::track as track_requests;
+pub use crate::metrics::{TrackRequests, Tracked};
+use crate::middleware::{Middleware, MiddlewareLayer, Refusal, layer};
 
 /// Default time a request may take before the server answers 504 itself.
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
@@ -151,24 +151,30 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(
             ServiceBuilder::new()
-                .layer(middleware::from_fn(refuse_control_characters))
+                .layer(layer(PrintableHeaders))
                 .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
                 // Shed before tracing and authenticating: under overload every refusal must cost
                 // next to nothing, and a log line (an error, for a 503) per shed request would
                 // turn the overload into a logging one.
-                .layer(middleware::from_fn_with_state(permits, shed_load))
+                .layer(layer(ShedLoad(permits)))
                 .layer(TraceLayer::new_for_http())
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
-                .layer(middleware::from_fn(stamp_request_id))
+                .layer(layer(StampRequestId))
                 // Rate limited after authentication, by the tenant the credential gives.
                 .layer(CatchPanicLayer::custom(panic_response))
-                .layer(middleware::from_fn_with_state(limits.request_timeout, enforce_timeout))
-                .layer(middleware::from_fn_with_state(limits.access, crate::auth::authenticate))
-                .option_layer(rate_limit.map(|limit| middleware::from_fn_with_state(limit, limit_rate)))
+                .layer(layer(EnforceTimeout(limits.request_timeout)))
+                .layer(layer(crate::auth::Authenticate(limits.access)))
+                .option_layer(rate_limit.map(|limit| layer(LimitRate(limit))))
                 .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
         )
         // Outermost: whatever refuses a gRPC call on the way in answers it as gRPC.
-        .layer(middleware::from_fn(crate::a2a::grpc_refusals_as_statuses))
+        .layer(layer(crate::a2a::GrpcRefusals))
+}
+
+/// Counts the requests of the routes it wraps in `metrics` (served, errors, in flight), for
+/// routes outside an agent's task routes (which count theirs already).
+pub fn track_requests(metrics: Arc<ServiceMetrics>) -> MiddlewareLayer<TrackRequests> {
+    layer(TrackRequests(metrics))
 }
 
 /// `GET /health` answering the status and counters of `metrics` (503 when unhealthy), with
@@ -200,40 +206,68 @@ const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
 
 /// Puts the request id into every mesh error body that lacks one, whichever layer produced it
 /// (rejections, fallbacks, timeouts, panics), so a user can quote it from the body alone.
-async fn stamp_request_id(request: Request, next: Next) -> Response {
-    let request_id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let response = next.run(request).await;
-    let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes() == b"application/json");
-    let Some(request_id) =
-        request_id.filter(|_| is_json && (response.status().is_client_error() || response.status().is_server_error()))
-    else {
-        return response;
-    };
-    let (mut parts, body) = response.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, ERROR_BODY_BYTES_MAX).await else {
-        return ErrorResponse::new(parts.status, "INTERNAL_ERROR", "the error answer could not be read")
-            .into_response();
-    };
-    let body = match serde_json::from_slice::<ErrorBody>(&bytes) {
-        Ok(mut error) if error.request_id.is_none() => {
-            error.request_id = Some(request_id);
-            serde_json::to_vec(&error).map(Bytes::from).unwrap_or(bytes)
-        }
-        _ => bytes,
-    };
-    parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, Body::from(body))
+#[derive(Debug, Clone, Copy)]
+struct StampRequestId;
+
+impl Middleware for StampRequestId {
+    type Pass = Option<String>;
+
+    fn before(&self, request: &mut Request) -> Result<Self::Pass, Refusal> {
+        Ok(request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned))
+    }
+
+    async fn after<F>(request_id: Self::Pass, answer: F) -> Response
+    where
+        F: Future<Output = Response> + Send + 'static,
+    {
+        let response = answer.await;
+        let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes() == b"application/json");
+        let Some(request_id) = request_id
+            .filter(|_| is_json && (response.status().is_client_error() || response.status().is_server_error()))
+        else {
+            return response;
+        };
+        let (mut parts, body) = response.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, ERROR_BODY_BYTES_MAX).await else {
+            return ErrorResponse::new(parts.status, "INTERNAL_ERROR", "the error answer could not be read")
+                .into_response();
+        };
+        let body = match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(mut error) if error.request_id.is_none() => {
+                error.request_id = Some(request_id);
+                serde_json::to_vec(&error).map(Bytes::from).unwrap_or(bytes)
+            }
+            _ => bytes,
+        };
+        parts.headers.remove(header::CONTENT_LENGTH);
+        Response::from_parts(parts, Body::from(body))
+    }
 }
 
-async fn enforce_timeout(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
-    match tokio::time::timeout(timeout, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ErrorResponse::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "REQUEST_TIMEOUT",
-            format!("the request did not complete within {} ms", timeout.as_millis()),
-        )
-        .into_response(),
+/// Answers `504` with a body when a request takes longer than the server allows.
+#[derive(Debug, Clone, Copy)]
+struct EnforceTimeout(Duration);
+
+impl Middleware for EnforceTimeout {
+    type Pass = Duration;
+
+    fn before(&self, _: &mut Request) -> Result<Duration, Refusal> {
+        Ok(self.0)
+    }
+
+    async fn after<F>(timeout: Duration, answer: F) -> Response
+    where
+        F: Future<Output = Response> + Send + 'static,
+    {
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(response) => response,
+            Err(_) => ErrorResponse::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "REQUEST_TIMEOUT",
+                format!("the request did not complete within {} ms", timeout.as_millis()),
+            )
+            .into_response(),
+        }
     }
 }
 

@@ -28,6 +28,7 @@ pub mod graph;
 pub mod http;
 mod limits;
 mod metrics;
+pub mod middleware;
 pub mod observe;
 mod registration;
 #[cfg(feature = "testing")]

@@ -10,19 +10,19 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use mesh_auth::Caller;
 use mesh_protocol::call::TENANT_HEADER;
 use mesh_protocol::call::validate_tenant_id;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ErrorResponse;
 use crate::http::REQUEST_ID_HEADER;
+use crate::middleware::{Middleware, Refusal, refuse_now};
 
 /// Requests handled at once by default; more are shed.
 pub const CONCURRENCY_MAX_DEFAULT: usize = 512;
@@ -69,21 +69,27 @@ fn is_mesh_header(name: &str) -> bool {
 /// Refuses a request with a control character in any header value (or anything but printable
 /// ASCII in the mesh's own headers) with `400`, before any layer reads or logs the value: a
 /// newline or escape sequence in a request id would otherwise forge log lines.
-pub async fn refuse_control_characters(request: Request, next: Next) -> Response {
-    let bad = request.headers().iter().find(|(name, value)| {
-        let printable_ascii_only = is_mesh_header(name.as_str());
-        value.as_bytes().iter().any(|&b| b < 0x20 || b == 0x7f || (printable_ascii_only && b >= 0x80))
-    });
-    if let Some((name, _)) = bad {
-        // The name is safe to show: header names are tokens, which hold no control character.
-        return ErrorResponse::new(
-            StatusCode::BAD_REQUEST,
-            "REQUEST_HEADER_INVALID",
-            format!("header {name} holds a control character or (in a mesh header) a non-ASCII byte"),
-        )
-        .into_response();
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PrintableHeaders;
+
+impl Middleware for PrintableHeaders {
+    type Pass = ();
+
+    fn before(&self, request: &mut Request) -> Result<(), Refusal> {
+        let bad = request.headers().iter().find(|(name, value)| {
+            let printable_ascii_only = is_mesh_header(name.as_str());
+            value.as_bytes().iter().any(|&b| b < 0x20 || b == 0x7f || (printable_ascii_only && b >= 0x80))
+        });
+        match bad {
+            // The name is safe to show: header names are tokens, which hold no control character.
+            Some((name, _)) => Err(refuse_now(ErrorResponse::new(
+                StatusCode::BAD_REQUEST,
+                "REQUEST_HEADER_INVALID",
+                format!("header {name} holds a control character or (in a mesh header) a non-ASCII byte"),
+            ))),
+            None => Ok(()),
+        }
     }
-    next.run(request).await
 }
 
 /// The key a request is rate limited by: the tenant it acts in. For an authenticated caller
@@ -144,35 +150,46 @@ impl TenantRateLimit {
 }
 
 /// Answers `429` with `Retry-After` when the request's tenant is over its rate.
-pub async fn limit_rate(State(limit): State<Arc<TenantRateLimit>>, request: Request, next: Next) -> Response {
-    if UNLIMITED_PATHS.contains(&request.uri().path()) {
-        return next.run(request).await;
-    }
-    let key = rate_limit_key(&request);
-    match limit.check(&key) {
-        Ok(()) => next.run(request).await,
-        Err(wait_s) => {
-            tracing::debug!(tenant = %key, wait_s, "rate limited");
-            let message = match key.as_str() {
-                "" => "too many requests; slow down".to_owned(),
-                tenant => format!("too many requests for tenant {tenant}; slow down"),
-            };
-            let mut response =
-                with_retry_after(ErrorResponse::new(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", message), wait_s);
-            response.extensions_mut().insert(Rejection::RateLimited);
-            response
+#[derive(Debug, Clone)]
+pub(crate) struct LimitRate(pub(crate) Arc<TenantRateLimit>);
+
+impl Middleware for LimitRate {
+    type Pass = ();
+
+    fn before(&self, request: &mut Request) -> Result<(), Refusal> {
+        if UNLIMITED_PATHS.contains(&request.uri().path()) {
+            return Ok(());
         }
+        let key = rate_limit_key(request);
+        let Err(wait_s) = self.0.check(&key) else { return Ok(()) };
+        tracing::debug!(tenant = %key, wait_s, "rate limited");
+        let message = match key.as_str() {
+            "" => "too many requests; slow down".to_owned(),
+            tenant => format!("too many requests for tenant {tenant}; slow down"),
+        };
+        let mut response =
+            with_retry_after(ErrorResponse::new(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", message), wait_s);
+        response.extensions_mut().insert(Rejection::RateLimited);
+        Err(refuse_now(response))
     }
 }
 
 /// Answers `503` with `Retry-After` at once when the server is handling as many requests as it
 /// may. The permit is held while the handler runs; a streaming answer's body (SSE) is bounded by
-/// the task engine's own caps instead.
-pub async fn shed_load(State(permits): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
-    if UNLIMITED_PATHS.contains(&request.uri().path()) {
-        return next.run(request).await;
-    }
-    let Ok(_permit) = permits.try_acquire() else {
+/// the task engine's own caps instead (the pass is the permit).
+#[derive(Debug, Clone)]
+pub(crate) struct ShedLoad(pub(crate) Arc<Semaphore>);
+
+impl Middleware for ShedLoad {
+    type Pass = Option<OwnedSemaphorePermit>;
+
+    fn before(&self, request: &mut Request) -> Result<Self::Pass, Refusal> {
+        if UNLIMITED_PATHS.contains(&request.uri().path()) {
+            return Ok(None);
+        }
+        if let Ok(permit) = self.0.clone().try_acquire_owned() {
+            return Ok(Some(permit));
+        }
         // Ahead of the layers that stamp and echo the request id, so it is put here.
         let request_id = request.headers().get(REQUEST_ID_HEADER).cloned();
         let body_id = request_id.as_ref().and_then(|id| id.to_str().ok()).map(str::to_owned);
@@ -189,9 +206,8 @@ pub async fn shed_load(State(permits): State<Arc<Semaphore>>, request: Request, 
             response.headers_mut().insert(REQUEST_ID_HEADER, id);
         }
         response.extensions_mut().insert(Rejection::Overloaded);
-        return response;
-    };
-    next.run(request).await
+        Err(refuse_now(response))
+    }
 }
 
 fn with_retry_after(error: ErrorResponse, seconds: u64) -> Response {

@@ -1,13 +1,15 @@
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use mesh_client::{CircuitReport, CircuitWord};
 use serde::{Deserialize, Serialize};
+
+use crate::middleware::{Middleware, Refusal};
 
 /// Counters an operator reads from `/health`.
 pub struct ServiceMetrics {
@@ -262,12 +264,13 @@ fn judge(components: &BTreeMap<String, serde_json::Value>, circuits: &[CircuitRe
 /// Counts one request from start to end. The counting happens on drop, so a request cut off by
 /// the timeout layer or unwound by a panic (both outside this middleware) is still counted, as an
 /// error, since no response came back through here.
-struct Tracked<'a> {
-    metrics: &'a ServiceMetrics,
+#[derive(Debug)]
+pub struct Tracked {
+    metrics: Arc<ServiceMetrics>,
     succeeded: bool,
 }
 
-impl Drop for Tracked<'_> {
+impl Drop for Tracked {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.metrics.served.fetch_add(1, Ordering::Relaxed);
@@ -278,12 +281,25 @@ impl Drop for Tracked<'_> {
 }
 
 /// Middleware counting the requests of the routes it wraps.
-pub async fn track(State(metrics): State<Arc<ServiceMetrics>>, request: Request, next: Next) -> Response {
-    metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-    let mut tracked = Tracked { metrics: &metrics, succeeded: false };
-    let response = next.run(request).await;
-    tracked.succeeded = !(response.status().is_client_error() || response.status().is_server_error());
-    response
+#[derive(Debug, Clone)]
+pub struct TrackRequests(pub(crate) Arc<ServiceMetrics>);
+
+impl Middleware for TrackRequests {
+    type Pass = Tracked;
+
+    fn before(&self, _: &mut Request) -> Result<Tracked, Refusal> {
+        self.0.in_flight.fetch_add(1, Ordering::Relaxed);
+        Ok(Tracked { metrics: self.0.clone(), succeeded: false })
+    }
+
+    async fn after<F>(mut tracked: Tracked, answer: F) -> Response
+    where
+        F: Future<Output = Response> + Send + 'static,
+    {
+        let response = answer.await;
+        tracked.succeeded = !(response.status().is_client_error() || response.status().is_server_error());
+        response
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! Prometheus text at `GET /metrics`, one INFO log line per request, and the health endpoints
 //! (`/health`, and `/health/live` and `/health/ready` with Kubernetes semantics).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -10,8 +11,7 @@ use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -22,6 +22,7 @@ use tracing::field::Empty;
 use crate::http::{HttpLimits, REQUEST_ID_HEADER, with_common_layers};
 use crate::limits::Rejection;
 use crate::metrics::{HEALTH_UNHEALTHY, ServiceMetrics};
+use crate::middleware::{Middleware, Refusal, layer};
 
 /// Paths polled by machines (probes, scrapers): their log line is DEBUG, not INFO, so a quiet
 /// mesh's log is not a list of polls.
@@ -43,7 +44,7 @@ pub fn with_observed_layers(router: Router, limits: HttpLimits, service: &str) -
             async move { ([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], mesh_telemetry::render(&service)) }
         }),
     );
-    with_common_layers(routes, limits).layer(middleware::from_fn_with_state(service, observe))
+    with_common_layers(routes, limits).layer(layer(Observe(service)))
 }
 
 /// `GET /health` (the full report; 503 when unhealthy), `GET /health/live` (200 while the
@@ -95,86 +96,130 @@ impl Drop for InFlight {
     }
 }
 
-async fn observe(State(service): State<Arc<str>>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().clone();
-    let matched = request.extensions().get::<MatchedPath>().cloned();
-    let route = matched.as_ref().map_or(UNMATCHED_ROUTE, MatchedPath::as_str).to_owned();
-    let headers = request.headers();
-    let tenant = header(headers, TENANT_HEADER).map(str::to_owned);
-    // Sampled at the head: an unsampled request builds no span, only carries its trace context on.
-    let root = mesh_telemetry::Root::start(&service, mesh_telemetry::extract(headers), || {
-        let name = [method.as_str(), route.as_str()].join(" ");
-        tracing::info_span!(
-            "request",
-            otel.name = name,
-            otel.kind = "server",
-            otel.status_code = Empty,
-            http.request.method = method.as_str(),
-            http.route = matched.as_ref().map(MatchedPath::as_str),
-            url.path = request.uri().path(),
-            http.response.status_code = Empty,
-            error.type = Empty,
-            mesh.service = &*service,
-            gen_ai.agent.name = &*service,
-            mesh.request_id = header(headers, REQUEST_ID_HEADER.as_str()),
-            mesh.correlation_id = header(headers, CORRELATION_ID_HEADER),
-            mesh.tenant = tenant.as_deref(),
-            mesh.call_depth = header(headers, CALL_DEPTH_HEADER).and_then(|d| d.parse::<i64>().ok()),
-            a2a.context_id = header(headers, CONTEXT_ID_HEADER),
-            a2a.method = Empty,
-            a2a.task_id = Empty,
-            gen_ai.operation.name = Empty,
+/// Traces, measures and logs every request as its service's (see the module's documentation).
+#[derive(Debug, Clone)]
+struct Observe(Arc<str>);
+
+/// What [`Observe`] keeps of a request while it runs.
+struct Observed {
+    request: RequestFacts,
+    root: mesh_telemetry::Root,
+    in_flight: InFlight,
+}
+
+/// What the request's measure and log line say of it.
+struct RequestFacts {
+    service: Arc<str>,
+    started: Instant,
+    method: Method,
+    route: String,
+    tenant: Option<String>,
+}
+
+impl Middleware for Observe {
+    type Pass = Observed;
+
+    fn before(&self, request: &mut Request) -> Result<Observed, Refusal> {
+        let service = self.0.clone();
+        let started = Instant::now();
+        let method = request.method().clone();
+        let matched = request.extensions().get::<MatchedPath>();
+        let route = matched.map_or(UNMATCHED_ROUTE, MatchedPath::as_str).to_owned();
+        let headers = request.headers();
+        let tenant = header(headers, TENANT_HEADER).map(str::to_owned);
+        // Sampled at the head: an unsampled request builds no span, only carries its trace context on.
+        let root = mesh_telemetry::Root::start(&service, mesh_telemetry::extract(headers), || {
+            let name = [method.as_str(), route.as_str()].join(" ");
+            tracing::info_span!(
+                "request",
+                otel.name = name,
+                otel.kind = "server",
+                otel.status_code = Empty,
+                http.request.method = method.as_str(),
+                http.route = matched.map(MatchedPath::as_str),
+                url.path = request.uri().path(),
+                http.response.status_code = Empty,
+                error.type = Empty,
+                mesh.service = &*service,
+                gen_ai.agent.name = &*service,
+                mesh.request_id = header(headers, REQUEST_ID_HEADER.as_str()),
+                mesh.correlation_id = header(headers, CORRELATION_ID_HEADER),
+                mesh.tenant = tenant.as_deref(),
+                mesh.call_depth = header(headers, CALL_DEPTH_HEADER).and_then(|d| d.parse::<i64>().ok()),
+                a2a.context_id = header(headers, CONTEXT_ID_HEADER),
+                a2a.method = Empty,
+                a2a.task_id = Empty,
+                gen_ai.operation.name = Empty,
+            )
+        });
+        let in_flight = metrics::gauge!("http_server_active_requests", SERVICE_LABEL => service.clone());
+        in_flight.increment(1.0);
+        let request = RequestFacts { service, started, method, route, tenant };
+        Ok(Observed { request, root, in_flight: InFlight(in_flight) })
+    }
+
+    /// The layers below start their part of the request (their spans, their log lines) in its trace.
+    fn call_below<R>(observed: &Observed, call: impl FnOnce() -> R) -> R {
+        observed.root.in_scope(call)
+    }
+
+    async fn after<F>(observed: Observed, answer: F) -> Response
+    where
+        F: Future<Output = Response> + Send + 'static,
+    {
+        let Observed { request, root, in_flight } = observed;
+        let span = root.span().clone();
+        let response = root.instrument(answer).await;
+        drop(in_flight);
+        request.finish(&span, response)
+    }
+}
+
+impl RequestFacts {
+    /// Measures and logs the request, answered `response`, and ends its `span`.
+    fn finish(self, span: &tracing::Span, response: Response) -> Response {
+        let Self { service, started, method, route, tenant } = self;
+        let status = response.status();
+        let elapsed = started.elapsed();
+        metrics::histogram!(
+            "http_server_request_duration_seconds",
+            SERVICE_LABEL => service.clone(),
+            "method" => method.as_str().to_owned(),
+            "route" => route.clone(),
+            "status" => status.as_str().to_owned(),
         )
-    });
-    let span = root.span().clone();
-    let in_flight = metrics::gauge!("http_server_active_requests", SERVICE_LABEL => service.clone());
-    in_flight.increment(1.0);
-    let in_flight = InFlight(in_flight);
-
-    let response = root.instrument(next.run(request)).await;
-    drop(in_flight);
-
-    let status = response.status();
-    let elapsed = started.elapsed();
-    metrics::histogram!(
-        "http_server_request_duration_seconds",
-        SERVICE_LABEL => service.clone(),
-        "method" => method.as_str().to_owned(),
-        "route" => route.clone(),
-        "status" => status.as_str().to_owned(),
-    )
-    .record(elapsed.as_secs_f64());
-    if let Some(rejection) = response.extensions().get::<Rejection>() {
-        metrics::counter!("mesh_requests_rejected_total", SERVICE_LABEL => service.clone(), "reason" => rejection.reason())
+        .record(elapsed.as_secs_f64());
+        if let Some(rejection) = response.extensions().get::<Rejection>() {
+            metrics::counter!("mesh_requests_rejected_total", SERVICE_LABEL => service.clone(), "reason" => rejection.reason())
             .increment(1);
-    }
-    let request_id = header(response.headers(), REQUEST_ID_HEADER.as_str()).unwrap_or_default();
-    let trace_id = if span.is_disabled() {
-        None
-    } else {
-        span.record("http.response.status_code", i64::from(status.as_u16()));
-        span.record("mesh.request_id", request_id);
-        if status.is_server_error() {
-            span.record("error.type", status.as_str());
-            span.record("otel.status_code", "ERROR");
         }
-        mesh_telemetry::trace_id(&span)
-    };
-    let duration_ms = elapsed.as_secs_f64() * 1000.0;
-    let tenant = tenant.as_deref().unwrap_or_default();
-    let trace_id = trace_id.as_deref().unwrap_or_default();
-    if POLLED_PATHS.contains(&route.as_str()) {
-        tracing::debug!(target: "mesh::request", %service, %method, %route, status = status.as_u16(), duration_ms, request_id, tenant, trace_id, "request");
-    } else {
-        tracing::info!(target: "mesh::request", %service, %method, %route, status = status.as_u16(), duration_ms, request_id, tenant, trace_id, "request");
+        let request_id = header(response.headers(), REQUEST_ID_HEADER.as_str()).unwrap_or_default();
+        let trace_id = if span.is_disabled() {
+            None
+        } else {
+            span.record("http.response.status_code", i64::from(status.as_u16()));
+            span.record("mesh.request_id", request_id);
+            if status.is_server_error() {
+                span.record("error.type", status.as_str());
+                span.record("otel.status_code", "ERROR");
+            }
+            mesh_telemetry::trace_id(span)
+        };
+        let duration_ms = elapsed.as_secs_f64() * 1000.0;
+        let tenant = tenant.as_deref().unwrap_or_default();
+        let trace_id = trace_id.as_deref().unwrap_or_default();
+        if POLLED_PATHS.contains(&route.as_str()) {
+            tracing::debug!(target: "mesh::request", %service, %method, %route, status = status.as_u16(), duration_ms, request_id, tenant, trace_id, "request");
+        } else {
+            tracing::info!(target: "mesh::request", %service, %method, %route, status = status.as_u16(), duration_ms, request_id, tenant, trace_id, "request");
+        }
+        if span.is_disabled() || !is_event_stream(&response) {
+            return response;
+        }
+        // A stream's server span lasts as long as the stream: its body is polled inside the span,
+        // whose end is its last exit.
+        response.map(|body| Body::new(InSpan { body, span: span.clone() }))
     }
-    if span.is_disabled() || !is_event_stream(&response) {
-        return response;
-    }
-    // A stream's server span lasts as long as the stream: its body is polled inside the span,
-    // whose end is its last exit.
-    response.map(|body| Body::new(InSpan { body, span }))
 }
 
 fn is_event_stream(response: &Response) -> bool {

@@ -266,6 +266,18 @@ impl Root {
         &self.span
     }
 
+    /// Runs `work`, a synchronous step of this unit of work, inside its span, or in its
+    /// unsampled trace's context.
+    pub fn in_scope<R>(&self, work: impl FnOnce() -> R) -> R {
+        match &self.unsampled {
+            None => self.span.in_scope(work),
+            Some(context) => {
+                let _attached = context.clone().attach();
+                work()
+            }
+        }
+    }
+
     /// Runs `work` as this unit of work: inside its span, or in its unsampled trace's context.
     pub fn instrument<F: Future>(self, work: F) -> Either<Instrumented<F>, WithContext<F>> {
         match self.unsampled {

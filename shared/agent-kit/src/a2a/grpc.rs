@@ -7,6 +7,7 @@
 //! `a2a-version` metadata and its extensions as `a2a-extensions`, checked as the other bindings
 //! check their headers ([`Surface`]).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
@@ -30,6 +31,7 @@ use super::engine::{TaskEngine, TaskHandler};
 use super::methods::{Answering, call_v1};
 use super::surface::{CardRefusal, Surface};
 use super::{Failure, Inbound, Version};
+use crate::middleware::{Middleware, Refusal};
 
 /// What every call of the binding is served by.
 struct Binding<H> {
@@ -91,32 +93,44 @@ const REFUSAL_BODY_BYTES_MAX: usize = 64 * 1024;
 /// reads an HTTP error with a body as a broken stream (`INTERNAL`), not as the refusal it is.
 /// The refusal's headers that tell the client what to do (`www-authenticate`, `retry-after`) and
 /// its request id stay. Other requests pass untouched.
-pub(crate) async fn refusals_as_statuses(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let is_grpc = |headers: &HeaderMap| {
-        headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/grpc"))
-    };
-    let grpc = is_grpc(request.headers());
-    let response = next.run(request).await;
-    if !grpc || is_grpc(response.headers()) {
-        return response;
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GrpcRefusals;
+
+impl Middleware for GrpcRefusals {
+    /// Whether the request is a gRPC call.
+    type Pass = bool;
+
+    fn before(&self, request: &mut axum::extract::Request) -> Result<bool, Refusal> {
+        Ok(is_grpc(request.headers()))
     }
-    let (parts, body) = response.into_parts();
-    let body = axum::body::to_bytes(body, REFUSAL_BODY_BYTES_MAX).await.unwrap_or_default();
-    let error: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let message = match (error["error_code"].as_str(), error["error_message"].as_str()) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        _ => parts.status.canonical_reason().unwrap_or("refused").to_owned(),
-    };
-    let mut refusal = Status::new(code_of(parts.status), message).into_http::<Body>();
-    for name in [header::WWW_AUTHENTICATE, header::RETRY_AFTER, crate::http::REQUEST_ID_HEADER] {
-        if let Some(value) = parts.headers.get(&name) {
-            refusal.headers_mut().insert(name, value.clone());
+
+    async fn after<F>(grpc: bool, answer: F) -> Response
+    where
+        F: Future<Output = Response> + Send + 'static,
+    {
+        let response = answer.await;
+        if !grpc || is_grpc(response.headers()) {
+            return response;
         }
+        let (parts, body) = response.into_parts();
+        let body = axum::body::to_bytes(body, REFUSAL_BODY_BYTES_MAX).await.unwrap_or_default();
+        let error: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let message = match (error["error_code"].as_str(), error["error_message"].as_str()) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            _ => parts.status.canonical_reason().unwrap_or("refused").to_owned(),
+        };
+        let mut refusal = Status::new(code_of(parts.status), message).into_http::<Body>();
+        for name in [header::WWW_AUTHENTICATE, header::RETRY_AFTER, crate::http::REQUEST_ID_HEADER] {
+            if let Some(value) = parts.headers.get(&name) {
+                refusal.headers_mut().insert(name, value.clone());
+            }
+        }
+        refusal.into_response()
     }
-    refusal.into_response()
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/grpc"))
 }
 
 /// The gRPC code of an HTTP refusal, by what the layers mean by it.

@@ -40,7 +40,7 @@ pub use engine::{
     TASK_SUBSCRIBERS_MAX_DEFAULT, TaskClosed, TaskEngine, TaskEvents, TaskHandler, TaskLimits, Turn, TurnEvents,
     answer,
 };
-pub(crate) use grpc::refusals_as_statuses as grpc_refusals_as_statuses;
+pub(crate) use grpc::GrpcRefusals;
 pub use push::{PushDelivery, PushSettings};
 pub use seed::SeedTasks;
 pub use surface::Surface;
