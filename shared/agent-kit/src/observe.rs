@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Instant;
 
@@ -16,7 +16,8 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use mesh_protocol::call::{CALL_DEPTH_HEADER, CONTEXT_ID_HEADER, CORRELATION_ID_HEADER, TENANT_HEADER};
-use mesh_telemetry::SERVICE_LABEL;
+use mesh_telemetry::{HandleCache, SERVICE_LABEL};
+use metrics::{Gauge, Histogram};
 use tracing::field::Empty;
 
 use crate::http::{HttpLimits, REQUEST_ID_HEADER, with_common_layers};
@@ -44,7 +45,9 @@ pub fn with_observed_layers(router: Router, limits: HttpLimits, service: &str) -
             async move { ([(header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE)], mesh_telemetry::render(&service)) }
         }),
     );
-    with_common_layers(routes, limits).layer(layer(Observe(service)))
+    let instruments =
+        Instruments { service, in_flight: OnceLock::new(), durations: HandleCache::new(DURATION_SERIES_CACHED_MAX) };
+    with_common_layers(routes, limits).layer(layer(Observe(Arc::new(instruments))))
 }
 
 /// `GET /health` (the full report; 503 when unhealthy), `GET /health/live` (200 while the
@@ -98,7 +101,21 @@ impl Drop for InFlight {
 
 /// Traces, measures and logs every request as its service's (see the module's documentation).
 #[derive(Debug, Clone)]
-struct Observe(Arc<str>);
+struct Observe(Arc<Instruments>);
+
+/// The label sets of the request duration histogram whose handles a server keeps: far more than
+/// its routes, methods and statuses make; past it, series are registered per request.
+const DURATION_SERIES_CACHED_MAX: usize = 1024;
+
+/// A server's request metrics, their handles kept rather than registered per request.
+#[derive(Debug)]
+struct Instruments {
+    service: Arc<str>,
+    /// `http_server_active_requests{service}`, registered at the first request.
+    in_flight: OnceLock<Gauge>,
+    /// `http_server_request_duration_seconds{service, method, route, status}`.
+    durations: HandleCache<(Method, String, StatusCode), Histogram>,
+}
 
 /// What [`Observe`] keeps of a request while it runs.
 struct Observed {
@@ -109,7 +126,7 @@ struct Observed {
 
 /// What the request's measure and log line say of it.
 struct RequestFacts {
-    service: Arc<str>,
+    instruments: Arc<Instruments>,
     started: Instant,
     method: Method,
     route: String,
@@ -120,7 +137,8 @@ impl Middleware for Observe {
     type Pass = Observed;
 
     fn before(&self, request: &mut Request) -> Result<Observed, Refusal> {
-        let service = self.0.clone();
+        let instruments = self.0.clone();
+        let service: &str = &instruments.service;
         let started = Instant::now();
         let method = request.method().clone();
         let matched = request.extensions().get::<MatchedPath>();
@@ -128,7 +146,7 @@ impl Middleware for Observe {
         let headers = request.headers();
         let tenant = header(headers, TENANT_HEADER).map(str::to_owned);
         // Sampled at the head: an unsampled request builds no span, only carries its trace context on.
-        let root = mesh_telemetry::Root::start(&service, mesh_telemetry::extract(headers), || {
+        let root = mesh_telemetry::Root::start(service, mesh_telemetry::extract(headers), || {
             let name = [method.as_str(), route.as_str()].join(" ");
             tracing::info_span!(
                 "request",
@@ -140,8 +158,8 @@ impl Middleware for Observe {
                 url.path = request.uri().path(),
                 http.response.status_code = Empty,
                 error.type = Empty,
-                mesh.service = &*service,
-                gen_ai.agent.name = &*service,
+                mesh.service = service,
+                gen_ai.agent.name = service,
                 mesh.request_id = header(headers, REQUEST_ID_HEADER.as_str()),
                 mesh.correlation_id = header(headers, CORRELATION_ID_HEADER),
                 mesh.tenant = tenant.as_deref(),
@@ -152,9 +170,14 @@ impl Middleware for Observe {
                 gen_ai.operation.name = Empty,
             )
         });
-        let in_flight = metrics::gauge!("http_server_active_requests", SERVICE_LABEL => service.clone());
+        let in_flight = instruments
+            .in_flight
+            .get_or_init(
+                || metrics::gauge!("http_server_active_requests", SERVICE_LABEL => instruments.service.clone()),
+            )
+            .clone();
         in_flight.increment(1.0);
-        let request = RequestFacts { service, started, method, route, tenant };
+        let request = RequestFacts { instruments, started, method, route, tenant };
         Ok(Observed { request, root, in_flight: InFlight(in_flight) })
     }
 
@@ -178,17 +201,21 @@ impl Middleware for Observe {
 impl RequestFacts {
     /// Measures and logs the request, answered `response`, and ends its `span`.
     fn finish(self, span: &tracing::Span, response: Response) -> Response {
-        let Self { service, started, method, route, tenant } = self;
+        let Self { instruments, started, method, route, tenant } = self;
+        let service = &instruments.service;
         let status = response.status();
         let elapsed = started.elapsed();
-        metrics::histogram!(
-            "http_server_request_duration_seconds",
-            SERVICE_LABEL => service.clone(),
-            "method" => method.as_str().to_owned(),
-            "route" => route.clone(),
-            "status" => status.as_str().to_owned(),
-        )
-        .record(elapsed.as_secs_f64());
+        let durations =
+            instruments.durations.get((method.clone(), route.clone(), status), |(method, route, status)| {
+                metrics::histogram!(
+                    "http_server_request_duration_seconds",
+                    SERVICE_LABEL => service.clone(),
+                    "method" => method.as_str().to_owned(),
+                    "route" => route.clone(),
+                    "status" => status.as_str().to_owned(),
+                )
+            });
+        durations.record(elapsed.as_secs_f64());
         if let Some(rejection) = response.extensions().get::<Rejection>() {
             metrics::counter!("mesh_requests_rejected_total", SERVICE_LABEL => service.clone(), "reason" => rejection.reason())
             .increment(1);

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
 use mesh_storage::{AnyPool, Backend, Database, Row, settle};
+use mesh_telemetry::HandleCache;
+use metrics::Counter;
 use sqlx::AnyConnection;
 use sqlx::Connection as _;
 use sqlx::migrate::Migrator;
@@ -68,13 +70,21 @@ enum Queued {
 /// Tasks of one agent: in SQLite or PostgreSQL (durable or buffered), or in memory.
 #[derive(Debug, Clone)]
 pub struct TaskStore {
-    /// Shared, so that the metrics' `service` label takes it without a copy per write.
     pub(crate) agent: Arc<str>,
+    /// `mesh_task_writes_total{service, state}` by state.
+    writes: Arc<HandleCache<&'static str, Counter>>,
     /// This process's name among the replicas sharing the table: the owner of the rows it writes.
     pub(crate) replica: String,
     pub(crate) tasks: Tasks,
     /// Task events shared with the other replicas (PostgreSQL only).
     pub(crate) fanout: Option<Arc<Fanout>>,
+}
+
+/// The task states a store counts writes in, with room to spare.
+const TASK_STATES_MAX: usize = 16;
+
+fn write_counters() -> Arc<HandleCache<&'static str, Counter>> {
+    Arc::new(HandleCache::new(TASK_STATES_MAX))
 }
 
 /// Where the tasks live.
@@ -188,7 +198,7 @@ impl TaskStore {
         };
         tokio::spawn(writer.run(queue, flush_interval));
         let sql = SqlTasks { pool, backend: database.backend(), writes, pending, buffered: flush_interval.is_some() };
-        Ok(Self { agent: agent.into(), replica, tasks: Tasks::Sql(sql), fanout })
+        Ok(Self { agent: agent.into(), writes: write_counters(), replica, tasks: Tasks::Sql(sql), fanout })
     }
 
     /// A store keeping the agent's tasks in this process's memory alone, at most `tasks_max` of
@@ -197,6 +207,7 @@ impl TaskStore {
     pub fn in_memory(agent: &str, tasks_max: usize) -> Self {
         Self {
             agent: agent.into(),
+            writes: write_counters(),
             replica: uuid::Uuid::new_v4().to_string(),
             tasks: Tasks::Memory(Arc::new(MemoryTasks::new(tasks_max))),
             fanout: None,
@@ -351,9 +362,10 @@ impl TaskStore {
     }
 
     fn count_write(&self, task: &Task) {
-        let state = state_name(task.status.state);
-        metrics::counter!("mesh_task_writes_total", mesh_telemetry::SERVICE_LABEL => self.agent.clone(), "state" => state)
-            .increment(1);
+        let counter = self.writes.get(state_name(task.status.state), |state| {
+            metrics::counter!("mesh_task_writes_total", mesh_telemetry::SERVICE_LABEL => self.agent.clone(), "state" => *state)
+        });
+        counter.increment(1);
     }
 
     async fn enqueue(

@@ -12,6 +12,7 @@
 //! pushed over OTLP/HTTP too when an endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, unless `OTEL_METRICS_EXPORTER=none`).
 
+mod handles;
 mod otlp_metrics;
 mod prometheus;
 mod traces;
@@ -25,6 +26,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
+pub use handles::HandleCache;
 pub use otlp_metrics::MetricsSettings;
 pub use prometheus::{SERVICE_LABEL, install_metrics, install_metrics_with, render};
 pub use traces::{
@@ -89,9 +91,14 @@ pub fn init_with(format: LogFormat, traces: Option<TraceSettings>, otlp_metrics:
     let filter = filter.and(filter_fn(move |metadata| !traced || metadata.is_event()));
     // Logs on stderr: stdout is for what a command prints (`up`'s URLs, `ask`'s answer).
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
-        LogFormat::Text => {
-            tracing_subscriber::fmt::layer().with_target(true).with_writer(std::io::stderr).with_filter(filter).boxed()
-        }
+        // Colours only for a person at a terminal: in a file or a pipe the escape codes are noise
+        // to whoever reads or greps the log, and writing them was a tenth of a request's log line.
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_target(true)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
