@@ -2,7 +2,7 @@
 //! the call reports sent to it, and the link check where task calls are admitted.
 //!
 //! Every task route (seed `/tasks/send`, JSON-RPC, HTTP+JSON) is checked by the kit's admission
-//! layer ([`crate::call_safety::admit_calls`]) after the call-safety checks: the caller is the
+//! layer ([`crate::call_safety::AdmitCalls`]) after the call-safety checks: the caller is the
 //! agent the trust layer authenticated ([`AuthenticatedAgent`]) when there is one, else the last
 //! hop of the call chain; a call with no chain comes from a user, not an agent, and links do not
 //! govern it. The conversation is the call context's `contextId` (`x-mesh-context-id`), which

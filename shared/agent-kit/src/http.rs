@@ -201,7 +201,7 @@ async fn method_not_allowed(request: Request) -> ErrorResponse {
     )
 }
 
-/// Largest error body [`stamp_request_id`] rewrites; mesh error bodies are far smaller.
+/// Largest error body [`StampRequestId`] rewrites; mesh error bodies are far smaller.
 const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
 
 /// Puts the request id into every mesh error body that lacks one, whichever layer produced it
