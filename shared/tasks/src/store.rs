@@ -6,13 +6,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
 use mesh_storage::{AnyPool, Backend, Database, Row, settle};
 use mesh_telemetry::HandleCache;
-use metrics::Counter;
+use metrics::{Counter, Histogram};
 use sqlx::AnyConnection;
 use sqlx::Connection as _;
 use sqlx::migrate::Migrator;
@@ -71,8 +71,8 @@ enum Queued {
 #[derive(Debug, Clone)]
 pub struct TaskStore {
     pub(crate) agent: Arc<str>,
-    /// `mesh_task_writes_total{service, state}` by state.
-    writes: Arc<HandleCache<&'static str, Counter>>,
+    /// The write metrics' handles, kept rather than registered on every write.
+    metrics: Arc<WriteMetrics>,
     /// This process's name among the replicas sharing the table: the owner of the rows it writes.
     pub(crate) replica: String,
     pub(crate) tasks: Tasks,
@@ -83,8 +83,19 @@ pub struct TaskStore {
 /// The task states a store counts writes in, with room to spare.
 const TASK_STATES_MAX: usize = 16;
 
-fn write_counters() -> Arc<HandleCache<&'static str, Counter>> {
-    Arc::new(HandleCache::new(TASK_STATES_MAX))
+/// A store's write metrics (their `service` label is the store's agent).
+#[derive(Debug)]
+struct WriteMetrics {
+    /// `mesh_task_writes_total{service, state}` by state.
+    writes: HandleCache<&'static str, Counter>,
+    /// `mesh_task_store_write_duration_seconds{service}`.
+    duration: OnceLock<Histogram>,
+}
+
+impl Default for WriteMetrics {
+    fn default() -> Self {
+        Self { writes: HandleCache::new(TASK_STATES_MAX), duration: OnceLock::new() }
+    }
 }
 
 /// Where the tasks live.
@@ -198,7 +209,7 @@ impl TaskStore {
         };
         tokio::spawn(writer.run(queue, flush_interval));
         let sql = SqlTasks { pool, backend: database.backend(), writes, pending, buffered: flush_interval.is_some() };
-        Ok(Self { agent: agent.into(), writes: write_counters(), replica, tasks: Tasks::Sql(sql), fanout })
+        Ok(Self { agent: agent.into(), metrics: Arc::default(), replica, tasks: Tasks::Sql(sql), fanout })
     }
 
     /// A store keeping the agent's tasks in this process's memory alone, at most `tasks_max` of
@@ -207,7 +218,7 @@ impl TaskStore {
     pub fn in_memory(agent: &str, tasks_max: usize) -> Self {
         Self {
             agent: agent.into(),
-            writes: write_counters(),
+            metrics: Arc::default(),
             replica: uuid::Uuid::new_v4().to_string(),
             tasks: Tasks::Memory(Arc::new(MemoryTasks::new(tasks_max))),
             fanout: None,
@@ -251,8 +262,10 @@ impl TaskStore {
         }
         .instrument(span)
         .await;
-        metrics::histogram!("mesh_task_store_write_duration_seconds", mesh_telemetry::SERVICE_LABEL => self.agent.clone())
-            .record(started.elapsed().as_secs_f64());
+        let duration = self.metrics.duration.get_or_init(|| {
+            metrics::histogram!("mesh_task_store_write_duration_seconds", mesh_telemetry::SERVICE_LABEL => self.agent.clone())
+        });
+        duration.record(started.elapsed().as_secs_f64());
         saved
     }
 
@@ -362,7 +375,7 @@ impl TaskStore {
     }
 
     fn count_write(&self, task: &Task) {
-        let counter = self.writes.get(state_name(task.status.state), |state| {
+        let counter = self.metrics.writes.get(state_name(task.status.state), |state| {
             metrics::counter!("mesh_task_writes_total", mesh_telemetry::SERVICE_LABEL => self.agent.clone(), "state" => *state)
         });
         counter.increment(1);
