@@ -197,7 +197,7 @@ async fn send_task<H: AgentHandler>(
     crate::observe::record_task(&task_id, context_id.as_deref());
     let outcome = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()));
     let record = seed_task(&task_id, &record_context, &task.messages, Some(outcome.as_ref()));
-    if let Err(error) = state.engine.record(&tenant, &record).await {
+    if let Err(error) = state.engine.record(&tenant, record).await {
         // The answer stands; only its record is missing from the task store.
         tracing::error!(task = %task_id, %error, "could not record the seed task");
     }

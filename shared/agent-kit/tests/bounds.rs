@@ -298,7 +298,7 @@ async fn tasks_a_crash_left_working_are_failed_at_start_with_the_reason() {
             history: Vec::new(),
             metadata: None,
         };
-        store.save("", &task).await.unwrap();
+        store.save("", task).await.unwrap();
     }
     let config = AgentConfig { task_store_url: Some(url), ..AgentConfig::default() };
     let agent = Served::start(

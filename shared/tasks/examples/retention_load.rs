@@ -72,7 +72,7 @@ async fn main() {
     let mut in_flight = futures::stream::FuturesUnordered::new();
     for (id, age) in ids {
         let store = store.clone();
-        in_flight.push(async move { store.save("", &task(id, age)).await });
+        in_flight.push(async move { store.save("", task(id, age)).await });
         if in_flight.len() >= SAVES_IN_FLIGHT {
             futures::StreamExt::next(&mut in_flight).await.expect("a save").expect("saved");
         }

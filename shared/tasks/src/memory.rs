@@ -7,6 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use foldhash::fast::RandomState;
 use mesh_protocol::a2a::v1::{ListTasksResponse, Task};
 
 use crate::error::TaskError;
@@ -30,7 +31,9 @@ pub(crate) struct MemoryTasks {
 struct Kept {
     /// Boxed: a task with its status message takes hundreds of bytes, which every growth of the
     /// table would otherwise move (up to `tasks_max` of them) and which would size its buckets.
-    tasks: HashMap<Key, Box<Entry>>,
+    /// Hashed with foldhash, seeded per map (a client chooses the ids it asks for): std's SipHash
+    /// cost several times as much on each of a task's saves.
+    tasks: HashMap<Key, Box<Entry>, RandomState>,
     /// The finished tasks by last change, oldest first, `(updated_at, tenant, id)`: the order
     /// they are purged and evicted in.
     finished: BTreeSet<(String, String, String)>,
@@ -82,16 +85,26 @@ impl MemoryTasks {
     /// Keeps the task's newest state, as the SQL store's upsert does: an older state (by its
     /// `updated_at`) never replaces a newer one, and a finished task stays finished. A new task
     /// past the cap evicts the oldest finished one, or is refused when none is finished.
-    pub(crate) fn save(&self, tenant: &str, task: &Task, updated_at: String) -> Result<(), TaskError> {
+    pub(crate) fn save(&self, tenant: &str, task: Task, updated_at: String) -> Result<(), TaskError> {
         let key = (tenant.to_owned(), task.id.clone());
         let mut kept = self.kept();
-        match kept.tasks.get(&key) {
-            Some(entry) if entry.task.status.state.is_terminal() || entry.updated_at > updated_at => return Ok(()),
-            Some(_) => {}
-            None => kept.make_room(self.tasks_max)?,
+        let Kept { tasks, finished } = &mut *kept;
+        match tasks.get_mut(&key) {
+            Some(entry) if entry.task.status.state.is_terminal() || entry.updated_at > updated_at => Ok(()),
+            // A task's next state, in place: no new entry, no second lookup.
+            Some(entry) => {
+                if task.status.state.is_terminal() {
+                    finished.insert((updated_at.clone(), key.0, key.1));
+                }
+                **entry = Entry { updated_at, task };
+                Ok(())
+            }
+            None => {
+                kept.make_room(self.tasks_max)?;
+                kept.insert(key, updated_at, task);
+                Ok(())
+            }
         }
-        kept.insert(key, updated_at, task.clone());
-        Ok(())
     }
 
     /// Keeps `task` unless its tenant has a task of that id; says whether it did.
@@ -188,21 +201,21 @@ mod tests {
     #[test]
     fn the_oldest_finished_task_makes_room_and_unfinished_ones_are_never_evicted() {
         let memory = MemoryTasks::new(3);
-        memory.save("", &task("old-done", TaskState::Completed), at(1)).unwrap();
-        memory.save("", &task("waiting", TaskState::InputRequired), at(2)).unwrap();
-        memory.save("", &task("new-done", TaskState::Failed), at(3)).unwrap();
-        memory.save("", &task("fourth", TaskState::Working), at(4)).unwrap();
+        memory.save("", task("old-done", TaskState::Completed), at(1)).unwrap();
+        memory.save("", task("waiting", TaskState::InputRequired), at(2)).unwrap();
+        memory.save("", task("new-done", TaskState::Failed), at(3)).unwrap();
+        memory.save("", task("fourth", TaskState::Working), at(4)).unwrap();
         assert_eq!(memory.get("", "old-done"), None, "the oldest finished task left first");
         assert!(memory.get("", "waiting").is_some());
-        memory.save("", &task("fifth", TaskState::Working), at(5)).unwrap();
+        memory.save("", task("fifth", TaskState::Working), at(5)).unwrap();
         assert_eq!(memory.get("", "new-done"), None);
         assert_eq!(memory.occupancy(), (3, 3));
         // Full of unfinished tasks: a new one is refused, saying why; updates still land.
-        let refused = memory.save("", &task("sixth", TaskState::Working), at(6)).unwrap_err();
+        let refused = memory.save("", task("sixth", TaskState::Working), at(6)).unwrap_err();
         assert!(matches!(&refused, TaskError::Busy(reason) if reason.contains("memory_tasks_max")), "{refused:?}");
         assert_eq!(memory.check_room(), Err(refused));
         assert_eq!(memory.create("", &task("sixth", TaskState::Working), at(6)).map_err(|_| ()), Err(()));
-        memory.save("", &task("fifth", TaskState::Completed), at(7)).unwrap();
+        memory.save("", task("fifth", TaskState::Completed), at(7)).unwrap();
         assert_eq!(memory.check_room(), Ok(()), "a finished task can now make room");
         assert!(memory.create("", &task("sixth", TaskState::Working), at(8)).unwrap());
         assert_eq!(memory.get("", "fifth"), None);
@@ -211,9 +224,9 @@ mod tests {
     #[test]
     fn a_purge_forgets_finished_tasks_older_than_the_cutoff_only() {
         let memory = MemoryTasks::new(10);
-        memory.save("a", &task("done-early", TaskState::Completed), at(1)).unwrap();
-        memory.save("b", &task("running-early", TaskState::Working), at(1)).unwrap();
-        memory.save("a", &task("done-late", TaskState::Canceled), at(5)).unwrap();
+        memory.save("a", task("done-early", TaskState::Completed), at(1)).unwrap();
+        memory.save("b", task("running-early", TaskState::Working), at(1)).unwrap();
+        memory.save("a", task("done-late", TaskState::Canceled), at(5)).unwrap();
         assert_eq!(memory.purge_finished(&at(3)), 1);
         assert_eq!(memory.get("a", "done-early"), None);
         assert!(memory.get("b", "running-early").is_some(), "unfinished tasks are never purged");
@@ -227,10 +240,10 @@ mod tests {
     fn an_older_state_never_replaces_a_newer_one_and_one_as_new_does() {
         let memory = MemoryTasks::new(10);
         let with_context = |context: &str| Task { context_id: context.into(), ..task("t", TaskState::Working) };
-        memory.save("", &with_context("newer"), at(5)).unwrap();
-        memory.save("", &with_context("older"), at(3)).unwrap();
+        memory.save("", with_context("newer"), at(5)).unwrap();
+        memory.save("", with_context("older"), at(3)).unwrap();
         assert_eq!(memory.get("", "t").unwrap().context_id, "newer");
-        memory.save("", &with_context("as new"), at(5)).unwrap();
+        memory.save("", with_context("as new"), at(5)).unwrap();
         assert_eq!(memory.get("", "t").unwrap().context_id, "as new", "the later write of one instant wins");
     }
 
@@ -238,9 +251,9 @@ mod tests {
     fn lists_only_the_tenants_own_tasks_newest_first() {
         let memory = MemoryTasks::new(10);
         for second in 1..=4 {
-            memory.save("a", &task(&format!("t{second}"), TaskState::Completed), at(second)).unwrap();
+            memory.save("a", task(&format!("t{second}"), TaskState::Completed), at(second)).unwrap();
         }
-        memory.save("b", &task("other", TaskState::Completed), at(9)).unwrap();
+        memory.save("b", task("other", TaskState::Completed), at(9)).unwrap();
         let query = ListQuery::parse(&ListTasksRequest { page_size: Some(3), ..Default::default() }).unwrap();
         let page = memory.list("a", &query);
         assert_eq!(page.total_size, 4);

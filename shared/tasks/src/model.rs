@@ -23,10 +23,37 @@ pub fn now_timestamp() -> String {
 /// Rewrites an RFC 3339 instant in the form of [`now_timestamp`], so that it compares with stored
 /// timestamps as text; `None` when it is not an RFC 3339 instant.
 pub fn normalize_timestamp(instant: &str) -> Option<String> {
+    // The engine's own stamps are in that form already: every save of a task reads one, and a
+    // parse and a format would cost it more than the rest of a save in memory.
+    if is_normal_timestamp(instant) {
+        return Some(instant.to_owned());
+    }
     chrono::DateTime::parse_from_rfc3339(instant)
         .ok()
         .map(|t| t.with_timezone(&Utc).to_rfc3339_opts(SecondsFormat::Micros, true))
 }
+
+/// Whether `instant` is written as [`now_timestamp`] writes (`YYYY-MM-DDTHH:MM:SS.ffffffZ`) and
+/// names a real instant. A leap second (`:60`) is left to the parser, which moves it.
+fn is_normal_timestamp(instant: &str) -> bool {
+    const SEPARATORS: [(usize, u8); 7] =
+        [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (19, b'.'), (26, b'Z')];
+    let bytes = instant.as_bytes();
+    if bytes.len() != NORMAL_TIMESTAMP_LEN || !SEPARATORS.iter().all(|&(at, separator)| bytes[at] == separator) {
+        return false;
+    }
+    let is_digit = |at: usize| SEPARATORS.iter().any(|&(separator, _)| separator == at) || bytes[at].is_ascii_digit();
+    if !(0..NORMAL_TIMESTAMP_LEN).all(is_digit) {
+        return false;
+    }
+    let number = |from: usize, to: usize| bytes[from..to].iter().fold(0, |n, digit| n * 10 + u32::from(digit - b'0'));
+    let (year, month, day) = (number(0, 4), number(5, 7), number(8, 10));
+    let real_date = i32::try_from(year).is_ok_and(|year| chrono::NaiveDate::from_ymd_opt(year, month, day).is_some());
+    real_date && number(11, 13) < 24 && number(14, 16) < 60 && number(17, 19) < 60
+}
+
+/// The length of [`now_timestamp`]'s stamps.
+const NORMAL_TIMESTAMP_LEN: usize = 27;
 
 /// The wire name of a state (`TASK_STATE_COMPLETED`), as stored for filtering.
 pub fn state_name(state: TaskState) -> &'static str {
@@ -121,8 +148,50 @@ pub fn accepts_messages(state: TaskState) -> bool {
 #[cfg(test)]
 mod tests {
     use mesh_protocol::a2a::v1::{Part, Role, TaskStatus};
+    use proptest::prelude::*;
 
     use super::*;
+
+    /// [`normalize_timestamp`] without its shortcut for stamps already normal.
+    fn normalized_by_parsing(instant: &str) -> Option<String> {
+        chrono::DateTime::parse_from_rfc3339(instant)
+            .ok()
+            .map(|t| t.with_timezone(&Utc).to_rfc3339_opts(SecondsFormat::Micros, true))
+    }
+
+    proptest! {
+        /// Any string of a normal stamp's shape (real dates or not, leap seconds, hours past 23)
+        /// is normalized as parsing and formatting it would.
+        #[test]
+        fn a_stamp_of_the_normal_shape_is_normalized_as_parsing_would(
+            year in 0u32..10_000, month in 0u32..100, day in 0u32..100,
+            hour in 0u32..100, minute in 0u32..100, second in 0u32..100, micros in 0u32..1_000_000,
+        ) {
+            let instant = format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{micros:06}Z");
+            prop_assert_eq!(normalize_timestamp(&instant), normalized_by_parsing(&instant), "{}", instant);
+        }
+
+        /// So is any string at all.
+        #[test]
+        fn any_string_is_normalized_as_parsing_would(instant in "[0-9TZtz:.+-]{0,32}") {
+            prop_assert_eq!(normalize_timestamp(&instant), normalized_by_parsing(&instant));
+        }
+    }
+
+    #[test]
+    fn stamps_are_normalized_to_utc_microseconds() {
+        let now = now_timestamp();
+        assert_eq!(normalize_timestamp(&now), Some(now.clone()));
+        for (instant, normal) in [
+            ("2024-02-29T23:59:59.999999Z", Some("2024-02-29T23:59:59.999999Z")),
+            ("2026-11-22T04:08:38.933199+01:00", Some("2026-11-22T03:08:38.933199Z")),
+            ("2026-11-22T04:08:38Z", Some("2026-11-22T04:08:38.000000Z")),
+            ("2026-02-29T00:00:00.000000Z", None),
+            ("2026-11-22T24:00:00.000000Z", None),
+        ] {
+            assert_eq!(normalize_timestamp(instant).as_deref(), normal, "{instant}");
+        }
+    }
 
     #[test]
     fn new_ids_are_unique_and_sort_in_the_order_they_were_made() {

@@ -164,14 +164,15 @@ impl TaskStore {
                 apply(&mut task, &update);
                 let owner: Option<String> = row.try_get("owner")?;
                 saves.push(async move {
-                    self.save(&tenant, &task).await?;
+                    let id = task.id.clone();
+                    self.save(&tenant, task).await?;
                     // Its webhooks hear of the end too (queued before the agent serves again).
-                    if let Err(error) = self.enqueue_push(&tenant, &task.id, std::slice::from_ref(&update)).await {
-                        tracing::error!(task = %task.id, %error, "could not queue the push notification of a failed task");
+                    if let Err(error) = self.enqueue_push(&tenant, &id, std::slice::from_ref(&update)).await {
+                        tracing::error!(task = %id, %error, "could not queue the push notification of a failed task");
                     }
                     // Subscribers following the task on any replica learn of its end now.
                     if let (Some(fanout), Some(owner)) = (&self.fanout, owner) {
-                        fanout.publish_for(&owner, &tenant, &task.id, &update).await;
+                        fanout.publish_for(&owner, &tenant, &id, &update).await;
                     }
                     Ok::<_, TaskError>(())
                 });

@@ -235,7 +235,7 @@ impl TaskStore {
 
     /// Saves the task and returns once it is as safe as the store's durability makes it:
     /// committed (durable), queued for the next commit (buffered), or kept (memory).
-    pub async fn save(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
+    pub async fn save(&self, tenant: &str, task: Task) -> Result<(), TaskError> {
         let span = if mesh_telemetry::recording() {
             tracing::info_span!(
                 "task_store.write",
@@ -252,10 +252,10 @@ impl TaskStore {
         let saved = async {
             match &self.tasks {
                 Tasks::Memory(memory) => self.keep(memory, tenant, task),
-                Tasks::Sql(sql) if sql.buffered => self.enqueue(sql, tenant, task, None).await,
+                Tasks::Sql(sql) if sql.buffered => self.enqueue(sql, tenant, &task, None).await,
                 Tasks::Sql(sql) => {
                     let (done, committed) = oneshot::channel();
-                    self.enqueue(sql, tenant, task, Some(done)).await?;
+                    self.enqueue(sql, tenant, &task, Some(done)).await?;
                     committed.await.map_err(|_| writer_stopped())?.map_err(TaskError::Storage)
                 }
             }
@@ -362,16 +362,17 @@ impl TaskStore {
     /// loss in a crash only means the stored task shows an earlier state (or is missing).
     /// [`Self::get`] sees it at once. Whatever order saves of one task reach the writer in, a
     /// state older than the stored one (by its status timestamp) never replaces it.
-    pub async fn save_in_background(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
+    pub async fn save_in_background(&self, tenant: &str, task: Task) -> Result<(), TaskError> {
         match &self.tasks {
             Tasks::Memory(memory) => self.keep(memory, tenant, task),
-            Tasks::Sql(sql) => self.enqueue(sql, tenant, task, None).await,
+            Tasks::Sql(sql) => self.enqueue(sql, tenant, &task, None).await,
         }
     }
 
-    fn keep(&self, memory: &MemoryTasks, tenant: &str, task: &Task) -> Result<(), TaskError> {
-        self.count_write(task);
-        memory.save(tenant, task, updated_at(task))
+    fn keep(&self, memory: &MemoryTasks, tenant: &str, task: Task) -> Result<(), TaskError> {
+        self.count_write(&task);
+        let updated_at = updated_at(&task);
+        memory.save(tenant, task, updated_at)
     }
 
     fn count_write(&self, task: &Task) {

@@ -163,7 +163,7 @@ async fn an_expired_claim_is_handed_out_again() {
 async fn retention_deletes_a_finished_tasks_configs_and_notifications() {
     for (backend, store, _dir) in common::stores("push-retention").await {
         for (id, state) in [("done", TaskState::Completed), ("running", TaskState::Working)] {
-            store.save("", &task(id, state)).await.unwrap();
+            store.save("", task(id, state)).await.unwrap();
             store.put_push_config("", id, &config(None, "http://x.test/")).await.unwrap();
             store.enqueue_push("", id, &[update(id, state)]).await.unwrap();
         }
@@ -179,7 +179,7 @@ async fn retention_deletes_a_finished_tasks_configs_and_notifications() {
 #[tokio::test]
 async fn a_task_failed_after_a_crash_tells_its_webhooks() {
     for (backend, store, _dir) in common::sql_stores("push-interrupted").await {
-        store.save("", &task("left", TaskState::Working)).await.unwrap();
+        store.save("", task("left", TaskState::Working)).await.unwrap();
         store.put_push_config("", "left", &config(None, "http://x.test/")).await.unwrap();
         // No process holds a lease on these rows: the task is taken for a crashed process's.
         assert_eq!(store.fail_interrupted("the agent stopped", Duration::from_secs(30)).await.unwrap(), 1, "{backend}");

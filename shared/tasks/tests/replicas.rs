@@ -26,11 +26,11 @@ fn task(id: &str, state: TaskState) -> Task {
 #[tokio::test]
 async fn a_finished_task_is_never_overwritten_by_a_later_save_of_another_state() {
     for (backend, store, _dir) in common::stores("replicas-guard").await {
-        store.save("", &task("t1", TaskState::Working)).await.unwrap();
-        store.save("", &task("t1", TaskState::Canceled)).await.unwrap();
+        store.save("", task("t1", TaskState::Working)).await.unwrap();
+        store.save("", task("t1", TaskState::Canceled)).await.unwrap();
         // A turn elsewhere ends after the cancellation, its status stamped later.
-        store.save("", &task("t1", TaskState::Completed)).await.unwrap();
-        store.save("", &task("t1", TaskState::Working)).await.unwrap();
+        store.save("", task("t1", TaskState::Completed)).await.unwrap();
+        store.save("", task("t1", TaskState::Working)).await.unwrap();
         let stored = store.get("", "t1").await.unwrap().unwrap();
         assert_eq!(stored.status.state, TaskState::Canceled, "{backend}");
     }
@@ -48,11 +48,11 @@ async fn only_the_running_tasks_of_replicas_without_a_live_lease_are_failed() {
     let Some((live, starting)) = replicas("replicas-lease").await else { return };
     let lease = Lease { ttl: Duration::from_secs(30), renew_interval: Duration::from_secs(5) };
     let renewing = live.start_lease(lease, Some("restart")).await.unwrap().expect("a lease job on PostgreSQL");
-    live.save("", &task("runs-on-a-live-replica", TaskState::Working)).await.unwrap();
+    live.save("", task("runs-on-a-live-replica", TaskState::Working)).await.unwrap();
     // A replica that died: it wrote a running task and holds no lease.
     let url = mesh_test_support::postgres_url().unwrap();
     let dead = TaskStore::open(&url, live.agent()).await.unwrap();
-    dead.save("", &task("orphaned", TaskState::Working)).await.unwrap();
+    dead.save("", task("orphaned", TaskState::Working)).await.unwrap();
     // Subscribers following the orphaned task elsewhere, and on the sweeping replica itself.
     let mut elsewhere = live.listen().unwrap();
     let mut sweeper = starting.listen().unwrap();

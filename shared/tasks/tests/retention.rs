@@ -48,7 +48,7 @@ async fn the_purge_removes_old_finished_tasks_and_keeps_fresh_and_unfinished_one
             ("", "fresh-completed", TaskState::Completed, fresh),
             ("acme", "fresh-failed", TaskState::Failed, fresh),
         ] {
-            store.save(tenant, &task(id, state, age)).await.unwrap();
+            store.save(tenant, task(id, state, age)).await.unwrap();
         }
         let purged = store.purge_finished(ttl).await.unwrap();
         assert_eq!(purged, 4, "{backend}");
@@ -67,7 +67,7 @@ async fn a_purge_larger_than_one_batch_removes_everything_due() {
                 store
                     .save_in_background(
                         "",
-                        &task(&format!("t{i:05}"), TaskState::Completed, Duration::from_millis(2 * DAY_MS)),
+                        task(&format!("t{i:05}"), TaskState::Completed, Duration::from_millis(2 * DAY_MS)),
                     )
                     .await
             }
@@ -75,7 +75,7 @@ async fn a_purge_larger_than_one_batch_removes_everything_due() {
         for saved in futures::future::join_all(saves).await {
             saved.unwrap();
         }
-        store.save("", &task("kept", TaskState::Completed, Duration::ZERO)).await.unwrap();
+        store.save("", task("kept", TaskState::Completed, Duration::ZERO)).await.unwrap();
         assert_eq!(store.purge_finished(Duration::from_millis(DAY_MS)).await.unwrap(), 12_345, "{backend}");
         assert_eq!(ids(&store, "").await, ["kept"], "{backend}");
     }
@@ -90,7 +90,7 @@ async fn tasks_left_running_by_a_crash_are_failed_with_the_reason_at_start() {
             ("", "waiting", TaskState::InputRequired),
             ("", "done", TaskState::Completed),
         ] {
-            store.save(tenant, &task(id, state, Duration::from_secs(5))).await.unwrap();
+            store.save(tenant, task(id, state, Duration::from_secs(5))).await.unwrap();
         }
         let failed = store.fail_interrupted("the agent restarted", std::time::Duration::from_secs(30)).await.unwrap();
         assert_eq!(failed, 2, "{backend}");

@@ -28,7 +28,7 @@ async fn concurrent_saves_commit_and_read_back() {
     for (backend, store, _dir) in common::stores("test-agent").await {
         let saves = (0..200).map(|i| {
             let store = store.clone();
-            async move { store.save("", &task(&format!("t{i:03}"), "c1", TaskState::Completed)).await }
+            async move { store.save("", task(&format!("t{i:03}"), "c1", TaskState::Completed)).await }
         });
         for result in futures::future::join_all(saves).await {
             result.unwrap();
@@ -75,8 +75,8 @@ async fn a_memory_store_full_of_unfinished_tasks_has_no_room_for_another() {
 #[tokio::test]
 async fn later_saves_of_a_task_win() {
     for (backend, store, _dir) in common::stores("test-agent").await {
-        store.save_in_background("", &task("t1", "c1", TaskState::Working)).await.unwrap();
-        store.save("", &task("t1", "c1", TaskState::Completed)).await.unwrap();
+        store.save_in_background("", task("t1", "c1", TaskState::Working)).await.unwrap();
+        store.save("", task("t1", "c1", TaskState::Completed)).await.unwrap();
         let read = store.get("", "t1").await.unwrap().unwrap();
         assert_eq!(read.status.state, TaskState::Completed, "{backend}");
     }
@@ -89,11 +89,11 @@ async fn an_older_state_saved_late_never_replaces_a_newer_one() {
         working.status.timestamp = Some("2026-11-23T10:00:00.000001Z".into());
         let mut canceled = task("t4", "c4", TaskState::Canceled);
         canceled.status.timestamp = Some("2026-11-23T10:00:00.000002Z".into());
-        store.save("", &canceled).await.unwrap();
+        store.save("", canceled).await.unwrap();
         // In one batch and in separate ones, queued and committed.
-        store.save_in_background("", &working).await.unwrap();
+        store.save_in_background("", working.clone()).await.unwrap();
         assert_eq!(store.get("", "t4").await.unwrap().unwrap().status.state, TaskState::Canceled, "{backend}");
-        store.save("", &working).await.unwrap();
+        store.save("", working).await.unwrap();
         assert_eq!(store.get("", "t4").await.unwrap().unwrap().status.state, TaskState::Canceled, "{backend}");
     }
 }
@@ -102,13 +102,13 @@ async fn an_older_state_saved_late_never_replaces_a_newer_one() {
 async fn a_background_save_is_read_back_before_and_after_its_commit() {
     for (backend, store, _dir) in common::stores("test-agent").await {
         for state in [TaskState::Working, TaskState::InputRequired] {
-            store.save_in_background("tenant", &task("t2", "c2", state)).await.unwrap();
+            store.save_in_background("tenant", task("t2", "c2", state)).await.unwrap();
             let read = store.get("tenant", "t2").await.unwrap().expect("the queued task");
             assert_eq!(read.status.state, state, "{backend}");
         }
         assert_eq!(store.get("other", "t2").await.unwrap(), None, "{backend}: tenants stay apart");
         // A waited-for save commits after the background ones; the store then reads the table.
-        store.save("tenant", &task("t3", "c2", TaskState::Completed)).await.unwrap();
+        store.save("tenant", task("t3", "c2", TaskState::Completed)).await.unwrap();
         let read = store.get("tenant", "t2").await.unwrap().expect("the committed task");
         assert_eq!(read.status.state, TaskState::InputRequired, "{backend}");
     }
@@ -118,10 +118,10 @@ async fn a_background_save_is_read_back_before_and_after_its_commit() {
 async fn lists_page_through_every_task_once_and_filter() {
     for (backend, store, _dir) in common::stores("test-agent").await {
         for i in 0..5 {
-            store.save("", &task(&format!("a{i}"), "ctx-a", TaskState::Completed)).await.unwrap();
+            store.save("", task(&format!("a{i}"), "ctx-a", TaskState::Completed)).await.unwrap();
         }
-        store.save("", &task("b0", "ctx-b", TaskState::InputRequired)).await.unwrap();
-        store.save("t2", &task("c0", "ctx-a", TaskState::Completed)).await.unwrap();
+        store.save("", task("b0", "ctx-b", TaskState::InputRequired)).await.unwrap();
+        store.save("t2", task("c0", "ctx-a", TaskState::Completed)).await.unwrap();
 
         let mut seen = Vec::new();
         let mut request =
@@ -175,7 +175,7 @@ async fn tasks_survive_reopening_the_file() {
     let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
     {
         let store = TaskStore::open(&url, "agent").await.unwrap();
-        store.save("", &task("kept", "c1", TaskState::Completed)).await.unwrap();
+        store.save("", task("kept", "c1", TaskState::Completed)).await.unwrap();
     }
     let store = TaskStore::open(&url, "agent").await.unwrap();
     assert_eq!(store.get("", "kept").await.unwrap().unwrap().status.state, TaskState::Completed);
@@ -208,7 +208,7 @@ async fn a_buffered_save_is_read_at_once_and_committed_by_a_flush() {
         let buffered = TaskStore::open_buffered(&url, &agent, FLUSH_INTERVAL_NEVER).await.unwrap();
         let table = TaskStore::open(&url, &agent).await.unwrap();
         for i in 0..3 {
-            buffered.save("", &task(&format!("t{i}"), "c1", TaskState::Completed)).await.unwrap();
+            buffered.save("", task(&format!("t{i}"), "c1", TaskState::Completed)).await.unwrap();
         }
         // Answered before any commit: read back from the queue, not yet in the table, even after
         // the time an unbuffered writer takes to commit many times over.
@@ -226,7 +226,7 @@ async fn a_store_on_one_in_memory_connection_reads_between_its_writes() {
     let store = TaskStore::open(mesh_storage::SQLITE_MEMORY_URL, "one-connection").await.unwrap();
     for i in 0..3 {
         let id = format!("t{i}");
-        store.save("", &task(&id, "c1", TaskState::Completed)).await.unwrap();
+        store.save("", task(&id, "c1", TaskState::Completed)).await.unwrap();
         let read = tokio::time::timeout(Duration::from_secs(2), store.get("", &id)).await;
         assert_eq!(read.expect("a read waits for no connection").unwrap().unwrap().id, id);
     }
@@ -243,7 +243,7 @@ async fn a_batch_of_more_rows_than_one_statement_carries_commits_whole() {
         let agent = format!("batch-{}", uuid::Uuid::new_v4());
         let buffered = TaskStore::open_buffered(&url, &agent, FLUSH_INTERVAL_NEVER).await.unwrap();
         for i in 0..ROWS_OVER_ONE_STATEMENT {
-            buffered.save("", &task(&format!("t{i:03}"), "c1", TaskState::Completed)).await.unwrap();
+            buffered.save("", task(&format!("t{i:03}"), "c1", TaskState::Completed)).await.unwrap();
         }
         // The writer holds every save until the flush: they are committed as one batch.
         buffered.flush().await.unwrap();
@@ -261,7 +261,7 @@ async fn a_buffered_save_is_committed_within_the_flush_interval() {
         let agent = format!("buffered-{}", uuid::Uuid::new_v4());
         let buffered = TaskStore::open_buffered(&url, &agent, Duration::from_millis(50)).await.unwrap();
         let table = TaskStore::open(&url, &agent).await.unwrap();
-        buffered.save("tenant", &task("t1", "c1", TaskState::Completed)).await.unwrap();
+        buffered.save("tenant", task("t1", "c1", TaskState::Completed)).await.unwrap();
         let deadline = Instant::now() + COMMIT_DEADLINE;
         while table.get("tenant", "t1").await.unwrap().is_none() {
             assert!(Instant::now() < deadline, "{backend}: not committed within {COMMIT_DEADLINE:?}");

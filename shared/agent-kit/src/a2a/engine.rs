@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
+use foldhash::fast::RandomState;
 use futures::FutureExt;
 use mesh_client::CallScope;
 use mesh_protocol::a2a::v1::{
@@ -139,7 +140,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug)]
 struct Core {
     store: TaskStore,
-    live: Mutex<HashMap<TaskKey, Arc<LiveTask>>>,
+    /// Hashed with foldhash, seeded per map: a client chooses the task ids it names, and std's
+    /// SipHash cost several times as much per lookup on every event.
+    live: Mutex<HashMap<TaskKey, Arc<LiveTask>, RandomState>>,
     limits: TaskLimits,
     push: Option<PushDelivery>,
     /// Stops following the other replicas' events when the engine is gone.
@@ -266,7 +269,7 @@ impl Core {
                 if push {
                     self.notify_webhooks(&key, std::slice::from_ref(&update)).await;
                 }
-                if let Err(error) = self.save(&key.0, &task, true).await {
+                if let Err(error) = self.save(&key.0, task, true).await {
                     tracing::error!(task = %key.1, %error, "could not save the expired task");
                 }
                 self.store.publish(&key.0, &key.1, &update).await;
@@ -279,7 +282,7 @@ impl Core {
 
     /// Saves the task: `durable`, as safely as the store's durability makes a save (committed,
     /// queued for the next flush, or kept in memory); otherwise in the background.
-    async fn save(&self, tenant: &str, task: &Task, durable: bool) -> Result<(), TaskError> {
+    async fn save(&self, tenant: &str, task: Task, durable: bool) -> Result<(), TaskError> {
         if durable { self.store.save(tenant, task).await } else { self.store.save_in_background(tenant, task).await }
     }
 
@@ -424,7 +427,7 @@ impl<H: TaskHandler> TaskEngine<H> {
         let heard = store.listen();
         let stop = CancellationToken::new();
         let following = heard.is_some().then(|| stop.clone().drop_guard());
-        let core = Arc::new(Core { store, live: Mutex::new(HashMap::new()), limits, push, _following: following });
+        let core = Arc::new(Core { store, live: Mutex::new(HashMap::default()), limits, push, _following: following });
         if let Some(heard) = heard {
             tokio::spawn(follow_others(Arc::downgrade(&core), heard, stop));
         }
@@ -546,9 +549,9 @@ impl<H: TaskHandler> TaskEngine<H> {
             turn: turn_number,
         };
         let handler = self.handler.clone();
-        // The turn runs on its own task, in the request's trace: its spans join it, and its calls
-        // carry it on. The handler's future and the turn's end are boxed: inline they made the
-        // spawned future about 7 KiB, copied whole at each of the moves spawning makes.
+        // The turn runs in the request's trace: its spans join it, and its calls carry it on. The
+        // handler's future and the turn's end are boxed: inline they made the turn's future
+        // about 7 KiB, copied whole at each of the moves spawning makes.
         let turn_task = async move {
             let run = std::panic::AssertUnwindSafe(Box::pin(handler.run(turn, sink.clone()))).catch_unwind().await;
             let reason = match run {
@@ -557,7 +560,14 @@ impl<H: TaskHandler> TaskEngine<H> {
             };
             Box::pin(sink.end_turn(reason)).await;
         };
-        tokio::spawn(mesh_telemetry::in_current_trace(turn_task));
+        let mut turn_task = Box::pin(mesh_telemetry::in_current_trace(turn_task));
+        // Its first steps run here, on the request's task: a turn that ends without waiting (an
+        // agent answering from what it holds, tasks kept in memory) then costs no task of its own,
+        // and the request no hand-off to one and back. A turn that waits goes on on its own task,
+        // so that it outlives a caller who leaves.
+        if turn_task.as_mut().now_or_never().is_none() {
+            tokio::spawn(turn_task);
+        }
         Ok(events)
     }
 
@@ -651,7 +661,7 @@ impl<H: TaskHandler> TaskEngine<H> {
         if lock(&live.state).push {
             self.core.notify_webhooks(&key, std::slice::from_ref(&update)).await;
         }
-        let saved = self.core.save(tenant, &task, true).await;
+        let saved = self.core.save(tenant, task.clone(), true).await;
         self.core.forget(&key, &live);
         if saved.is_ok() && !ran_here && self.core.store.shares_events() {
             // Another replica may have finished the task first: its end stands, since the store
@@ -713,7 +723,7 @@ impl<H: TaskHandler> TaskEngine<H> {
     /// Records a task finished outside the engine (a seed `POST /tasks/send` call), so that the
     /// same task model and store hold it. Its answer does not wait for the commit: the record is
     /// bookkeeping of a stateless call (`GetTask` sees it at once all the same).
-    pub async fn record(&self, tenant: &str, task: &Task) -> Result<(), TaskError> {
+    pub async fn record(&self, tenant: &str, task: Task) -> Result<(), TaskError> {
         let bytes = artifact_bytes(&task.artifacts);
         if bytes > self.core.limits.artifact_bytes_max {
             return Err(artifacts_too_large(bytes, self.core.limits.artifact_bytes_max));
@@ -984,14 +994,15 @@ impl TaskEvents {
         }
         // A turn's end is saved before anyone hears of it, so an answered task is as durable as
         // the store's durability makes it (committed, in the default `durable`).
-        if let Err(error) = self.core.save(&self.key.0, &snapshot, ends_turn).await {
+        let terminal = snapshot.status.state.is_terminal();
+        if let Err(error) = self.core.save(&self.key.0, snapshot, ends_turn).await {
             tracing::error!(task = %self.key.1, %error, "could not save the task");
         }
         self.core.store.publish(&self.key.0, &self.key.1, &event).await;
         let mut state = lock(&self.live.state);
-        let _ = self.caller.send(event.clone());
         state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
-        if snapshot.status.state.is_terminal() {
+        let _ = self.caller.send(event);
+        if terminal {
             // Dropping the senders ends the subscribers' streams.
             state.subscribers.clear();
             drop(state);

@@ -1,10 +1,11 @@
 //! The JSON-RPC 2.0 binding at `POST /`: 1.0 methods for 1.0 clients, 0.3 methods for 0.3 ones.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -14,8 +15,10 @@ use mesh_protocol::a2a::v1::{
 };
 use mesh_protocol::a2a::v03;
 use mesh_protocol::jsonrpc::{A2aErrorCode, ErrorObject, Id, Response as RpcResponse, method};
-use serde::Serialize;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::engine::{TaskEngine, TaskHandler};
 use super::methods::{Answering, METHODS_V1, call_v1, params};
@@ -32,13 +35,34 @@ pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, surface: Arc<Surface
     Router::new().route("/", post(handle::<H>)).with_state(Arc::new(Rpc { engine, surface }))
 }
 
-/// The request as far as it could be read, for shaping the answer.
+/// The request as far as it could be read, for shaping the answer. Its params stay raw JSON,
+/// borrowed from the body, until the method reads them as its request type: parsed once, never
+/// built as a `serde_json::Value` first.
 #[derive(Debug)]
-struct Call {
+struct Call<'a> {
     id: Id,
     version: Version,
     method: String,
-    params: Option<Value>,
+    params: Option<&'a RawValue>,
+}
+
+/// A JSON-RPC request's members, each as raw JSON (a `null` member kept as such), checked one by
+/// one afterwards so that a wrong member is answered with the request's id where it has one.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+}
+
+/// A member that is present, `null` included (an `Option` alone would read `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
 }
 
 async fn handle<H: TaskHandler>(
@@ -112,31 +136,37 @@ fn error_object(version: Version, failure: Failure) -> ErrorObject {
 }
 
 /// Reads the envelope: content type, JSON, the JSON-RPC request shape.
-fn read_call(headers: &HeaderMap, body: &[u8]) -> Result<Call, (Id, ErrorObject)> {
+fn read_call<'a>(headers: &HeaderMap, body: &'a [u8]) -> Result<Call<'a>, (Id, ErrorObject)> {
     require_json(headers).map_err(|failure| (Id::Null, ErrorObject::with_error_info(failure.code, failure.message)))?;
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| (Id::Null, ErrorObject::new(A2aErrorCode::ParseError, format!("invalid JSON: {e}"))))?;
     let invalid = |id: Id, why: &str| (id, ErrorObject::new(A2aErrorCode::InvalidRequest, why.to_owned()));
-    let Value::Object(mut object) = value else {
-        return Err(invalid(Id::Null, "a JSON-RPC request must be a JSON object (batches are not supported)"));
+    // Not JSON at all is a parse error; JSON that is no request object an invalid request.
+    let not_a_request = |why: &str| match serde_json::from_slice::<IgnoredAny>(body) {
+        Ok(_) => invalid(Id::Null, why),
+        Err(e) => (Id::Null, ErrorObject::new(A2aErrorCode::ParseError, format!("invalid JSON: {e}"))),
     };
-    let id = match object.remove("id") {
-        None | Some(Value::Null) => Id::Null,
-        Some(Value::String(id)) => Id::String(id),
-        Some(Value::Number(id)) => Id::Number(id),
+    // A struct would also read a JSON array (its members in order): only an object is a request.
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return Err(not_a_request("a JSON-RPC request must be a JSON object (batches are not supported)"));
+    }
+    let envelope: Envelope =
+        serde_json::from_slice(body).map_err(|e| not_a_request(&format!("not a JSON-RPC request object: {e}")))?;
+    let id = match envelope.id.map(|raw| serde_json::from_str::<Value>(raw.get())) {
+        None | Some(Ok(Value::Null)) => Id::Null,
+        Some(Ok(Value::String(id))) => Id::String(id),
+        Some(Ok(Value::Number(id))) => Id::Number(id),
         Some(_) => return Err(invalid(Id::Null, "the request id must be a string, a number or null")),
     };
-    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if envelope.jsonrpc.and_then(|raw| serde_json::from_str::<Cow<str>>(raw.get()).ok()).as_deref() != Some("2.0") {
         return Err(invalid(id, "\"jsonrpc\" must be \"2.0\""));
     }
-    let Some(Value::String(method)) = object.remove("method") else {
+    let Some(Ok(method)) = envelope.method.map(|raw| serde_json::from_str::<String>(raw.get())) else {
         return Err(invalid(id, "\"method\" must be a string"));
     };
     let version = match method.as_str() {
         m if is_v03_method(m) => Version::V03,
         _ => Version::V1,
     };
-    Ok(Call { id, version, method, params: object.remove("params") })
+    Ok(Call { id, version, method, params: envelope.params })
 }
 
 fn is_v03_method(name: &str) -> bool {
@@ -144,8 +174,24 @@ fn is_v03_method(name: &str) -> bool {
 }
 
 fn reply<T: Serialize>(id: Id, result: T) -> Response {
-    Json(RpcResponse::result(id, result)).into_response()
+    let mut body = Vec::with_capacity(REPLY_CAPACITY_BYTES);
+    // Written into a `Vec`, handed to the body whole: axum's `Json` writes through a `BytesMut`
+    // writer, whose overhead per write is paid for each of the many pieces (quotes, names,
+    // values) a task is written in.
+    match serde_json::to_writer(&mut body, &RpcResponse::result(id.clone(), result)) {
+        Ok(()) => ([(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE))], body).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "could not write a JSON-RPC result");
+            let error =
+                ErrorObject::new(A2aErrorCode::InternalError, format!("the result could not be written: {error}"));
+            Json(RpcResponse::<Value>::error(id, error)).into_response()
+        }
+    }
 }
+
+/// Room for a typical answer (a task with its history and an artifact) in one allocation.
+const REPLY_CAPACITY_BYTES: usize = 1024;
+const JSON_CONTENT_TYPE: &str = "application/json";
 
 /// Each event as a JSON-RPC response to the request, for SSE.
 fn stream_reply<T: Serialize>(id: Id, events: impl futures::Stream<Item = T> + Send + 'static) -> Response {
@@ -155,7 +201,7 @@ fn stream_reply<T: Serialize>(id: Id, events: impl futures::Stream<Item = T> + S
 async fn dispatch<H: TaskHandler>(
     rpc: &Rpc<H>,
     headers: &HeaderMap,
-    call: Call,
+    call: Call<'_>,
     inbound: &Inbound,
 ) -> Result<Response, Failure> {
     use method::{v1, v03 as m03};
@@ -253,7 +299,6 @@ impl Answering for JsonRpcAnswer {
 
 #[cfg(test)]
 mod tests {
-    use axum::http::{HeaderValue, header};
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -263,6 +308,11 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers
+    }
+
+    /// Raw params as a value, to compare.
+    fn parsed(params: Option<&RawValue>) -> Option<Value> {
+        params.map(|raw| serde_json::from_str(raw.get()).expect("raw params are JSON"))
     }
 
     fn id() -> impl Strategy<Value = Id> {
@@ -312,12 +362,12 @@ mod tests {
             if let Some(params) = &params {
                 request["params"] = params.clone();
             }
-            let call = read_call(&json_headers(), &serde_json::to_vec(&request).unwrap()).map_err(|(_, e)| e.message);
-            let call = call.unwrap();
+            let body = serde_json::to_vec(&request).unwrap();
+            let call = read_call(&json_headers(), &body).map_err(|(_, e)| e.message).unwrap();
             prop_assert_eq!(call.id, id);
             prop_assert_eq!(call.version, if method.contains('/') { Version::V03 } else { Version::V1 });
             prop_assert_eq!(call.method, method);
-            prop_assert_eq!(call.params, params);
+            prop_assert_eq!(parsed(call.params), params);
         }
 
         /// Any body gives a call, or the JSON-RPC error its fault calls for: a parse error for
@@ -354,11 +404,12 @@ mod tests {
             let valid = jsonrpc == Some(json!("2.0"))
                 && method.as_ref().is_some_and(Value::is_string)
                 && id.as_ref().is_none_or(|id| id.is_string() || id.is_number() || id.is_null());
-            match read_call(&json_headers(), &serde_json::to_vec(&envelope).unwrap()) {
+            let body = serde_json::to_vec(&envelope).unwrap();
+            match read_call(&json_headers(), &body) {
                 Ok(call) => {
                     prop_assert!(valid, "{envelope:?} was read as a call");
                     prop_assert_eq!(Some(Value::String(call.method)), method);
-                    prop_assert_eq!(call.params, params);
+                    prop_assert_eq!(parsed(call.params), params);
                 }
                 Err((_, error)) => {
                     prop_assert!(!valid, "{envelope:?} was refused: {}", error.message);
@@ -366,6 +417,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_batch_or_a_request_naming_a_member_twice_is_an_invalid_request() {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage"}"#;
+        let twice = r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","method":"GetTask"}"#;
+        for body in [format!("[{call}]"), format!(" \n[{call}]"), twice.to_owned()] {
+            let (id, error) = read_call(&json_headers(), body.as_bytes()).unwrap_err();
+            assert_eq!((id, error.code), (Id::Null, A2aErrorCode::InvalidRequest.code()), "{body}");
+        }
+        let (_, error) = read_call(&json_headers(), b" [1, ").unwrap_err();
+        assert_eq!(error.code, A2aErrorCode::ParseError.code(), "what is not JSON is a parse error");
     }
 
     #[test]

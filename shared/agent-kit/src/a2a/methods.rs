@@ -13,6 +13,7 @@ use mesh_protocol::jsonrpc::method::v1;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::engine::{TaskEngine, TaskHandler};
 use super::{Failure, Inbound, StreamEnd, send_blocking, until_final};
@@ -43,10 +44,40 @@ pub(super) trait Answering {
     fn stream(self, events: impl Stream<Item = StreamResponse> + Send + 'static) -> Self::Output;
 }
 
+/// A method's params as a binding hands them over: raw JSON from a JSON-RPC body, or a value a
+/// binding built (gRPC, from its protobuf request); `None` when the request has none.
+pub(super) trait Params {
+    /// No params, or `null`.
+    fn is_empty(&self) -> bool;
+
+    /// The params read as the method's request type; `None` when there are none.
+    fn read<T: DeserializeOwned>(self) -> Option<Result<T, serde_json::Error>>;
+}
+
+impl Params for Option<Value> {
+    fn is_empty(&self) -> bool {
+        self.as_ref().is_none_or(Value::is_null)
+    }
+
+    fn read<T: DeserializeOwned>(self) -> Option<Result<T, serde_json::Error>> {
+        self.map(serde_json::from_value)
+    }
+}
+
+impl Params for Option<&RawValue> {
+    fn is_empty(&self) -> bool {
+        self.is_none_or(|raw| raw.get() == "null")
+    }
+
+    fn read<T: DeserializeOwned>(self) -> Option<Result<T, serde_json::Error>> {
+        self.map(|raw| serde_json::from_str(raw.get()))
+    }
+}
+
 /// The method's params, read as its request type.
-pub(super) fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, Failure> {
-    let params = params.ok_or_else(|| Failure::invalid_params("\"params\" is missing"))?;
-    serde_json::from_value(params).map_err(|e| Failure::invalid_params(format!("invalid params: {e}")))
+pub(super) fn params<T: DeserializeOwned>(params: impl Params) -> Result<T, Failure> {
+    let read = params.read().ok_or_else(|| Failure::invalid_params("\"params\" is missing"))?;
+    read.map_err(|e| Failure::invalid_params(format!("invalid params: {e}")))
 }
 
 /// Runs 1.0 `method` (one of [`METHODS_V1`] but the extended card's; the binding checked the
@@ -55,7 +86,7 @@ pub(super) fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, Fa
 pub(super) async fn call_v1<H: TaskHandler, A: Answering>(
     engine: &TaskEngine<H>,
     method: &str,
-    raw: Option<Value>,
+    raw: impl Params,
     inbound: &Inbound,
     answer: A,
 ) -> Result<A::Output, Failure> {
@@ -77,10 +108,7 @@ pub(super) async fn call_v1<H: TaskHandler, A: Answering>(
         }
         v1::LIST_TASKS => {
             // Every filter is optional, so no params at all lists everything.
-            let request: ListTasksRequest = match raw {
-                None | Some(Value::Null) => ListTasksRequest::default(),
-                raw => params(raw)?,
-            };
+            let request: ListTasksRequest = if raw.is_empty() { ListTasksRequest::default() } else { params(raw)? };
             Ok(answer.unary(engine.list(&inbound.tenant(request.tenant.as_deref())?, &request).await?))
         }
         v1::CANCEL_TASK => {
