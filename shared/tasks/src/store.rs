@@ -12,7 +12,7 @@ use std::time::Duration;
 use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
 use mesh_storage::{AnyPool, Backend, Database, Row, settle};
 use mesh_telemetry::HandleCache;
-use metrics::{Counter, Histogram};
+use metrics::{Counter, Gauge, Histogram};
 use sqlx::AnyConnection;
 use sqlx::Connection as _;
 use sqlx::migrate::Migrator;
@@ -44,15 +44,15 @@ fn migrator() -> Migrator {
     migrator
 }
 
-/// One row to upsert, serialized by the caller so the writer only runs SQL.
+/// One row to upsert. The task is written as JSON by the writer, and only when the row is the
+/// newest of its task in the batch: a turn's states queued together (working, an artifact, done)
+/// cost one serialization, not one each.
 #[derive(Debug)]
 struct Write {
     tenant: String,
-    id: String,
-    context_id: String,
+    task: Arc<Task>,
     state: &'static str,
     updated_at: String,
-    body: String,
     /// Its place in the order of this store's writes, to tell it from later writes of the task.
     sequence: u64,
     /// Told the outcome once committed; `None` for writes nobody waits on.
@@ -90,11 +90,13 @@ struct WriteMetrics {
     writes: HandleCache<&'static str, Counter>,
     /// `mesh_task_store_write_duration_seconds{service}`.
     duration: OnceLock<Histogram>,
+    /// `mesh_task_store_queue_depth{service}`.
+    queue_depth: OnceLock<Gauge>,
 }
 
 impl Default for WriteMetrics {
     fn default() -> Self {
-        Self { writes: HandleCache::new(TASK_STATES_MAX), duration: OnceLock::new() }
+        Self { writes: HandleCache::new(TASK_STATES_MAX), duration: OnceLock::new(), queue_depth: OnceLock::new() }
     }
 }
 
@@ -116,56 +118,55 @@ pub(crate) struct SqlTasks {
     buffered: bool,
 }
 
-/// The newest queued but not yet committed body of each task, so that a read right after a
+/// The newest queued but not yet committed state of each task, so that a read right after a
 /// background save sees it (read-your-writes) rather than the state before.
 #[derive(Debug, Default)]
 struct PendingWrites {
     next_sequence: AtomicU64,
-    bodies: Mutex<HashMap<(String, String), PendingBody>>,
+    tasks: Mutex<HashMap<(String, String), PendingTask>>,
 }
 
 #[derive(Debug)]
-struct PendingBody {
+struct PendingTask {
     sequence: u64,
     updated_at: String,
-    body: String,
+    /// Shared with the queued write.
+    task: Arc<Task>,
 }
 
 impl PendingWrites {
-    fn bodies(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingBody>> {
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingTask>> {
         // The map stays consistent whatever panicked while holding it: every change is one insert
         // or remove.
-        self.bodies.lock().unwrap_or_else(PoisonError::into_inner)
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Numbers a write and remembers its body, unless a newer state of the task is queued already
+    /// Numbers a write and remembers its task, unless a newer state of the task is queued already
     /// (as the table keeps the newer one: see [`commit`]).
-    fn queue(&self, tenant: &str, id: &str, updated_at: &str, body: &str) -> u64 {
+    fn queue(&self, tenant: &str, task: &Arc<Task>, updated_at: &str) -> u64 {
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
-        let pending = PendingBody { sequence, updated_at: updated_at.to_owned(), body: body.to_owned() };
-        let mut bodies = self.bodies();
-        let key = (tenant.to_owned(), id.to_owned());
-        if bodies.get(&key).is_none_or(|queued| queued.updated_at.as_str() <= updated_at) {
-            bodies.insert(key, pending);
+        let pending = PendingTask { sequence, updated_at: updated_at.to_owned(), task: task.clone() };
+        let mut tasks = self.tasks();
+        let key = (tenant.to_owned(), task.id.clone());
+        if tasks.get(&key).is_none_or(|queued| queued.updated_at.as_str() <= updated_at) {
+            tasks.insert(key, pending);
         }
         sequence
     }
 
-    /// The queued state's time and body.
-    fn get(&self, tenant: &str, id: &str) -> Option<(String, String)> {
-        let bodies = self.bodies();
-        bodies
-            .get(&(tenant.to_owned(), id.to_owned()))
-            .map(|pending| (pending.updated_at.clone(), pending.body.clone()))
+    /// The queued state's time and task.
+    fn get(&self, tenant: &str, id: &str) -> Option<(String, Arc<Task>)> {
+        let tasks = self.tasks();
+        tasks.get(&(tenant.to_owned(), id.to_owned())).map(|pending| (pending.updated_at.clone(), pending.task.clone()))
     }
 
     /// Forgets the batch's writes, unless a later write of the same task is still queued.
     fn settled(&self, batch: &[Write]) {
-        let mut bodies = self.bodies();
+        let mut tasks = self.tasks();
         for write in batch {
-            let key = (write.tenant.clone(), write.id.clone());
-            if bodies.get(&key).is_some_and(|pending| pending.sequence == write.sequence) {
-                bodies.remove(&key);
+            let key = (write.tenant.clone(), write.task.id.clone());
+            if tasks.get(&key).is_some_and(|pending| pending.sequence == write.sequence) {
+                tasks.remove(&key);
             }
         }
     }
@@ -252,10 +253,10 @@ impl TaskStore {
         let saved = async {
             match &self.tasks {
                 Tasks::Memory(memory) => self.keep(memory, tenant, task),
-                Tasks::Sql(sql) if sql.buffered => self.enqueue(sql, tenant, &task, None).await,
+                Tasks::Sql(sql) if sql.buffered => self.enqueue(sql, tenant, task, None).await,
                 Tasks::Sql(sql) => {
                     let (done, committed) = oneshot::channel();
-                    self.enqueue(sql, tenant, &task, Some(done)).await?;
+                    self.enqueue(sql, tenant, task, Some(done)).await?;
                     committed.await.map_err(|_| writer_stopped())?.map_err(TaskError::Storage)
                 }
             }
@@ -365,7 +366,7 @@ impl TaskStore {
     pub async fn save_in_background(&self, tenant: &str, task: Task) -> Result<(), TaskError> {
         match &self.tasks {
             Tasks::Memory(memory) => self.keep(memory, tenant, task),
-            Tasks::Sql(sql) => self.enqueue(sql, tenant, &task, None).await,
+            Tasks::Sql(sql) => self.enqueue(sql, tenant, task, None).await,
         }
     }
 
@@ -386,28 +387,22 @@ impl TaskStore {
         &self,
         sql: &SqlTasks,
         tenant: &str,
-        task: &Task,
+        task: Task,
         done: Option<oneshot::Sender<Result<(), String>>>,
     ) -> Result<(), TaskError> {
-        let body = serde_json::to_string(task).map_err(|e| TaskError::Storage(e.to_string()))?;
-        let updated_at = updated_at(task);
+        let updated_at = updated_at(&task);
+        let state = state_name(task.status.state);
+        let task = Arc::new(task);
         // A place in the queue first: a caller that gives up while waiting for one leaves nothing
         // behind that was never written.
         let permit = sql.writes.reserve().await.map_err(|_| writer_stopped())?;
-        let sequence = sql.pending.queue(tenant, &task.id, &updated_at, &body);
-        self.count_write(task);
-        permit.send(Queued::Write(Write {
-            tenant: tenant.to_owned(),
-            id: task.id.clone(),
-            context_id: task.context_id.clone(),
-            state: state_name(task.status.state),
-            updated_at,
-            sequence,
-            body,
-            done,
-        }));
-        metrics::gauge!("mesh_task_store_queue_depth", mesh_telemetry::SERVICE_LABEL => self.agent.clone())
-            .set((sql.writes.max_capacity() - sql.writes.capacity()) as f64);
+        let sequence = sql.pending.queue(tenant, &task, &updated_at);
+        self.count_write(&task);
+        permit.send(Queued::Write(Write { tenant: tenant.to_owned(), task, state, updated_at, sequence, done }));
+        let depth = self.metrics.queue_depth.get_or_init(
+            || metrics::gauge!("mesh_task_store_queue_depth", mesh_telemetry::SERVICE_LABEL => self.agent.clone()),
+        );
+        depth.set((sql.writes.max_capacity() - sql.writes.capacity()) as f64);
         Ok(())
     }
 
@@ -432,8 +427,10 @@ impl TaskStore {
             None => None,
         };
         match (queued, committed) {
-            (Some((queued_at, body)), Some((committed_at, _))) if queued_at >= committed_at => parse(&body).map(Some),
-            (Some((_, body)), None) => parse(&body).map(Some),
+            (Some((queued_at, task)), Some((committed_at, _))) if queued_at >= committed_at => {
+                Ok(Some((*task).clone()))
+            }
+            (Some((_, task)), None) => Ok(Some((*task).clone())),
             (_, committed) => Ok(committed.map(|(_, task)| task)),
         }
     }
@@ -617,7 +614,7 @@ async fn commit(
     // the others would be overwritten anyway, and one statement may not upsert a row twice.
     let mut last: HashMap<(&str, &str), usize> = HashMap::new();
     for (i, write) in batch.iter().enumerate() {
-        let newest = last.entry((write.tenant.as_str(), write.id.as_str())).or_insert(i);
+        let newest = last.entry((write.tenant.as_str(), write.task.id.as_str())).or_insert(i);
         if batch[*newest].updated_at <= write.updated_at {
             *newest = i;
         }
@@ -625,7 +622,7 @@ async fn commit(
     let rows: Vec<&Write> = batch
         .iter()
         .enumerate()
-        .filter(|(i, w)| last.get(&(w.tenant.as_str(), w.id.as_str())) == Some(i))
+        .filter(|(i, w)| last.get(&(w.tenant.as_str(), w.task.id.as_str())) == Some(i))
         .map(|(_, w)| w)
         .collect();
     if rows.len() <= ROWS_PER_STATEMENT_MAX {
@@ -670,17 +667,22 @@ async fn upsert<'c>(
         placeholders.join(", "),
         terminal_placeholders.join(", ")
     );
+    let bodies = rows
+        .iter()
+        .map(|write| serde_json::to_string(&*write.task))
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(|error| sqlx::Error::Encode(Box::new(error)))?;
     // Audited: the SQL is built from numbered placeholders only; every value is bound.
     let mut statement = sqlx::query(sqlx::AssertSqlSafe(sql));
-    for write in rows {
+    for (write, body) in rows.iter().zip(bodies) {
         statement = statement
             .bind(agent)
             .bind(&write.tenant)
-            .bind(&write.id)
-            .bind(&write.context_id)
+            .bind(&write.task.id)
+            .bind(&write.task.context_id)
             .bind(write.state)
             .bind(&write.updated_at)
-            .bind(&write.body)
+            .bind(body)
             .bind(replica);
     }
     for state in &terminal {
