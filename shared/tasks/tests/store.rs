@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, Message, Role, Task, TaskState, TaskStatus};
 use mesh_tasks::model::now_timestamp;
-use mesh_tasks::{TaskError, TaskStore};
+use mesh_tasks::{SQLITE_WAL_CHECKPOINT_PAGES, TaskError, TaskStore};
 
 fn task(id: &str, context_id: &str, state: TaskState) -> Task {
     Task {
@@ -268,4 +268,28 @@ async fn a_buffered_save_is_committed_within_the_flush_interval() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// A SQLite store's write-ahead log is checkpointed by the writer's commits, rarely (see
+/// `SQLITE_WAL_CHECKPOINT_PAGES`) but for good: it stays near that size however much is written.
+#[tokio::test]
+async fn a_sqlite_stores_write_ahead_log_stays_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tasks.db");
+    let store = TaskStore::open(&format!("sqlite://{}", file.display()), "test-agent").await.unwrap();
+    // Each save is a commit of its own, and writes several pages to the log (a task's 8 KiB of
+    // text alone takes two): the commits write several times the checkpoint's threshold (without
+    // checkpoints, 15,000 of them left 550 MB of log).
+    let commits = SQLITE_WAL_CHECKPOINT_PAGES as usize / 2;
+    for i in 0..commits {
+        let mut task = task(&format!("t{i:06}"), "c1", TaskState::Completed);
+        task.history.push(Message::text(Role::Agent, format!("t{i}-m3"), "x".repeat(8 * 1024)));
+        store.save("", task).await.unwrap();
+    }
+    // A log frame is a page of 4 KiB and a header of 24 bytes; one commit more may pass the mark.
+    let frame_bytes = 4096 + 24;
+    let log_bytes = std::fs::metadata(dir.path().join("tasks.db-wal")).unwrap().len();
+    let bound_bytes = u64::from(SQLITE_WAL_CHECKPOINT_PAGES + 64) * frame_bytes;
+    assert!(log_bytes <= bound_bytes, "{commits} commits left {log_bytes} bytes of log, over {bound_bytes}");
+    assert_eq!(store.get("", "t000000").await.unwrap().map(|t| t.status.state), Some(TaskState::Completed));
 }
