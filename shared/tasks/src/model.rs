@@ -36,14 +36,13 @@ pub fn normalize_timestamp(instant: &str) -> Option<String> {
 /// Whether `instant` is written as [`now_timestamp`] writes (`YYYY-MM-DDTHH:MM:SS.ffffffZ`) and
 /// names a real instant. A leap second (`:60`) is left to the parser, which moves it.
 fn is_normal_timestamp(instant: &str) -> bool {
-    const SEPARATORS: [(usize, u8); 7] =
-        [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (19, b'.'), (26, b'Z')];
     let bytes = instant.as_bytes();
-    if bytes.len() != NORMAL_TIMESTAMP_LEN || !SEPARATORS.iter().all(|&(at, separator)| bytes[at] == separator) {
-        return false;
-    }
-    let is_digit = |at: usize| SEPARATORS.iter().any(|&(separator, _)| separator == at) || bytes[at].is_ascii_digit();
-    if !(0..NORMAL_TIMESTAMP_LEN).all(is_digit) {
+    let shaped = bytes.len() == NORMAL_TIMESTAMP_SHAPE.len()
+        && bytes.iter().zip(NORMAL_TIMESTAMP_SHAPE).all(|(&byte, &shape)| match shape {
+            b'd' => byte.is_ascii_digit(),
+            separator => byte == separator,
+        });
+    if !shaped {
         return false;
     }
     let number = |from: usize, to: usize| bytes[from..to].iter().fold(0, |n, digit| n * 10 + u32::from(digit - b'0'));
@@ -52,8 +51,8 @@ fn is_normal_timestamp(instant: &str) -> bool {
     real_date && number(11, 13) < 24 && number(14, 16) < 60 && number(17, 19) < 60
 }
 
-/// The length of [`now_timestamp`]'s stamps.
-const NORMAL_TIMESTAMP_LEN: usize = 27;
+/// The form of [`now_timestamp`]'s stamps, `d` standing for a digit.
+const NORMAL_TIMESTAMP_SHAPE: &[u8; 27] = b"dddd-dd-ddTdd:dd:dd.ddddddZ";
 
 /// The wire name of a state (`TASK_STATE_COMPLETED`), as stored for filtering.
 pub fn state_name(state: TaskState) -> &'static str {

@@ -178,13 +178,14 @@ fn reply<T: Serialize>(id: Id, result: T) -> Response {
     // Written into a `Vec`, handed to the body whole: axum's `Json` writes through a `BytesMut`
     // writer, whose overhead per write is paid for each of the many pieces (quotes, names,
     // values) a task is written in.
-    match serde_json::to_writer(&mut body, &RpcResponse::result(id.clone(), result)) {
+    let response = RpcResponse::result(id, result);
+    match serde_json::to_writer(&mut body, &response) {
         Ok(()) => ([(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE))], body).into_response(),
         Err(error) => {
             tracing::error!(%error, "could not write a JSON-RPC result");
             let error =
                 ErrorObject::new(A2aErrorCode::InternalError, format!("the result could not be written: {error}"));
-            Json(RpcResponse::<Value>::error(id, error)).into_response()
+            Json(RpcResponse::<Value>::error(response.id, error)).into_response()
         }
     }
 }
