@@ -5,82 +5,16 @@
 //! on any binding; nobody takes another agent's name; the agents still call each other, each as
 //! itself; tenants never see each other's conversations. Also protected mode: no service starts open on a non-loopback address.
 
+
+#[path = "common/secured.rs"]
+mod secured;
+
 use std::time::{Duration, Instant};
 
-use a2a_mesh::{RunningSuite, SuiteConfig, start};
-use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
+use mesh_auth::Role;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-
-const SECRET: &str = "a-test-secret-of-at-least-32-bytes!!";
-const WAIT_DEADLINE: Duration = Duration::from_secs(20);
-
-fn token(subject: &str, tenant: &str, roles: &[Role]) -> String {
-    mint_hs256(SECRET.as_bytes(), &Claims::new(subject, tenant, roles, 600)).unwrap()
-}
-
-struct Mesh {
-    suite: RunningSuite,
-    http: reqwest::Client,
-    admin: String,
-    alice: String,
-    bob: String,
-}
-
-impl Mesh {
-    async fn start() -> (Self, tempfile::TempDir) {
-        let data = tempfile::tempdir().unwrap();
-        let mut config = SuiteConfig::ephemeral(data.path());
-        // Ownership is decided before any card is fetched; these tests register names nobody serves.
-        config.registry.verify_registrations = false;
-        config.share_auth(&AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() }).unwrap();
-        let suite = start(config).await.unwrap();
-        let mesh = Self {
-            suite,
-            http: reqwest::Client::new(),
-            admin: token("ops", "", &[Role::Admin]),
-            alice: token("alice", "acme", &[Role::User]),
-            bob: token("bob", "globex", &[Role::User]),
-        };
-        let deadline = Instant::now() + WAIT_DEADLINE;
-        loop {
-            let stats = mesh.call(Method::GET, &mesh.registry("/stats"), Some(&mesh.admin), None).await.1;
-            if stats["healthy_agents"].as_u64() == Some(4) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the agents never registered with their own tokens: {stats}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        (mesh, data)
-    }
-
-    fn registry(&self, path: &str) -> String {
-        format!("{}{path}", self.suite.urls.registry)
-    }
-
-    async fn call(&self, method: Method, url: &str, bearer: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, url).header("A2A-Version", "1.0");
-        if let Some(bearer) = bearer {
-            request = request.bearer_auth(bearer);
-        }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-    }
-
-    async fn rpc(&self, agent: &str, bearer: &str, method: &str, params: Value) -> Value {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        self.call(Method::POST, agent, Some(bearer), Some(body)).await.1
-    }
-}
-
-fn message(text: &str) -> Value {
-    json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]}})
-}
+use secured::{Mesh, message, token};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_that_changes_or_lists_data_needs_credentials_and_the_right_role() {

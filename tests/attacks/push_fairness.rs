@@ -1,0 +1,1 @@
+//! Issue #34 (placeholder, filled by the finding's fix).
