@@ -98,31 +98,43 @@ impl SuiteConfig {
 
     /// Every service verifies callers as `auth` says (`MESH_AUTH_*`), unless its own `auth`
     /// section configures a way already. With an HS256 secret, each agent that presents no
-    /// credential of its own gets a token naming it, with the `agent` role, valid for
-    /// [`SUITE_AGENT_TOKEN_TTL_S`]: the suite's services then call each other as themselves.
+    /// credential of its own mints its own token, naming it with the `agent` role, valid for
+    /// [`SUITE_AGENT_TOKEN_TTL_S`] and renewed halfway: the suite's services then call each
+    /// other as themselves. An agent that verifies callers its own way must then name its own
+    /// credential.
     pub fn share_auth(&mut self, auth: &AuthConfig) -> Result<(), mesh_auth::AuthError> {
         if !auth.verifies_callers() {
             return Ok(());
         }
-        let own_credential = |name: &str| auth.mint(name, "", &[mesh_auth::Role::Agent], SUITE_AGENT_TOKEN_TTL_S);
         if !self.registry.auth.verifies_callers() {
             self.registry.auth = AuthConfig { insecure: self.registry.auth.insecure, ..auth.clone() };
         }
         if !self.ui_agent.auth.verifies_callers() {
             self.ui_agent.auth = AuthConfig { insecure: self.ui_agent.auth.insecure, ..auth.clone() };
         }
+        let mints = auth.hs256_secret()?.is_some();
         for (name, agent) in [
             ("orchestrator", &mut self.orchestrator.agent),
             ("search", &mut self.search.agent),
             ("entity_extraction", &mut self.entity_extraction.agent),
             ("profile_selection", &mut self.profile_selection.agent),
         ] {
-            let own = agent.auth.credential.clone().or(own_credential(agent.name.as_deref().unwrap_or(name))?);
+            let has_credential = agent.auth.credential.is_some() || agent.auth.credential_file.is_some();
             if !agent.auth.verifies_callers() {
-                agent.auth = AuthConfig { insecure: agent.auth.insecure, credential: None, ..auth.clone() };
+                agent.auth = AuthConfig {
+                    insecure: agent.auth.insecure,
+                    credential: agent.auth.credential.take(),
+                    credential_file: agent.auth.credential_file.take(),
+                    ..auth.clone()
+                };
+            } else if !has_credential && mints {
+                return Err(mesh_auth::AuthError::Config(format!(
+                    "agent {name} verifies callers with its own auth settings: give it its own credential \
+                     (credential or credential_file) to call the other agents with"
+                )));
             }
-            if agent.auth.credential_file.is_none() {
-                agent.auth.credential = own;
+            if !has_credential && mints {
+                agent.auth.credential_self_issued_ttl_s = Some(SUITE_AGENT_TOKEN_TTL_S);
             }
         }
         Ok(())
@@ -164,9 +176,9 @@ pub const LOCAL_AUTH_DIR: &str = "data/auth";
 /// Prefix of the suite-wide authentication settings (`MESH_AUTH_API_KEYS_FILE`, ...).
 pub const AUTH_ENV_PREFIX: &str = "MESH_AUTH";
 
-/// How long the tokens `up` mints for its own agents stay valid: a year, since they never leave
-/// the machine's loopback calls between the suite's own services.
-pub const SUITE_AGENT_TOKEN_TTL_S: u64 = 365 * 24 * 3600;
+/// How long the tokens the suite's agents mint for themselves stay valid; each renews its own
+/// halfway, so a token copied out of a request is of use for minutes, not a year.
+pub const SUITE_AGENT_TOKEN_TTL_S: u64 = 15 * 60;
 
 /// The links of the bundled suite: the orchestrator is superior to the agents it calls.
 const SUITE_LINKS_TOML: &str = include_str!("../deploy/links.toml");

@@ -26,8 +26,14 @@ pub struct Mesh {
 
 impl Mesh {
     pub async fn start() -> (Self, tempfile::TempDir) {
+        Self::start_with(|_| {}).await
+    }
+
+    /// The suite as [`Mesh::start`] starts it, with `configure` applied to its configuration first.
+    pub async fn start_with(configure: impl FnOnce(&mut SuiteConfig)) -> (Self, tempfile::TempDir) {
         let data = tempfile::tempdir().unwrap();
         let mut config = SuiteConfig::ephemeral(data.path());
+        configure(&mut config);
         // Ownership is decided before any card is fetched; these tests register names nobody serves.
         config.registry.verify_registrations = false;
         config.share_auth(&AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() }).unwrap();

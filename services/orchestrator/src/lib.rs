@@ -45,7 +45,9 @@ pub fn card() -> Result<AgentCard, serde_json::Error> {
 pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<AgentApp, StartError> {
     let registry_url = config.agent.registry_url.as_deref().ok_or(StartError::NoRegistry)?;
     // Its calls into the mesh carry its own credential.
-    let http = http.with_bearer(config.agent.auth.outbound_credential()?.as_deref())?;
+    let mut card = card()?;
+    let name = config.agent.name.clone().unwrap_or_else(|| card.name.clone());
+    let http = mesh_agent_kit::with_own_credential(&http, &config.agent.auth, &name)?;
     let registry = RegistryClient::new(registry_url, http.clone())?;
     let discovery =
         Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));
@@ -63,7 +65,6 @@ pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<Agen
     let orchestrator = Orchestrator::new(caller.clone(), settings);
     // Its caller also serves the kit's `call_agent` and `send_agent_message` skills: the same
     // path the query flow takes.
-    let mut card = card()?;
     card.skills.extend([call_agent_skill(), send_agent_message_skill()]);
     let handler = WithAgentMessages::new(WithCallAgent::new(orchestrator, caller.clone()), caller, graph.clone());
     let extras = AgentExtras { graph: Some(graph), ..AgentExtras::default() };

@@ -40,6 +40,7 @@ pub struct RegistryService {
     version: i64,
     shutdown_drain: Duration,
     shutdown_unready: Duration,
+    serve: mesh_agent_kit::http::ServeConfig,
     /// Whether the database answers, for `/health`.
     database: DatabaseProbe,
     /// What `/health` reports; shutdown marks it draining.
@@ -88,6 +89,7 @@ impl RegistryService {
             rate_limit_per_s: config.rate_limit_per_s,
             rate_limit_burst: config.rate_limit_burst,
             access,
+            allowed_hosts: config.serve.allowed_hosts.clone(),
         };
         let metrics = ServiceMetrics::new(REGISTRY_SERVICE);
         // Without its database the registry can neither register nor refresh: it cannot serve.
@@ -99,6 +101,7 @@ impl RegistryService {
             state,
             version,
             shutdown_drain: Duration::from_millis(config.shutdown_drain_ms),
+            serve: config.serve.clone(),
             shutdown_unready: Duration::from_millis(config.shutdown_unready_ms),
             database,
             metrics,
@@ -192,7 +195,8 @@ impl Application {
             turn_unready(shutdown, &service.metrics, service.shutdown_unready, async {}).await;
             service.close_events();
         };
-        let served = serve_draining(self.listener, self.service.router(), shutdown, self.service.shutdown_drain).await;
+        let served = serve_draining(self.listener, self.service.router(), shutdown, self.service.shutdown_drain, &self.service.serve)
+                .await;
         poller.abort();
         database_probe.abort();
         self.service.close_storage().await;

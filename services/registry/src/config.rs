@@ -77,6 +77,8 @@ pub struct RegistryConfig {
     pub shutdown_unready_ms: u64,
     /// How callers authenticate (see the README's "Authentication"); open when empty.
     pub auth: mesh_auth::AuthConfig,
+    /// How connections are timed and capped, and the hosts an open registry answers to.
+    pub serve: mesh_agent_kit::http::ServeConfig,
 }
 
 impl Default for RegistryConfig {
@@ -108,6 +110,7 @@ impl Default for RegistryConfig {
             shutdown_drain_ms: mesh_agent_kit::http::SHUTDOWN_DRAIN_MS_DEFAULT,
             shutdown_unready_ms: mesh_agent_kit::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             auth: mesh_auth::AuthConfig::default(),
+            serve: mesh_agent_kit::http::ServeConfig::default(),
         }
     }
 }
@@ -124,7 +127,7 @@ health_check_concurrency_max, sync_interval_ms, verify_registrations, card_fetch
 body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, allowed_networks, \
 registrations_max, registrations_per_identity_max, require_signed_cards, concurrency_max, rate_limit_per_s, \
 rate_limit_burst, shutdown_drain_ms, shutdown_unready_ms, [[trusted_card_keys]] tables with kid, algorithm (EdDSA or ES256) and pem_file, \
-an [auth] table, and [[links]] tables with from, \
+an [auth] table, a [serve] table (header_read_timeout_ms, idle_timeout_ms, connections_max, allowed_hosts), and [[links]] tables with from, \
 to, direction, relationship, enabled) or from environment variables MESH_REGISTRY_<KEY> (e.g. \
 MESH_REGISTRY_PORT=8000, MESH_REGISTRY_GRAPH_MODE=enforced). Flags win over the environment, which \
 wins over the file. SIGHUP reloads the file's links and graph mode."

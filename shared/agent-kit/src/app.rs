@@ -29,7 +29,7 @@ use crate::auth::AccessControl;
 use crate::card::{CardDocument, extended_card, sign_card};
 use crate::graph::AgentGraph;
 use crate::http::{
-    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, reachable_url, serve_draining, turn_unready,
+    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, ServeConfig, reachable_url, serve_draining, turn_unready,
 };
 use crate::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics};
 use crate::observe::with_observed_layers;
@@ -110,6 +110,8 @@ pub struct AgentConfig {
     pub rate_limit_burst: u32,
     /// Milliseconds shutdown waits for open requests and streams before closing them.
     pub shutdown_drain_ms: u64,
+    /// How connections are timed and capped, and the hosts an open agent answers to.
+    pub serve: ServeConfig,
     /// Milliseconds a stopping agent keeps accepting requests while it answers not ready and
     /// leaves the registry, before the drain begins (the time its callers take to notice).
     pub shutdown_unready_ms: u64,
@@ -230,6 +232,7 @@ impl Default for AgentConfig {
             rate_limit_per_s: crate::http::RATE_LIMIT_PER_S_DEFAULT,
             rate_limit_burst: crate::http::RATE_LIMIT_BURST_DEFAULT,
             shutdown_drain_ms: crate::http::SHUTDOWN_DRAIN_MS_DEFAULT,
+            serve: ServeConfig::default(),
             shutdown_unready_ms: crate::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             finished_task_ttl_ms: mesh_tasks::FINISHED_TASK_TTL_MS_DEFAULT,
             task_purge_interval_ms: mesh_tasks::TASK_PURGE_INTERVAL_MS_DEFAULT,
@@ -320,6 +323,7 @@ pub struct AgentApp {
     /// Delivers push notifications while the agent runs.
     push: Option<PushDelivery>,
     shutdown_drain: Duration,
+    serve: ServeConfig,
     shutdown_unready: Duration,
 }
 
@@ -381,7 +385,7 @@ impl AgentApp {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
         // Calls to the registry and to other agents carry this agent's own credential.
-        let http = http.with_bearer(config.auth.outbound_credential()?.as_deref())?;
+        let http = crate::credential::with_own_credential(&http, &config.auth, config.name.as_deref().unwrap_or(&card.name))?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(KitError::Serve)?;
@@ -457,6 +461,7 @@ impl AgentApp {
             rate_limit_per_s: config.rate_limit_per_s,
             rate_limit_burst: config.rate_limit_burst,
             access,
+            allowed_hosts: config.serve.allowed_hosts.clone(),
         };
         if registration.is_some() {
             metrics.set_registration(RegistrationState::Pending);
@@ -517,6 +522,7 @@ impl AgentApp {
             store,
             push,
             shutdown_drain,
+            serve: config.serve.clone(),
             shutdown_unready,
         })
     }
@@ -586,7 +592,7 @@ impl AgentApp {
             };
             turn_unready(shutdown, &metrics, unready, leave).await;
         };
-        let served = serve_draining(self.listener, self.router, leave_then_drain, self.shutdown_drain)
+        let served = serve_draining(self.listener, self.router, leave_then_drain, self.shutdown_drain, &self.serve)
             .await
             .map_err(KitError::Serve);
         // The answered tasks' writes still queued (a buffered store's last interval, background

@@ -56,7 +56,21 @@ impl Middleware for AdmitCalls {
         // The call's headers are looked up by comparing the request's few names: a lookup by a
         // `&str` name parses and hashes the name first, for each of the eight.
         let header = |name: &str| headers.iter().find(|(header, _)| header.as_str() == name);
+        // Only an agent's chain counts: a user (or an admin) is where a chain starts, so a chain
+        // it writes itself would let it pose as the agents named there in the link check and in
+        // a message's link context. On an open service every caller is trusted, chains included.
+        let caller_is_person = matches!(
+            request.extensions().get::<Caller>(),
+            Some(Caller::Authenticated(principal)) if !principal.has(Role::Agent)
+        );
         let context = CallContext::from_headers(|name| header(name).and_then(|(_, value)| value.to_str().ok()))
+            .map(|mut context| {
+                if caller_is_person {
+                    context.chain.clear();
+                    context.depth = 0;
+                }
+                context
+            })
             .and_then(|context| context.admit(agent).map(|()| context));
         let mut context = match context {
             Ok(context) => context,

@@ -3,7 +3,7 @@
 //! serving with graceful shutdown on a listener the caller bound (so tests bind port 0).
 
 use std::any::Any;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,13 +25,15 @@ use tower_http::trace::TraceLayer;
 
 use crate::auth::AccessControl;
 use crate::error::ErrorResponse;
+use crate::hosts::CheckHost;
 pub use crate::limits::{
-    CONCURRENCY_MAX_DEFAULT, RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_PER_S_DEFAULT, RETRY_AFTER_S, rate_limit_key,
+    CONCURRENCY_MAX_DEFAULT, RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_PER_S_DEFAULT, RETRY_AFTER_S, RateLimitKey, rate_limit_key,
 };
 use crate::limits::{LimitRate, PrintableHeaders, ShedLoad, TenantRateLimit};
 use crate::metrics::ServiceMetrics;
 pub use crate::metrics::{TrackRequests, Tracked};
 use crate::middleware::{Middleware, MiddlewareLayer, Refusal, layer};
+pub use crate::serve::{CONNECTIONS_MAX_DEFAULT, HEADER_READ_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_DEFAULT, ServeConfig};
 
 /// Default time a request may take before the server answers 504 itself.
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
@@ -61,6 +63,8 @@ pub struct HttpLimits {
     pub rate_limit_burst: u32,
     /// Authentication of every request ([`crate::auth`]); open by default.
     pub access: AccessControl,
+    /// Host names an open server answers to besides loopback ones ([`ServeConfig::allowed_hosts`]).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for HttpLimits {
@@ -72,6 +76,7 @@ impl Default for HttpLimits {
             rate_limit_per_s: RATE_LIMIT_PER_S_DEFAULT,
             rate_limit_burst: RATE_LIMIT_BURST_DEFAULT,
             access: AccessControl::open(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -146,12 +151,15 @@ fn json_rejection(rejection: JsonRejection) -> ErrorResponse {
 pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
     let rate_limit = TenantRateLimit::new(limits.rate_limit_per_s, limits.rate_limit_burst);
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.concurrency_max.max(1)));
+    // Only an open server needs the Host check: see crate::hosts.
+    let host_check = (!limits.access.enabled()).then(|| layer(CheckHost::new(&limits.allowed_hosts)));
     router
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(
             ServiceBuilder::new()
                 .layer(layer(PrintableHeaders))
+                .option_layer(host_check)
                 .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
                 // Shed before tracing and authenticating: under overload every refusal must cost
                 // next to nothing, and a log line (an error, for a 503) per shed request would
@@ -159,7 +167,7 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
                 .layer(layer(ShedLoad(permits)))
                 .layer(TraceLayer::new_for_http())
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
-                .layer(layer(StampRequestId))
+                .layer(layer(JsonErrors))
                 // Rate limited after authentication, by the tenant the credential gives.
                 .layer(CatchPanicLayer::custom(panic_response))
                 .layer(layer(EnforceTimeout(limits.request_timeout)))
@@ -201,15 +209,21 @@ async fn method_not_allowed(request: Request) -> ErrorResponse {
     )
 }
 
-/// Largest error body [`StampRequestId`] rewrites; mesh error bodies are far smaller.
+/// Largest error body [`JsonErrors`] rewrites; mesh error bodies are far smaller.
 const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
+/// Longest text of a plain-text refusal kept in the mesh error body that replaces it.
+const PLAIN_ERROR_TEXT_CHARS_MAX: usize = 512;
 
-/// Puts the request id into every mesh error body that lacks one, whichever layer produced it
-/// (rejections, fallbacks, timeouts, panics), so a user can quote it from the body alone.
+/// Makes every error answer a mesh JSON error carrying the request id, whichever layer produced
+/// it: the request id goes into mesh error bodies that lack one (rejections, fallbacks,
+/// timeouts, panics), so a user can quote it from the body alone; and a refusal that left in
+/// plain text or with no body (a framework's rejection: an oversize body, a bad path, a
+/// WebSocket request without its upgrade headers) gets the mesh error body, its text kept as
+/// the message. Other JSON error bodies (a binding's own error shape) pass unchanged.
 #[derive(Debug, Clone, Copy)]
-struct StampRequestId;
+struct JsonErrors;
 
-impl Middleware for StampRequestId {
+impl Middleware for JsonErrors {
     type Pass = Option<String>;
 
     fn before(&self, request: &mut Request) -> Result<Self::Pass, Refusal> {
@@ -221,27 +235,53 @@ impl Middleware for StampRequestId {
         F: Future<Output = Response> + Send + 'static,
     {
         let response = answer.await;
-        let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes() == b"application/json");
-        let Some(request_id) = request_id
-            .filter(|_| is_json && (response.status().is_client_error() || response.status().is_server_error()))
-        else {
+        if !(response.status().is_client_error() || response.status().is_server_error()) {
             return response;
-        };
+        }
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/") && v.contains("json"));
+        if is_json && request_id.is_none() {
+            return response;
+        }
         let (mut parts, body) = response.into_parts();
         let Ok(bytes) = axum::body::to_bytes(body, ERROR_BODY_BYTES_MAX).await else {
             return ErrorResponse::new(parts.status, "INTERNAL_ERROR", "the error answer could not be read")
+                .with_request_id(request_id)
                 .into_response();
         };
-        let body = match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(mut error) if error.request_id.is_none() => {
-                error.request_id = Some(request_id);
-                serde_json::to_vec(&error).map(Bytes::from).unwrap_or(bytes)
+        let error = match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(mut error) if is_json => {
+                error.request_id = error.request_id.or(request_id);
+                error
             }
-            _ => bytes,
+            _ if is_json => return Response::from_parts(parts, Body::from(bytes)),
+            _ => plain_refusal(parts.status, &bytes).with_request_id(request_id).body,
         };
         parts.headers.remove(header::CONTENT_LENGTH);
+        parts.headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+        let body = serde_json::to_vec(&error).map(Bytes::from).unwrap_or(bytes);
         Response::from_parts(parts, Body::from(body))
     }
+}
+
+/// The mesh error of a refusal with status `status` that came as plain text `text` (or none).
+fn plain_refusal(status: StatusCode, text: &[u8]) -> ErrorResponse {
+    let code = match status {
+        StatusCode::BAD_REQUEST => "REQUEST_INVALID",
+        StatusCode::NOT_FOUND => "ROUTE_NOT_FOUND",
+        StatusCode::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
+        StatusCode::PAYLOAD_TOO_LARGE => "REQUEST_BODY_TOO_LARGE",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "REQUEST_UNSUPPORTED_MEDIA_TYPE",
+        StatusCode::UPGRADE_REQUIRED => "REQUEST_UPGRADE_REQUIRED",
+        status if status.is_server_error() => "INTERNAL_ERROR",
+        _ => "REQUEST_REFUSED",
+    };
+    let text: String = String::from_utf8_lossy(text).trim().chars().take(PLAIN_ERROR_TEXT_CHARS_MAX).collect();
+    let message = if text.is_empty() { status.canonical_reason().unwrap_or("refused").to_owned() } else { text };
+    ErrorResponse::new(status, code, message)
 }
 
 /// Answers `504` with a body when a request takes longer than the server allows.
@@ -301,49 +341,26 @@ pub fn reachable_url(local: SocketAddr) -> String {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
-/// for at most [`SHUTDOWN_DRAIN_MS_DEFAULT`].
+/// for at most [`SHUTDOWN_DRAIN_MS_DEFAULT`], with the default connection limits.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_draining(listener, router, shutdown, Duration::from_millis(SHUTDOWN_DRAIN_MS_DEFAULT)).await
+    serve_draining(listener, router, shutdown, Duration::from_millis(SHUTDOWN_DRAIN_MS_DEFAULT), &ServeConfig::default())
+        .await
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
-/// for at most `drain`: an open stream (SSE) or a slow client cannot hold a stopping server.
-/// Connections still open at the deadline are abandoned (closed when the process exits).
+/// for at most `drain`; connections are timed and capped as `config` says (see [`crate::serve`]).
 pub async fn serve_draining(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
+    config: &ServeConfig,
 ) -> std::io::Result<()> {
-    let signalled = tokio_util::sync::CancellationToken::new();
-    let notify = signalled.clone();
-    let shutdown = async move {
-        shutdown.await;
-        notify.cancel();
-    };
-    // An answer can leave in several writes (HTTP/2's headers, data and trailers frames, SSE
-    // events): with Nagle's algorithm on, each write after the first waits for the client's
-    // delayed ACK, 40 ms (a gRPC call at concurrency 1 took 46 ms at p50, against 1.3 for JSON-RPC).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
-        if let Err(error) = connection.set_nodelay(true) {
-            tracing::warn!(%error, "could not turn off Nagle's algorithm on a connection");
-        }
-    });
-    let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown);
-    tokio::select! {
-        served = serving.into_future() => served,
-        () = async {
-            signalled.cancelled().await;
-            tokio::time::sleep(drain).await;
-        } => {
-            tracing::warn!(drain_ms = drain.as_millis(), "connections still open at the drain deadline; closing them");
-            Ok(())
-        }
-    }
+    crate::serve::serve_connections(listener, router, shutdown, drain, config).await
 }
 
 /// The first phase of a graceful stop, once `shutdown` resolves: the service turns not ready

@@ -23,11 +23,14 @@ pub mod call_safety;
 mod card;
 mod cli;
 pub mod conformance;
+mod credential;
 mod error;
+mod hosts;
 pub mod graph;
 pub mod http;
 mod limits;
 mod metrics;
+mod serve;
 pub mod middleware;
 pub mod observe;
 mod registration;
@@ -39,6 +42,7 @@ pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router, task_agent_ro
 pub use app::{AgentApp, AgentConfig, AgentExtras, KitError, TaskDurability};
 pub use card::{CardDocument, sign_card};
 pub use cli::{AgentArgs, MainError};
+pub use credential::with_own_credential;
 pub use error::{AgentError, ErrorResponse};
 pub use metrics::{
     DatabaseProbe, HEALTH_DEGRADED, HEALTH_HEALTHY, HEALTH_UNHEALTHY, HealthReport, RegistrationState, ServiceMetrics,

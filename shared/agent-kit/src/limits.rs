@@ -10,12 +10,14 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::Request;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
-use mesh_auth::Caller;
+use mesh_auth::{Caller, Role};
 use mesh_protocol::call::TENANT_HEADER;
 use mesh_protocol::call::validate_tenant_id;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -31,9 +33,9 @@ pub const RATE_LIMIT_PER_S_DEFAULT: u32 = 1_000;
 pub const RATE_LIMIT_BURST_DEFAULT: u32 = 2_000;
 /// What a shed request is told to wait before trying again.
 pub const RETRY_AFTER_S: u64 = 1;
-/// Tenants with a rate-limit bucket of their own at once. Beyond that (many tenants at once, or
-/// someone inventing tenant names), every tenant shares one overflow bucket until idle buckets
-/// are dropped, so the table stays bounded.
+/// Keys (tenants, agents, anonymous addresses) with a rate-limit bucket of their own at once.
+/// Beyond that (many at once, or someone inventing tenant names), every key shares one overflow
+/// bucket until idle buckets are dropped, so the table stays bounded.
 const RATE_LIMIT_TENANTS_MAX: usize = 10_000;
 /// Requests between two sweeps of idle rate-limit buckets.
 const RATE_LIMIT_SWEEP_EVERY_REQUESTS: u64 = 4_096;
@@ -92,11 +94,35 @@ impl Middleware for PrintableHeaders {
     }
 }
 
-/// The key a request is rate limited by: the tenant it acts in. For an authenticated caller
-/// that is the tenant its credential allows (a `user`'s own, whatever it names; the tenant an
-/// `agent` or `admin` names in `x-mesh-tenant`); on an open service, the tenant the header
-/// names; otherwise (no valid tenant named, anonymous callers) one shared default tenant.
-pub fn rate_limit_key(request: &Request) -> String {
+/// Whose bucket a request draws on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RateLimitKey {
+    /// A user's (or an open service's) request, by the tenant it acts in.
+    Tenant(String),
+    /// An authenticated agent's call, by the agent: the mesh's own service-to-service calls
+    /// never wait behind its users' traffic, whichever tenant they act for.
+    Agent(String),
+    /// A caller with no credentials, by its address: an anonymous flood of a public route only
+    /// empties its own bucket.
+    Address(IpAddr),
+}
+
+impl std::fmt::Display for RateLimitKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tenant(tenant) if tenant.is_empty() => f.write_str("the default tenant"),
+            Self::Tenant(tenant) => write!(f, "tenant {tenant}"),
+            Self::Agent(agent) => write!(f, "agent {agent}"),
+            Self::Address(ip) => write!(f, "address {ip}"),
+        }
+    }
+}
+
+/// The key a request is rate limited by. An authenticated user draws on the tenant its
+/// credential allows (its own, whatever it names; the tenant an `admin` names in
+/// `x-mesh-tenant`), an authenticated agent on a bucket of its own, an anonymous caller on its
+/// address's; on an open service, the tenant the header names (one default tenant when none).
+pub fn rate_limit_key(request: &Request) -> RateLimitKey {
     let named = request
         .headers()
         .get(TENANT_HEADER)
@@ -104,19 +130,27 @@ pub fn rate_limit_key(request: &Request) -> String {
         .filter(|tenant| validate_tenant_id(tenant).is_ok())
         .unwrap_or_default();
     match request.extensions().get::<Caller>() {
-        Some(caller @ Caller::Authenticated(principal)) => {
-            caller.tenant(named, None).unwrap_or_else(|_| principal.tenant.clone())
+        Some(Caller::Authenticated(principal)) if principal.has(Role::Agent) => {
+            RateLimitKey::Agent(principal.subject.clone())
         }
-        Some(Caller::Anonymous) => String::new(),
-        Some(Caller::Open) | None => named.to_owned(),
+        Some(caller @ Caller::Authenticated(principal)) => {
+            RateLimitKey::Tenant(caller.tenant(named, None).unwrap_or_else(|_| principal.tenant.clone()))
+        }
+        Some(Caller::Anonymous) => RateLimitKey::Address(
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |ConnectInfo(peer)| peer.ip()),
+        ),
+        Some(Caller::Open) | None => RateLimitKey::Tenant(named.to_owned()),
     }
 }
 
-/// The per-tenant token buckets of one server.
+/// The per-tenant (per-agent, per-address) token buckets of one server.
 #[derive(Debug)]
 pub struct TenantRateLimit {
-    tenants: DefaultKeyedRateLimiter<String>,
-    /// Shared by every tenant while the table is full.
+    tenants: DefaultKeyedRateLimiter<RateLimitKey>,
+    /// Shared by every key while the table is full.
     overflow: DefaultDirectRateLimiter,
     requests: AtomicU64,
 }
@@ -134,7 +168,7 @@ impl TenantRateLimit {
     }
 
     /// `Err` with the seconds to wait when `key` is over its rate.
-    fn check(&self, key: &str) -> Result<(), u64> {
+    fn check(&self, key: &RateLimitKey) -> Result<(), u64> {
         if self.requests.fetch_add(1, Ordering::Relaxed) % RATE_LIMIT_SWEEP_EVERY_REQUESTS == 0 {
             // Buckets that refilled completely hold nothing worth keeping.
             self.tenants.retain_recent();
@@ -143,7 +177,7 @@ impl TenantRateLimit {
         let checked = if self.tenants.len() >= RATE_LIMIT_TENANTS_MAX {
             self.overflow.check()
         } else {
-            self.tenants.check_key(&key.to_owned())
+            self.tenants.check_key(key)
         };
         checked.map_err(|not_until| not_until.wait_time_from(clock.now()).as_secs_f64().ceil().max(1.0) as u64)
     }
@@ -162,11 +196,8 @@ impl Middleware for LimitRate {
         }
         let key = rate_limit_key(request);
         let Err(wait_s) = self.0.check(&key) else { return Ok(()) };
-        tracing::debug!(tenant = %key, wait_s, "rate limited");
-        let message = match key.as_str() {
-            "" => "too many requests; slow down".to_owned(),
-            tenant => format!("too many requests for tenant {tenant}; slow down"),
-        };
+        tracing::debug!(%key, wait_s, "rate limited");
+        let message = format!("too many requests for {key}; slow down");
         let mut response =
             with_retry_after(ErrorResponse::new(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", message), wait_s);
         response.extensions_mut().insert(Rejection::RateLimited);
@@ -228,36 +259,44 @@ mod tests {
         builder.body(axum::body::Body::empty()).unwrap()
     }
 
-    #[test]
-    fn the_key_is_the_valid_tenant_or_the_default_one() {
-        assert_eq!(rate_limit_key(&request_with_tenant(Some("acme"))), "acme");
-        assert_eq!(rate_limit_key(&request_with_tenant(None)), "");
-        assert_eq!(rate_limit_key(&request_with_tenant(Some("no spaces"))), "");
+    fn tenant(name: &str) -> RateLimitKey {
+        RateLimitKey::Tenant(name.to_owned())
     }
 
     #[test]
-    fn an_authenticated_user_is_limited_in_its_own_tenant_whatever_it_names() {
+    fn the_key_is_the_valid_tenant_or_the_default_one() {
+        assert_eq!(rate_limit_key(&request_with_tenant(Some("acme"))), tenant("acme"));
+        assert_eq!(rate_limit_key(&request_with_tenant(None)), tenant(""));
+        assert_eq!(rate_limit_key(&request_with_tenant(Some("no spaces"))), tenant(""));
+    }
+
+    #[test]
+    fn users_draw_on_their_tenant_agents_on_their_own_and_anonymous_callers_on_their_address() {
         let principal = |role| mesh_auth::Principal { subject: "s".into(), tenant: "own".into(), roles: vec![role] };
+        let peer: SocketAddr = "192.0.2.7:40000".parse().unwrap();
         for (caller, named, expected) in [
-            (Caller::Authenticated(principal(mesh_auth::Role::User)), Some("other"), "own"),
-            (Caller::Authenticated(principal(mesh_auth::Role::User)), None, "own"),
-            (Caller::Authenticated(principal(mesh_auth::Role::Agent)), Some("users"), "users"),
-            (Caller::Anonymous, Some("acme"), ""),
-            (Caller::Open, Some("acme"), "acme"),
+            (Caller::Authenticated(principal(Role::User)), Some("other"), tenant("own")),
+            (Caller::Authenticated(principal(Role::User)), None, tenant("own")),
+            (Caller::Authenticated(principal(Role::Admin)), Some("acme"), tenant("acme")),
+            (Caller::Authenticated(principal(Role::Agent)), Some("users"), RateLimitKey::Agent("s".into())),
+            (Caller::Anonymous, Some("acme"), RateLimitKey::Address(peer.ip())),
+            (Caller::Open, Some("acme"), tenant("acme")),
         ] {
             let mut request = request_with_tenant(named);
             request.extensions_mut().insert(caller.clone());
+            request.extensions_mut().insert(ConnectInfo(peer));
             assert_eq!(rate_limit_key(&request), expected, "{caller:?}");
         }
     }
 
     #[test]
-    fn each_tenant_has_its_own_bucket() {
+    fn each_key_has_its_own_bucket() {
         let limit = TenantRateLimit::new(1, 2).unwrap();
-        assert_eq!(limit.check("a"), Ok(()));
-        assert_eq!(limit.check("a"), Ok(()));
-        assert_eq!(limit.check("a"), Err(1));
-        assert_eq!(limit.check("b"), Ok(()));
+        assert_eq!(limit.check(&tenant("a")), Ok(()));
+        assert_eq!(limit.check(&tenant("a")), Ok(()));
+        assert_eq!(limit.check(&tenant("a")), Err(1));
+        assert_eq!(limit.check(&tenant("b")), Ok(()));
+        assert_eq!(limit.check(&RateLimitKey::Agent("a".into())), Ok(()));
         assert!(TenantRateLimit::new(0, 10).is_none());
     }
 

@@ -25,6 +25,10 @@ pub struct AuthConfig {
     /// agents, or a file holding it.
     pub credential: Option<String>,
     pub credential_file: Option<PathBuf>,
+    /// Instead of a given credential, an agent mints its own: an `agent` token naming it, signed
+    /// with `jwt_hs256_secret`, valid this many seconds and renewed halfway (what `up` gives its
+    /// agents). A credential file, by contrast, is re-read as a deployment rotates it.
+    pub credential_self_issued_ttl_s: Option<u64>,
     /// Runs open (no authentication) even on an address other than loopback.
     pub insecure: bool,
     /// Signs this agent's card (A2A 1.0 §8.4) with this private key.

@@ -1,5 +1,5 @@
 //! Bearer JWTs: HS256 with a shared secret, EdDSA or ES256 with public keys. `exp` and `sub` are
-//! required; `iss` and `aud` are checked when configured.
+//! required, `nbf` is checked when present; `iss` and `aud` are checked when configured.
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, decode_header, encode};
 use serde::{Deserialize, Serialize};
@@ -9,7 +9,7 @@ use crate::{AuthConfig, AuthError, Principal, Role};
 
 /// Shortest HS256 secret accepted: the key must be as long as the hash (RFC 7518 §3.2).
 pub(crate) const HS256_SECRET_BYTES_MIN: usize = 32;
-/// Clock skew tolerated on `exp` between the issuer and this service.
+/// Clock skew tolerated on `exp` and `nbf` between the issuer and this service.
 const CLOCK_LEEWAY_S: u64 = 30;
 
 /// The claims of a mesh token.
@@ -23,6 +23,9 @@ pub struct Claims {
     pub roles: Vec<String>,
     /// Expiry, seconds since the Unix epoch.
     pub exp: u64,
+    /// Not before, seconds since the Unix epoch: a token is refused until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,6 +41,7 @@ impl Claims {
             tenant: tenant.to_owned(),
             roles: roles.iter().map(|role| role.as_str().to_owned()).collect(),
             exp: now_s.saturating_add(ttl_s),
+            nbf: Some(now_s),
             iss: None,
             aud: None,
         }
@@ -139,6 +143,8 @@ fn validation(algorithm: Algorithm, issuer: Option<&str>, audience: Option<&str>
     required.extend(audience.map(|_| "aud"));
     validation.set_required_spec_claims(&required);
     validation.leeway = CLOCK_LEEWAY_S;
+    // Off by default in jsonwebtoken: a token issued for later must not open anything now.
+    validation.validate_nbf = true;
     match issuer {
         Some(issuer) => validation.set_issuer(&[issuer]),
         None => validation.iss = None,
@@ -175,6 +181,7 @@ mod tests {
             tenant: "acme".into(),
             roles: roles.iter().map(|r| (*r).to_owned()).collect(),
             exp,
+            nbf: None,
             iss: None,
             aud: None,
         }
@@ -198,6 +205,16 @@ mod tests {
         assert!(matches!(jwt.verify(&forged), Err(AuthError::Invalid(_))));
         let roleless = mint_hs256(SECRET.as_bytes(), &claims(&["root"], now_s() + 60)).unwrap();
         assert!(matches!(jwt.verify(&roleless), Err(AuthError::Invalid(e)) if e.contains("no mesh role")));
+    }
+
+    #[test]
+    fn a_token_is_refused_before_its_not_before_time() {
+        let jwt = verifier(AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() });
+        let later = Claims { nbf: Some(now_s() + 3600), ..claims(&["user"], now_s() + 7200) };
+        let refused = jwt.verify(&mint_hs256(SECRET.as_bytes(), &later).unwrap());
+        assert!(matches!(refused, Err(AuthError::Invalid(e)) if e.contains("mmature")), "{refused:?}");
+        let within_leeway = Claims { nbf: Some(now_s() + CLOCK_LEEWAY_S / 2), ..later };
+        assert!(jwt.verify(&mint_hs256(SECRET.as_bytes(), &within_leeway).unwrap()).is_ok());
     }
 
     #[test]

@@ -1,6 +1,7 @@
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, header};
 use mesh_protocol::error::ErrorBody;
@@ -38,13 +39,53 @@ impl ClientError {
     }
 }
 
+/// A bearer credential that can be replaced while clients send it: a token renewed before it
+/// expires, or one re-read from a file a deployment rotates.
+#[derive(Debug, Clone)]
+pub struct RenewableBearer(Arc<ArcSwap<HeaderValue>>);
+
+impl RenewableBearer {
+    pub fn new(credential: &str) -> Result<Self, ClientError> {
+        Ok(Self(Arc::new(ArcSwap::from_pointee(bearer_header(credential)?))))
+    }
+
+    /// Sends `credential` from now on, on every client holding this one.
+    pub fn renew(&self, credential: &str) -> Result<(), ClientError> {
+        self.0.store(Arc::new(bearer_header(credential)?));
+        Ok(())
+    }
+
+    /// A handle that does not keep the credential alive: a renewal task holds this, and stops
+    /// once no client sends the credential any more.
+    pub fn downgrade(&self) -> WeakBearer {
+        WeakBearer(Arc::downgrade(&self.0))
+    }
+}
+
+/// See [`RenewableBearer::downgrade`].
+#[derive(Debug, Clone)]
+pub struct WeakBearer(Weak<ArcSwap<HeaderValue>>);
+
+impl WeakBearer {
+    pub fn upgrade(&self) -> Option<RenewableBearer> {
+        self.0.upgrade().map(RenewableBearer)
+    }
+}
+
+fn bearer_header(credential: &str) -> Result<HeaderValue, ClientError> {
+    let mut value =
+        HeaderValue::from_str(&format!("Bearer {credential}")).map_err(|_| ClientError::InvalidCredential)?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
 /// The process-wide HTTP client: cheap to clone, one connection pool behind it.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     transport: Arc<dyn Transport>,
     /// `Authorization` sent on every request that carries none: the service's own credential,
     /// on the clone that calls the mesh (never on the one that calls outside services).
-    authorization: Option<HeaderValue>,
+    authorization: Option<RenewableBearer>,
 }
 
 impl HttpClient {
@@ -56,10 +97,12 @@ impl HttpClient {
     /// credential; unchanged when `None`.
     pub fn with_bearer(&self, credential: Option<&str>) -> Result<Self, ClientError> {
         let Some(credential) = credential else { return Ok(self.clone()) };
-        let mut value =
-            HeaderValue::from_str(&format!("Bearer {credential}")).map_err(|_| ClientError::InvalidCredential)?;
-        value.set_sensitive(true);
-        Ok(Self { authorization: Some(value), ..self.clone() })
+        Ok(self.with_renewable_bearer(&RenewableBearer::new(credential)?))
+    }
+
+    /// The same client (same pool) presenting `bearer`, whatever it is renewed to.
+    pub fn with_renewable_bearer(&self, bearer: &RenewableBearer) -> Self {
+        Self { authorization: Some(bearer.clone()), ..self.clone() }
     }
 
     /// A client on the production `reqwest` transport.
@@ -79,7 +122,7 @@ impl HttpClient {
         if let Some(authorization) = &self.authorization
             && !request.headers().contains_key(header::AUTHORIZATION)
         {
-            request.headers_mut().insert(header::AUTHORIZATION, authorization.clone());
+            request.headers_mut().insert(header::AUTHORIZATION, HeaderValue::clone(&authorization.0.load()));
         }
         let url = request.uri().to_string();
         if !mesh_telemetry::tracing_enabled() || mesh_telemetry::sampled_out() {

@@ -36,7 +36,7 @@ pub use circuits::{
     Circuits, Passage,
 };
 pub use discovery::{DISCOVERY_CACHE_ENTRIES_MAX, Discovery, DiscoveryError};
-pub use http_client::{ClientError, HttpClient, decode_json, json_request};
+pub use http_client::{ClientError, HttpClient, RenewableBearer, WeakBearer, decode_json, json_request};
 pub use link_feed::{GRAPH_REFRESH_MS_DEFAULT, follow_policy, refresh_policy};
 pub use registry::RegistryClient;
 pub use transport::{BoxFuture, ReqwestTransport, Transport, TransportError};

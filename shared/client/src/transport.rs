@@ -8,8 +8,10 @@ use crate::address_policy::{AddressRefused, OutboundGuard};
 
 /// Time allowed to open a TCP connection, shorter than any call timeout so a dead host fails fast.
 const CONNECT_TIMEOUT_MS: u64 = 2_000;
-/// Idle pooled connections are closed after this long.
-const POOL_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// Idle pooled connections are closed after this long: sooner than a mesh server closes an
+/// idle connection itself (`serve.header_read_timeout_ms`, 20 s by default), so a request is
+/// never sent on a connection the server is closing at that moment.
+const POOL_IDLE_TIMEOUT_MS: u64 = 15_000;
 /// Largest response body read; a peer (any URL a registrant names) cannot exhaust our memory.
 pub const RESPONSE_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
 
