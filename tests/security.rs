@@ -5,7 +5,6 @@
 //! on any binding; nobody takes another agent's name; the agents still call each other, each as
 //! itself; tenants never see each other's conversations. Also protected mode: no service starts open on a non-loopback address.
 
-
 #[path = "common/secured.rs"]
 mod secured;
 
@@ -13,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use mesh_auth::Role;
 use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
 use secured::{Mesh, message, token};
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_that_changes_or_lists_data_needs_credentials_and_the_right_role() {

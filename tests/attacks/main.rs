@@ -6,9 +6,9 @@ mod secured;
 
 mod durable_answers;
 mod link_history;
+mod origin_and_host;
 mod push_fairness;
 mod rate_limit_buckets;
 mod serving_timeouts;
 mod small_findings;
-mod origin_and_host;
 mod ui_websocket;

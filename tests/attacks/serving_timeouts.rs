@@ -33,7 +33,11 @@ async fn agent(serve: ServeConfig) -> (String, tokio::sync::oneshot::Sender<()>)
 }
 
 fn short_timers() -> ServeConfig {
-    ServeConfig { header_read_timeout_ms: HEADER_READ_TIMEOUT_MS, idle_timeout_ms: IDLE_TIMEOUT_MS, ..ServeConfig::default() }
+    ServeConfig {
+        header_read_timeout_ms: HEADER_READ_TIMEOUT_MS,
+        idle_timeout_ms: IDLE_TIMEOUT_MS,
+        ..ServeConfig::default()
+    }
 }
 
 /// Reads until the server closes the connection, returning what it sent; fails the test when it
@@ -45,7 +49,10 @@ async fn read_until_closed(stream: &mut (impl AsyncRead + Unpin)) -> String {
         match tokio::time::timeout(CLOSE_DEADLINE, stream.read(&mut buffer)).await {
             Ok(Ok(0) | Err(_)) => return String::from_utf8_lossy(&received).into_owned(),
             Ok(Ok(read)) => received.extend_from_slice(&buffer[..read]),
-            Err(_) => panic!("the server kept the connection open for {CLOSE_DEADLINE:?}; it sent {:?}", String::from_utf8_lossy(&received)),
+            Err(_) => panic!(
+                "the server kept the connection open for {CLOSE_DEADLINE:?}; it sent {:?}",
+                String::from_utf8_lossy(&received)
+            ),
         }
     }
 }

@@ -25,7 +25,8 @@ async fn mesh_error(answer: reqwest::Response) -> (StatusCode, String) {
     let status = answer.status();
     let content_type = answer.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
     let text = answer.text().await.unwrap();
-    let body: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status} answered in plain text: {text:?}"));
+    let body: Value =
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status} answered in plain text: {text:?}"));
     assert_eq!(content_type.as_deref(), Some("application/json"), "{status}: {text}");
     let code = body["error_code"].as_str().unwrap_or_else(|| panic!("no error_code in {body}")).to_owned();
     assert!(body["error_message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
@@ -36,7 +37,8 @@ async fn mesh_error(answer: reqwest::Response) -> (StatusCode, String) {
 async fn the_bindings_refuse_an_oversize_body_a_bad_path_and_a_bare_websocket_request_in_json() {
     let (mesh, _data) = Mesh::start().await;
     let agent = &mesh.suite.urls.entity_extraction;
-    let oversize = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"pad":"{}"}}}}"#, "x".repeat(2 << 20));
+    let oversize =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"pad":"{}"}}}}"#, "x".repeat(2 << 20));
     for path in ["/", "/message:send"] {
         let answer = mesh
             .http
@@ -47,7 +49,11 @@ async fn the_bindings_refuse_an_oversize_body_a_bad_path_and_a_bare_websocket_re
             .send()
             .await
             .unwrap();
-        assert_eq!(mesh_error(answer).await, (StatusCode::PAYLOAD_TOO_LARGE, "REQUEST_BODY_TOO_LARGE".into()), "{path}");
+        assert_eq!(
+            mesh_error(answer).await,
+            (StatusCode::PAYLOAD_TOO_LARGE, "REQUEST_BODY_TOO_LARGE".into()),
+            "{path}"
+        );
     }
     let answer = mesh.http.get(format!("{agent}/tasks/%FF%FE")).bearer_auth(&mesh.alice).send().await.unwrap();
     assert_eq!(mesh_error(answer).await.0, StatusCode::BAD_REQUEST);
@@ -62,7 +68,8 @@ async fn a_call_chain_counts_only_when_an_agent_wrote_it() {
     let (mesh, _data) = Mesh::start().await;
     let agent = &mesh.suite.urls.entity_extraction;
     let send = |bearer: String| {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": message("robots playing soccer")});
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": message("robots playing soccer")});
         mesh.http
             .post(agent)
             .bearer_auth(bearer)
@@ -83,8 +90,7 @@ async fn a_call_chain_counts_only_when_an_agent_wrote_it() {
 async fn a_token_is_refused_before_its_not_before_time() {
     let (mesh, _data) = Mesh::start().await;
     let now_s = Claims::new("x", "", &[], 0).exp;
-    let later =
-        Claims { nbf: Some(now_s + 3600), ..Claims::new("ops", "", &[Role::Admin], 7200) };
+    let later = Claims { nbf: Some(now_s + 3600), ..Claims::new("ops", "", &[Role::Admin], 7200) };
     let early = mint_hs256(SECRET.as_bytes(), &later).unwrap();
     let (status, body) = mesh.call(Method::GET, &mesh.registry("/agents"), Some(&early), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
@@ -95,7 +101,8 @@ async fn a_token_is_refused_before_its_not_before_time() {
 /// The `exp` of a JWT, read from its payload.
 fn expiry_s(jwt: &str) -> u64 {
     let payload = jwt.split('.').nth(1).unwrap();
-    let claims: Value = serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+    let claims: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
     claims["exp"].as_u64().unwrap()
 }
 
@@ -130,7 +137,11 @@ async fn the_suites_agents_present_short_lived_tokens_and_renew_them() {
         let get = || http.send(axum::http::Request::get(&url).body(bytes::Bytes::new()).unwrap(), WAIT_DEADLINE);
         get().await.unwrap();
         let first = seen.lock().unwrap()[0].clone();
-        assert!(expiry_s(&first) <= now_s + SUITE_AGENT_TOKEN_TTL_S + 5, "the token lives {} s", expiry_s(&first) - now_s);
+        assert!(
+            expiry_s(&first) <= now_s + SUITE_AGENT_TOKEN_TTL_S + 5,
+            "the token lives {} s",
+            expiry_s(&first) - now_s
+        );
         assert!(SUITE_AGENT_TOKEN_TTL_S <= 3600);
         if renewals == 0 {
             continue;
@@ -165,7 +176,11 @@ async fn an_open_agent_answers_only_requests_to_its_own_hosts() {
     let port = url.rsplit(':').next().unwrap();
     for host in ["evil.example", &format!("evil.example:{port}"), "10.0.0.8"] {
         let answer = http.get(format!("{url}/.well-known/agent-card.json")).header("host", host).send().await.unwrap();
-        assert_eq!(mesh_error(answer).await, (StatusCode::MISDIRECTED_REQUEST, "REQUEST_HOST_NOT_ALLOWED".into()), "{host}");
+        assert_eq!(
+            mesh_error(answer).await,
+            (StatusCode::MISDIRECTED_REQUEST, "REQUEST_HOST_NOT_ALLOWED".into()),
+            "{host}"
+        );
     }
     for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
         let answer = http.get(format!("{url}/.well-known/agent-card.json")).header("host", &host).send().await.unwrap();

@@ -61,7 +61,13 @@ impl Mesh {
         format!("{}{path}", self.suite.urls.registry)
     }
 
-    pub async fn call(&self, method: Method, url: &str, bearer: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn call(
+        &self,
+        method: Method,
+        url: &str,
+        bearer: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let mut request = self.http.request(method, url).header("A2A-Version", "1.0");
         if let Some(bearer) = bearer {
             request = request.bearer_auth(bearer);
@@ -84,4 +90,3 @@ impl Mesh {
 pub fn message(text: &str) -> Value {
     json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]}})
 }
-

@@ -195,8 +195,14 @@ impl Application {
             turn_unready(shutdown, &service.metrics, service.shutdown_unready, async {}).await;
             service.close_events();
         };
-        let served = serve_draining(self.listener, self.service.router(), shutdown, self.service.shutdown_drain, &self.service.serve)
-                .await;
+        let served = serve_draining(
+            self.listener,
+            self.service.router(),
+            shutdown,
+            self.service.shutdown_drain,
+            &self.service.serve,
+        )
+        .await;
         poller.abort();
         database_probe.abort();
         self.service.close_storage().await;

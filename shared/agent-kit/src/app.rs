@@ -29,7 +29,8 @@ use crate::auth::AccessControl;
 use crate::card::{CardDocument, extended_card, sign_card};
 use crate::graph::AgentGraph;
 use crate::http::{
-    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, ServeConfig, reachable_url, serve_draining, turn_unready,
+    BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, ServeConfig, reachable_url, serve_draining,
+    turn_unready,
 };
 use crate::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics};
 use crate::observe::with_observed_layers;
@@ -385,7 +386,8 @@ impl AgentApp {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
         // Calls to the registry and to other agents carry this agent's own credential.
-        let http = crate::credential::with_own_credential(&http, &config.auth, config.name.as_deref().unwrap_or(&card.name))?;
+        let http =
+            crate::credential::with_own_credential(&http, &config.auth, config.name.as_deref().unwrap_or(&card.name))?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(KitError::Serve)?;

@@ -37,7 +37,8 @@ pub fn with_own_credential(http: &HttpClient, auth: &AuthConfig, name: &str) -> 
             (None, Some(_)) => {
                 let auth = auth.clone();
                 let read = move || auth.outbound_credential();
-                let credential = read()?.ok_or_else(|| AuthError::Config("the credential file gave no credential".into()))?;
+                let credential =
+                    read()?.ok_or_else(|| AuthError::Config("the credential file gave no credential".into()))?;
                 (credential, Duration::from_millis(CREDENTIAL_FILE_RECHECK_MS), Box::new(read))
             }
             (None, None) => return Ok(http.with_bearer(auth.outbound_credential()?.as_deref())?),

@@ -41,9 +41,7 @@ fn host_name(host: &str) -> &str {
 
 /// `localhost`, a name under `.localhost` (RFC 6761 keeps both on loopback), or a loopback address.
 fn is_loopback_name(name: &str) -> bool {
-    name == "localhost"
-        || name.ends_with(".localhost")
-        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl Middleware for CheckHost {

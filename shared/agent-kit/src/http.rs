@@ -27,7 +27,8 @@ use crate::auth::AccessControl;
 use crate::error::ErrorResponse;
 use crate::hosts::CheckHost;
 pub use crate::limits::{
-    CONCURRENCY_MAX_DEFAULT, RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_PER_S_DEFAULT, RETRY_AFTER_S, RateLimitKey, rate_limit_key,
+    CONCURRENCY_MAX_DEFAULT, RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_PER_S_DEFAULT, RETRY_AFTER_S, RateLimitKey,
+    rate_limit_key,
 };
 use crate::limits::{LimitRate, PrintableHeaders, ShedLoad, TenantRateLimit};
 use crate::metrics::ServiceMetrics;
@@ -347,8 +348,14 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_draining(listener, router, shutdown, Duration::from_millis(SHUTDOWN_DRAIN_MS_DEFAULT), &ServeConfig::default())
-        .await
+    serve_draining(
+        listener,
+        router,
+        shutdown,
+        Duration::from_millis(SHUTDOWN_DRAIN_MS_DEFAULT),
+        &ServeConfig::default(),
+    )
+    .await
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish

@@ -25,15 +25,15 @@ mod cli;
 pub mod conformance;
 mod credential;
 mod error;
-mod hosts;
 pub mod graph;
+mod hosts;
 pub mod http;
 mod limits;
 mod metrics;
-mod serve;
 pub mod middleware;
 pub mod observe;
 mod registration;
+mod serve;
 #[cfg(feature = "testing")]
 pub mod testing;
 

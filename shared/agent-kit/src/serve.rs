@@ -181,8 +181,9 @@ pub async fn serve_connections(
             request.extensions_mut().insert(ConnectInfo(peer));
             request
         });
-        let connection =
-            builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service)).into_owned();
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
         let (stopping, closing) = (stopping.clone(), closing.clone());
         tracker.spawn(async move {
             let _permit = permit;

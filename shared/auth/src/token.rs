@@ -212,7 +212,7 @@ mod tests {
         let jwt = verifier(AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() });
         let later = Claims { nbf: Some(now_s() + 3600), ..claims(&["user"], now_s() + 7200) };
         let refused = jwt.verify(&mint_hs256(SECRET.as_bytes(), &later).unwrap());
-        assert!(matches!(refused, Err(AuthError::Invalid(e)) if e.contains("mmature")), "{refused:?}");
+        assert!(matches!(&refused, Err(AuthError::Invalid(e)) if e.contains("mmature")), "{refused:?}");
         let within_leeway = Claims { nbf: Some(now_s() + CLOCK_LEEWAY_S / 2), ..later };
         assert!(jwt.verify(&mint_hs256(SECRET.as_bytes(), &within_leeway).unwrap()).is_ok());
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request};
 use mesh_agent_kit::call_agent::{WithCallAgent, call_agent_skill};
-use mesh_agent_kit::http::{HttpLimits, with_common_layers};
+use mesh_agent_kit::http::{HttpLimits, ServeConfig, with_common_layers};
 use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, CardDocument, ServiceMetrics, TaskInput, agent_router};
 use mesh_client::{CallerSettings, CircuitSettings, Discovery, HttpClient, MeshCaller, RegistryClient, json_request};
 use mesh_protocol::a2a::v1::AgentCard;
@@ -102,6 +102,7 @@ fn prepared_database() -> &'static Path {
             let config = RegistryConfig {
                 database_url: format!("sqlite://{}", path.display()),
                 verify_registrations: false,
+                serve: simulated_hosts(),
                 ..RegistryConfig::default()
             };
             let service = RegistryService::open(&config, HttpClient::new(Arc::new(SimTransport)))
@@ -367,14 +368,24 @@ fn call(key: &str, target: &str, data: Option<Value>, timeout_ms: Option<u64>) -
     request
 }
 
+/// The simulated network names its hosts (`registry`, `search`, ...), and its servers run open:
+/// they answer every host name, as a deployment's open servers must be told to (the Host check
+/// of an open server allows loopback names only by default).
+fn simulated_hosts() -> ServeConfig {
+    ServeConfig { allowed_hosts: vec!["*".to_owned()], ..ServeConfig::default() }
+}
+
 /// The registry of one run, on a copy of the prepared database. It is opened outside the
 /// simulation (on a runtime of its own, kept by the caller), so no database work, which takes
 /// wall-clock time, happens while the simulated clock runs: lookups are answered from memory.
 fn open_registry(run_dir: &Path) -> RegistryService {
     let database = run_dir.join("registry.db");
     std::fs::copy(prepared_database(), &database).expect("copy the registry database");
-    let config =
-        RegistryConfig { database_url: format!("sqlite://{}", database.display()), ..RegistryConfig::default() };
+    let config = RegistryConfig {
+        database_url: format!("sqlite://{}", database.display()),
+        serve: simulated_hosts(),
+        ..RegistryConfig::default()
+    };
     STORAGE_RUNTIME
         .block_on(RegistryService::open(&config, HttpClient::new(Arc::new(SimTransport))))
         .expect("open the registry")
@@ -443,7 +454,8 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
                     None,
                     mesh_agent_kit::a2a::TaskLimits::default(),
                 );
-                serve(PORT, with_common_layers(router, HttpLimits::default())).await?;
+                let limits = HttpLimits { allowed_hosts: simulated_hosts().allowed_hosts, ..HttpLimits::default() };
+                serve(PORT, with_common_layers(router, limits)).await?;
                 Ok(())
             }
         });
