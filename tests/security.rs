@@ -8,11 +8,12 @@
 #[path = "common/secured.rs"]
 mod secured;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use a2a_mesh::SuiteConfig;
 use mesh_auth::Role;
 use reqwest::{Method, StatusCode};
-use secured::{Mesh, message, token};
+use secured::{Mesh, SECRET, WAIT_DEADLINE, message, token};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

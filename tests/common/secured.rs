@@ -10,7 +10,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 pub const SECRET: &str = "a-test-secret-of-at-least-32-bytes!!";
-const WAIT_DEADLINE: Duration = Duration::from_secs(20);
+pub const WAIT_DEADLINE: Duration = Duration::from_secs(20);
 
 pub fn token(subject: &str, tenant: &str, roles: &[Role]) -> String {
     mint_hs256(SECRET.as_bytes(), &Claims::new(subject, tenant, roles, 600)).unwrap()

@@ -15,12 +15,15 @@ const CREDENTIAL_FILE_RECHECK_MS: u64 = 30_000;
 /// Shortest renewal interval of a self-issued token, whatever its configured life.
 const SELF_ISSUED_RENEW_MS_MIN: u64 = 1_000;
 
+/// Where a renewal gets the credential from: a new token, or the file's contents.
+type NextCredential = Box<dyn Fn() -> Result<Option<String>, AuthError> + Send>;
+
 /// `http` presenting the credential `auth` gives the agent named `name`: a token it mints for
 /// itself (`credential_self_issued_ttl_s`), renewed halfway through its life; the contents of
 /// `credential_file`, re-read every [`CREDENTIAL_FILE_RECHECK_MS`]; or the fixed `credential`.
 /// The renewal stops once no client presents the credential any more.
 pub fn with_own_credential(http: &HttpClient, auth: &AuthConfig, name: &str) -> Result<HttpClient, KitError> {
-    let (credential, renew_every, next): (_, _, Box<dyn Fn() -> Result<Option<String>, AuthError> + Send>) =
+    let (credential, renew_every, next): (_, _, NextCredential) =
         match (auth.credential_self_issued_ttl_s, &auth.credential_file) {
             (Some(ttl_s), _) => {
                 let (auth, name) = (auth.clone(), name.to_owned());
@@ -50,12 +53,7 @@ pub fn with_own_credential(http: &HttpClient, auth: &AuthConfig, name: &str) -> 
 
 /// Every `every`, asks `next` for the credential and presents it when it changed, until nobody
 /// holds `bearer`. A failed renewal keeps the current credential and is tried again next time.
-async fn renew(
-    bearer: WeakBearer,
-    mut current: String,
-    every: Duration,
-    next: Box<dyn Fn() -> Result<Option<String>, AuthError> + Send>,
-) {
+async fn renew(bearer: WeakBearer, mut current: String, every: Duration, next: NextCredential) {
     loop {
         tokio::time::sleep(every).await;
         let Some(bearer) = bearer.upgrade() else { return };
