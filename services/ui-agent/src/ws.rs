@@ -152,6 +152,7 @@ async fn session(state: Arc<UiState>, mut socket: WebSocket, mut conversation: C
             sessions.remove(&conversation.id);
         }
     }
+    // The place goes back last, once answers no longer come here (its topic's participant may end).
     drop(slot);
 }
 
