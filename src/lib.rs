@@ -1,6 +1,7 @@
 //! The whole mesh in one process: the registry and the four agents, each on its own port, wired
 //! to the registry, which holds the suite's links (`deploy/links.toml`) so the suite also runs
-//! with the graph enforced, and the UI agent with every agent on the conversation bus.
+//! with the graph enforced, and the UI agent with every agent on the conversation bus (its
+//! sockets may name the agents registered with the suite's registry).
 //! `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
 
 pub mod chat;
@@ -113,6 +114,11 @@ impl SuiteConfig {
             self.ui_agent.auth = AuthConfig { insecure: self.ui_agent.auth.insecure, ..auth.clone() };
         }
         let mints = auth.hs256_secret()?.is_some();
+        // The UI agent asks the registry which agents its sockets may name, as itself.
+        let ui = &mut self.ui_agent.auth;
+        if ui.credential.is_none() && ui.credential_file.is_none() && mints {
+            ui.credential_self_issued_ttl_s = Some(SUITE_AGENT_TOKEN_TTL_S);
+        }
         for (name, agent) in [
             ("orchestrator", &mut self.orchestrator.agent),
             ("search", &mut self.search.agent),
@@ -234,6 +240,10 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
     let search = search::build(&config.search, http.clone()).await?;
     let entity_extraction = entity_extraction::build(&config.entity_extraction, http.clone()).await?;
     let profile_selection = profile_selection::build(&config.profile_selection, http).await?;
+    // The UI agent's sockets name agents registered here, and the registry's dashboard is a page
+    // of the suite that may open them.
+    config.ui_agent.registry_url.get_or_insert_with(|| registry_url.clone());
+    config.ui_agent.ws_allowed_origins.push(registry_url.clone());
     let ui_agent = UiAgent::build(&config.ui_agent).await?;
     let urls = SuiteUrls {
         registry: registry_url,

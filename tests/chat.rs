@@ -1,5 +1,6 @@
-//! `a2a-mesh chat AGENT`: the command a person types lines into. A real UI agent on port 0 and a
-//! participant answering on the embedded log (a SQLite file of the test's own) stand for the
+//! `a2a-mesh chat AGENT`: the command a person types lines into. A real UI agent on port 0, a
+//! registry holding the agent's name (the UI agent opens sockets only to registered agents) and
+//! a participant answering on the embedded log (a SQLite file of the test's own) stand for the
 //! suite, so the command is checked as a person uses it: lines in on stdin, answers out on
 //! stdout, in order, and an exit once every line has its answer.
 
@@ -50,9 +51,35 @@ async fn chat_prints_each_lines_answer_in_order_and_exits_once_all_are_answered(
         database_url: format!("sqlite://{}", data.path().join("bus.db").display()),
         ..BusConfig::default()
     };
+    let registry = registry::Application::build(&registry::RegistryConfig {
+        port: 0,
+        database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
+        // The name is served by the bus participant below only: no card to fetch.
+        verify_registrations: false,
+        ..registry::RegistryConfig::default()
+    })
+    .await
+    .unwrap();
+    let registry_url = registry.url();
+    let (stop_registry, registry_stopped) = tokio::sync::oneshot::channel::<()>();
+    let registry_run = tokio::spawn(registry.run_until_stopped(async {
+        let _ = registry_stopped.await;
+    }));
+    let registered = reqwest::Client::new()
+        .post(format!("{registry_url}/register"))
+        .json(&serde_json::json!({"name": AGENT, "url": "http://127.0.0.1:9", "capabilities": ["echo"]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(registered.status().is_success(), "{}", registered.text().await.unwrap());
     // No draining time at its stop: no load balancer to warn.
-    let ui_config =
-        UiAgentConfig { port: 0, bus: bus_config.clone(), shutdown_unready_ms: 0, ..UiAgentConfig::default() };
+    let ui_config = UiAgentConfig {
+        port: 0,
+        bus: bus_config.clone(),
+        shutdown_unready_ms: 0,
+        registry_url: Some(registry_url),
+        ..UiAgentConfig::default()
+    };
     let ui = UiAgent::build(&ui_config).await.unwrap();
     let ui_url = ui.url().to_owned();
     let (stop_ui, ui_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -88,6 +115,8 @@ async fn chat_prints_each_lines_answer_in_order_and_exits_once_all_are_answered(
     echo.await.unwrap();
     stop_ui.send(()).unwrap();
     ui_run.await.unwrap().unwrap();
+    stop_registry.send(()).unwrap();
+    registry_run.await.unwrap().unwrap();
 }
 
 #[test]

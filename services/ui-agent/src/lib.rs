@@ -9,8 +9,16 @@
 //! Every conversation belongs to the tenant of whoever opened it (the credential's, see
 //! [`visible_tenant`]); a user sees and resumes only its own tenant's, and another tenant's
 //! answers "not found" as if it did not exist.
+//!
+//! Everything a socket makes is bounded: it names an agent the registry knows, on this agent's
+//! own instance or one running already ([`admission`]); sockets are capped per tenant and in all, and the sockets
+//! of one topic share one bus participant, which ends with the last of them ([`sockets`]);
+//! messages are capped in size and read no faster than a rate; a conversation is written at its
+//! first message.
 
+mod admission;
 mod api;
+mod sockets;
 mod ws;
 
 use std::collections::HashMap;
@@ -32,6 +40,10 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::admission::Admission;
+use crate::sockets::{OpenSockets, SocketCaps};
+use crate::ws::SocketLimits;
+
 pub use ws::WS_CONVERSATION_HEADER;
 
 /// Prefix of the environment variables the UI agent reads.
@@ -46,6 +58,18 @@ const SESSION_QUEUE_MESSAGES: usize = 64;
 /// Time between retention sweeps of docmem.
 const RETENTION_SWEEP_INTERVAL_MS: u64 = 3_600_000;
 const SECONDS_PER_DAY: u64 = 86_400;
+/// Sockets open at once, at most, whoever opens them.
+pub const WS_SOCKETS_MAX_DEFAULT: usize = 1_024;
+/// Sockets one tenant may hold open at once (with authentication off, every caller naming no
+/// tenant is one tenant).
+pub const WS_SOCKETS_PER_TENANT_MAX_DEFAULT: usize = 64;
+/// Largest message, and frame, a socket may send: a line of chat, not a document.
+pub const WS_MESSAGE_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// Messages a socket may send per second, sustained, and the burst above it.
+pub const WS_MESSAGES_PER_S_DEFAULT: u32 = 5;
+pub const WS_MESSAGES_BURST_DEFAULT: u32 = 20;
+/// Seconds a client refused for want of a socket place is told to wait (`Retry-After`).
+const SOCKETS_FULL_RETRY_AFTER_S: u64 = 5;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default)]
@@ -60,6 +84,25 @@ pub struct UiAgentConfig {
     /// Milliseconds the agent answers not ready while still serving, once told to stop, so load
     /// balancers stop sending it new sockets before it closes.
     pub shutdown_unready_ms: u64,
+    /// The registry (several replicas: a comma-separated list) whose agents a socket may talk
+    /// to: `agent=` must be registered there, and `instance=`, unless it is this agent's own
+    /// `bus.instance_id`, must have its topic on the bus already. The registry is asked with
+    /// `auth`'s credential. Without one, every socket is refused (503): no name can be checked.
+    pub registry_url: Option<String>,
+    /// Origins (`scheme://host[:port]`) whose web pages may open sockets, besides this agent's
+    /// own; a loopback origin stands for its port under every loopback name. A client sending no
+    /// `Origin` (not a browser: `a2a-mesh chat`) is always let in.
+    pub ws_allowed_origins: Vec<String>,
+    /// Sockets open at once, at most: past it a handshake is refused 503.
+    pub ws_sockets_max: usize,
+    /// Sockets one tenant may hold open at once: past it a handshake is refused 429.
+    pub ws_sockets_per_tenant_max: usize,
+    /// Largest message (and frame) a socket may send; a bigger one closes the socket (1009).
+    pub ws_message_bytes_max: usize,
+    /// Messages a socket may send per second (0: no limit) and the burst above it; a faster
+    /// sender is read no faster, so it waits on its own connection rather than being dropped.
+    pub ws_messages_per_s: u32,
+    pub ws_messages_burst: u32,
 }
 
 impl Default for UiAgentConfig {
@@ -71,6 +114,13 @@ impl Default for UiAgentConfig {
             retention_days: None,
             auth: mesh_auth::AuthConfig::default(),
             shutdown_unready_ms: mesh_agent_kit::http::SHUTDOWN_UNREADY_MS_DEFAULT,
+            registry_url: None,
+            ws_allowed_origins: Vec::new(),
+            ws_sockets_max: WS_SOCKETS_MAX_DEFAULT,
+            ws_sockets_per_tenant_max: WS_SOCKETS_PER_TENANT_MAX_DEFAULT,
+            ws_message_bytes_max: WS_MESSAGE_BYTES_MAX_DEFAULT,
+            ws_messages_per_s: WS_MESSAGES_PER_S_DEFAULT,
+            ws_messages_burst: WS_MESSAGES_BURST_DEFAULT,
         }
     }
 }
@@ -88,6 +138,20 @@ pub enum UiError {
     Serve(#[source] std::io::Error),
     #[error("{0}")]
     Auth(#[from] mesh_auth::AuthError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("{0}")]
+    InvalidParameter(String),
+    #[error("{0}")]
+    UnknownAgent(String),
+    #[error("the agents cannot be checked: {0}")]
+    Registry(String),
+    #[error("web pages of {0} may not open sockets here")]
+    OriginNotAllowed(String),
+    #[error("tenant {tenant:?} has {max} sockets open already, the most it may; close one first")]
+    TenantSocketsFull { tenant: String, max: usize },
+    #[error("{0} sockets are open already, the most this UI agent takes; try again later")]
+    SocketsFull(usize),
 }
 
 impl IntoResponse for UiError {
@@ -96,16 +160,26 @@ impl IntoResponse for UiError {
             Self::Auth(error) => return mesh_agent_kit::auth::auth_error_response(error).into_response(),
             Self::Docmem(DocmemError::NotFound(_)) => (StatusCode::NOT_FOUND, "CONVERSATION_NOT_FOUND"),
             Self::Docmem(DocmemError::Conflict { .. }) => (StatusCode::CONFLICT, "VERSION_CONFLICT"),
-            Self::Docmem(DocmemError::Invalid(_)) | Self::Bus(BusError::InvalidRecord(_)) => {
-                (StatusCode::BAD_REQUEST, "REQUEST_INVALID")
-            }
+            Self::Docmem(DocmemError::Invalid(_))
+            | Self::Bus(BusError::InvalidRecord(_))
+            | Self::InvalidParameter(_) => (StatusCode::BAD_REQUEST, "REQUEST_INVALID"),
             Self::Docmem(DocmemError::Timeout(_)) | Self::Bus(BusError::Timeout { .. }) => {
                 (StatusCode::GATEWAY_TIMEOUT, "BUS_TIMEOUT")
             }
             Self::Bus(BusError::UnknownTopic(_)) => (StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND"),
+            Self::UnknownAgent(_) => (StatusCode::NOT_FOUND, "AGENT_NOT_FOUND"),
+            Self::Registry(_) => (StatusCode::SERVICE_UNAVAILABLE, "REGISTRY_UNAVAILABLE"),
+            Self::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "ORIGIN_NOT_ALLOWED"),
+            Self::TenantSocketsFull { .. } => (StatusCode::TOO_MANY_REQUESTS, "TENANT_SOCKETS_FULL"),
+            Self::SocketsFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "SOCKETS_FULL"),
             _ => (StatusCode::SERVICE_UNAVAILABLE, "BUS_UNAVAILABLE"),
         };
-        ErrorResponse::new(status, code, self.to_string()).into_response()
+        let retry = matches!(self, Self::TenantSocketsFull { .. } | Self::SocketsFull(_));
+        let mut response = ErrorResponse::new(status, code, self.to_string()).into_response();
+        if retry {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, SOCKETS_FULL_RETRY_AFTER_S.into());
+        }
+        response
     }
 }
 
@@ -115,11 +189,15 @@ pub(crate) struct UiState {
     agent_id: String,
     bus: Arc<dyn ConversationBus>,
     docmem: Docmem,
-    config: BusConfig,
     /// Open sockets by conversation id: where that conversation's answers go.
     sessions: Mutex<HashMap<String, mpsc::Sender<String>>>,
-    /// Topics this agent consumes already (one forwarding participant each).
-    topics: Mutex<HashMap<String, ()>>,
+    /// Which sockets may open.
+    admission: Admission,
+    socket_caps: SocketCaps,
+    /// What each socket may send.
+    socket_limits: SocketLimits,
+    /// The sockets open, and the participant of each topic they talk on.
+    open_sockets: Mutex<OpenSockets>,
     stop: watch::Receiver<bool>,
 }
 
@@ -127,6 +205,11 @@ impl UiState {
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<String>>> {
         // Each change is one insert or remove: the map is consistent whatever panicked.
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_sockets(&self) -> std::sync::MutexGuard<'_, OpenSockets> {
+        // Each change is made whole under the lock, without a call that could panic midway.
+        self.open_sockets.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -154,24 +237,31 @@ impl UiAgent {
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| UiError::Bind { addr, source })?;
         let url = reachable_url(listener.local_addr().map_err(UiError::Serve)?);
+        let admission = Admission::new(config, &url)?;
+        let socket_limits = SocketLimits::new(config)?;
         let (stop, stopped) = watch::channel(false);
         let state = Arc::new(UiState {
             agent_id: mesh_bus::agent_id(UI_AGENT_TYPE, &config.bus.instance_id),
             bus,
             docmem,
-            config: config.bus.clone(),
             sessions: Mutex::default(),
-            topics: Mutex::default(),
+            admission,
+            socket_caps: SocketCaps { total: config.ws_sockets_max, per_tenant: config.ws_sockets_per_tenant_max },
+            socket_limits,
+            open_sockets: Mutex::default(),
             stop: stopped,
         });
         let metrics = ServiceMetrics::new(SERVICE_NAME);
         let bus_state = state.clone();
         metrics.add_component("bus", move || {
+            let (open_sockets, participants) = bus_state.open_sockets().counts();
             serde_json::json!({
                 "status": "ok",
                 "backend": bus_state.bus.backend(),
                 "agent_id": bus_state.agent_id,
                 "open_conversations": bus_state.sessions().len(),
+                "open_sockets": open_sockets,
+                "participants": participants,
             })
         });
         // Without docmem the agent can neither show nor continue a conversation: it cannot serve.
@@ -288,9 +378,26 @@ mod tests {
             (UiError::Docmem(DocmemError::Invalid("x".into())), StatusCode::BAD_REQUEST),
             (UiError::Bus(BusError::Timeout { operation: "producing", timeout_ms: 1 }), StatusCode::GATEWAY_TIMEOUT),
             (UiError::Bus(BusError::Kafka("down".into())), StatusCode::SERVICE_UNAVAILABLE),
+            (UiError::InvalidParameter("x".into()), StatusCode::BAD_REQUEST),
+            (UiError::UnknownAgent("x".into()), StatusCode::NOT_FOUND),
+            (UiError::Registry("down".into()), StatusCode::SERVICE_UNAVAILABLE),
+            (UiError::OriginNotAllowed("http://evil.example".into()), StatusCode::FORBIDDEN),
         ];
         for (error, status) in cases {
             assert_eq!(error.into_response().status(), status);
+        }
+    }
+
+    #[test]
+    fn a_client_refused_a_socket_place_is_told_when_to_try_again() {
+        let cases = [
+            (UiError::TenantSocketsFull { tenant: "acme".into(), max: 2 }, StatusCode::TOO_MANY_REQUESTS),
+            (UiError::SocketsFull(3), StatusCode::SERVICE_UNAVAILABLE),
+        ];
+        for (error, status) in cases {
+            let response = error.into_response();
+            assert_eq!(response.status(), status);
+            assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], SOCKETS_FULL_RETRY_AFTER_S.to_string());
         }
     }
 }

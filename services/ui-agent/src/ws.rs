@@ -1,31 +1,33 @@
 //! `GET /ws?agent=TYPE[&instance=ID][&conversation=ID]`: a plain-text conversation with the
 //! agent `TYPE-ID` (its instance id defaults to this agent's). Every text frame in becomes a
 //! docmem node and a record on that agent's topic; every answer comes back as a text frame.
+//!
+//! A handshake is checked whole before the upgrade (the page's origin, the agent, a place among
+//! the open sockets), and makes nothing: a new conversation is named then, and written at its
+//! first message.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::http::HeaderValue;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use mesh_agent_kit::auth::RequestCaller;
 use mesh_agent_kit::http::QueryParams;
-use mesh_bus::{
-    ACTION_APPEND, ACTION_CREATE, Answerer, BusError, BusRecord, ChatMessage, Participant, ParticipantSettings,
-};
-use mesh_docmem::{Context, DocmemError, Node};
+use mesh_bus::{ACTION_APPEND, ACTION_CREATE, BusRecord};
+use mesh_docmem::Context;
 use mesh_protocol::call::validate_tenant_id;
 use serde::Deserialize;
 
-use crate::{UiError, UiState, session_channel, visible_root, visible_tenant};
+use crate::sockets::SocketSlot;
+use crate::{UiAgentConfig, UiError, UiState, session_channel, visible_root, visible_tenant};
 
 /// The upgrade response names the conversation here, so a client can resume it later
-/// (`&conversation=`) or read it through the API; the socket itself carries only text.
+/// (`&conversation=`) or read it through the API; the socket itself carries only text. A new
+/// conversation exists from its first message on.
 pub const WS_CONVERSATION_HEADER: &str = "x-conversation-id";
-/// Time an answer may wait for a slow socket before it is dropped for that socket (it stays in
-/// docmem and the API).
-const SOCKET_SEND_TIMEOUT_MS: u64 = 5_000;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WsParams {
@@ -37,48 +39,103 @@ pub(crate) struct WsParams {
     tenant: Option<String>,
 }
 
+/// What each socket may send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SocketLimits {
+    message_bytes_max: usize,
+    /// Messages per second and burst; `None`: unlimited.
+    quota: Option<Quota>,
+}
+
+impl SocketLimits {
+    pub(crate) fn new(config: &UiAgentConfig) -> Result<Self, UiError> {
+        let quota = match NonZeroU32::new(config.ws_messages_per_s) {
+            None => None,
+            Some(rate) => {
+                let burst = NonZeroU32::new(config.ws_messages_burst).ok_or_else(|| {
+                    UiError::Config("ws_messages_burst must be at least 1 when ws_messages_per_s is set".into())
+                })?;
+                Some(Quota::per_second(rate).allow_burst(burst))
+            }
+        };
+        Ok(Self { message_bytes_max: config.ws_message_bytes_max, quota })
+    }
+}
+
+/// A socket's conversation: the one it resumed, or a new one, written at its first message.
+#[derive(Debug)]
+struct Conversation {
+    id: String,
+    tenant: String,
+    topic: String,
+    written: bool,
+}
+
 pub(crate) async fn open(
     State(state): State<Arc<UiState>>,
     RequestCaller(caller): RequestCaller,
     QueryParams(params): QueryParams<WsParams>,
+    headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, UiError> {
+    state.admission.check_origin(&headers)?;
     let tenant = caller.tenant(params.tenant.as_deref().unwrap_or_default(), None)?;
     if !tenant.is_empty() {
-        validate_tenant_id(&tenant).map_err(DocmemError::Invalid)?;
+        validate_tenant_id(&tenant).map_err(UiError::InvalidParameter)?;
     }
-    let instance = params.instance.as_deref().unwrap_or(&state.config.instance_id);
-    let topic = mesh_bus::agent_topic(&mesh_bus::agent_id(&params.agent, instance));
-    state.bus.ensure_topic(&topic).await?;
-    ensure_forwarding(&state, &topic);
-    let root = match params.conversation {
-        Some(id) => visible_root(&state, &id, visible_tenant(&caller, None)?.as_deref()).await?.id,
-        None => state.docmem.create_root(&tenant, &mesh_bus::conversation_root_context(&topic), "").await?.id,
+    let topic = state.admission.topic(state.bus.as_ref(), &params.agent, params.instance.as_deref()).await?;
+    let conversation = match params.conversation {
+        Some(id) => {
+            let root = visible_root(&state, &id, visible_tenant(&caller, None)?.as_deref()).await?;
+            Conversation { id: root.id, tenant: root.tenant, topic, written: true }
+        }
+        None => Conversation { id: uuid::Uuid::new_v4().to_string(), tenant, topic, written: false },
     };
-    let header = HeaderValue::from_str(&root).map_err(|e| DocmemError::Invalid(e.to_string()))?;
-    let session_root = root.clone();
-    let mut response = upgrade.on_upgrade(move |socket| session(state, socket, session_root, topic));
+    let header = HeaderValue::from_str(&conversation.id).map_err(|e| UiError::InvalidParameter(e.to_string()))?;
+    let slot = SocketSlot::take(&state, &conversation.tenant, &conversation.topic)?;
+    let limits = state.socket_limits;
+    let mut response = upgrade
+        .max_message_size(limits.message_bytes_max)
+        .max_frame_size(limits.message_bytes_max)
+        .on_upgrade(move |socket| session(state, socket, conversation, slot));
     response.headers_mut().insert(WS_CONVERSATION_HEADER, header);
     Ok(response)
 }
 
-async fn session(state: Arc<UiState>, mut socket: WebSocket, root: String, topic: String) {
+async fn session(state: Arc<UiState>, mut socket: WebSocket, mut conversation: Conversation, slot: SocketSlot) {
     let (answers, mut received) = session_channel();
-    state.sessions().insert(root.clone(), answers.clone());
+    state.sessions().insert(conversation.id.clone(), answers.clone());
+    let limits = state.socket_limits;
+    let rate: Option<DefaultDirectRateLimiter> = limits.quota.map(RateLimiter::direct);
+    // The next message is read only once the rate allows it: a faster sender waits on its own
+    // connection (its TCP window fills) and loses nothing, while answers still go out.
+    let mut may_read = rate.is_none();
     let mut stop = state.stop.clone();
     loop {
         tokio::select! {
-            incoming = socket.recv() => match incoming {
-                Some(Ok(Message::Text(text))) => {
-                    if let Err(error) = send(&state, &root, &topic, text.as_str()).await {
-                        tracing::warn!(conversation = %root, %error, "cannot send a message");
-                        if socket.send(Message::Text(format!("error: {error}").into())).await.is_err() {
-                            break;
+            _ = async { if let Some(rate) = &rate { rate.until_ready().await; } }, if !may_read => may_read = true,
+            incoming = socket.recv(), if may_read => {
+                may_read = rate.is_none();
+                match incoming {
+                    Some(Ok(Message::Text(text))) => {
+                        if let Err(error) = send(&state, &mut conversation, text.as_str()).await {
+                            tracing::warn!(conversation = %conversation.id, %error, "cannot send a message");
+                            if socket.send(Message::Text(format!("error: {error}").into())).await.is_err() {
+                                break;
+                            }
                         }
                     }
+                    Some(Err(error)) => {
+                        if too_big(error) {
+                            let reason = format!("a message may be at most {} bytes", limits.message_bytes_max);
+                            let close = CloseFrame { code: close_code::SIZE, reason: reason.into() };
+                            let _ = socket.send(Message::Close(Some(close))).await;
+                        }
+                        break;
+                    }
+                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Ok(_)) => {}
                 }
-                Some(Ok(Message::Close(_)) | Err(_)) | None => break,
-                Some(Ok(_)) => {}
             },
             Some(answer) = received.recv() => {
                 if socket.send(Message::Text(answer.into())).await.is_err() {
@@ -88,69 +145,49 @@ async fn session(state: Arc<UiState>, mut socket: WebSocket, root: String, topic
             _ = stop.changed() => break,
         }
     }
-    let mut sessions = state.sessions();
-    // A newer socket of the same conversation keeps its place.
-    if sessions.get(&root).is_some_and(|current| current.same_channel(&answers)) {
-        sessions.remove(&root);
+    {
+        let mut sessions = state.sessions();
+        // A newer socket of the same conversation keeps its place.
+        if sessions.get(&conversation.id).is_some_and(|current| current.same_channel(&answers)) {
+            sessions.remove(&conversation.id);
+        }
     }
+    // The place goes back last, once answers no longer come here (its topic's participant may end).
+    drop(slot);
 }
 
-/// Writes the text as a node of the conversation and puts its record on the target's topic.
-async fn send(state: &UiState, root: &str, topic: &str, text: &str) -> Result<(), UiError> {
-    let node = state.docmem.append_child(root, &Context::agent_text(&state.agent_id), text).await?;
+/// Whether a read failed on a message or frame over the size cap.
+fn too_big(error: axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error;
+    error.into_inner().downcast_ref::<Error>().is_some_and(|error| matches!(error, Error::Capacity(_)))
+}
+
+/// Writes the text as a node of the conversation (the conversation first, at its first message)
+/// and puts its record on the target's topic.
+async fn send(state: &UiState, conversation: &mut Conversation, text: &str) -> Result<(), UiError> {
+    if !conversation.written {
+        let context = mesh_bus::conversation_root_context(&conversation.topic);
+        state.docmem.create_root_with_id(&conversation.id, &conversation.tenant, &context, "").await?;
+        conversation.written = true;
+    }
+    let node = state.docmem.append_child(&conversation.id, &Context::agent_text(&state.agent_id), text).await?;
     let action = if node.position == 0 { ACTION_CREATE } else { ACTION_APPEND };
-    state.bus.produce(topic, &BusRecord::message(&state.agent_id, root, &node.id, action)).await?;
+    let record = BusRecord::message(&state.agent_id, &conversation.id, &node.id, action);
+    state.bus.produce(&conversation.topic, &record).await?;
     Ok(())
 }
 
-/// Starts consuming `topic` (once per topic) to stream its answers to open sockets.
-fn ensure_forwarding(state: &Arc<UiState>, topic: &str) {
-    let mut topics = state.topics.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if topics.insert(topic.to_owned(), ()).is_some() {
-        return;
-    }
-    let cache_conversations_max = match state.config.cache_conversations_max() {
-        Ok(max) => max,
-        Err(error) => {
-            tracing::error!(%error, "cannot consume {topic}");
-            return;
-        }
-    };
-    let settings = ParticipantSettings {
-        agent_id: state.agent_id.clone(),
-        topic: topic.to_owned(),
-        service: crate::SERVICE_NAME.to_owned(),
-        cache_conversations_max,
-    };
-    let participant = Participant::new(
-        settings,
-        state.bus.clone(),
-        state.docmem.clone(),
-        Arc::new(Forwarder { state: state.clone() }),
-    );
-    let mut stop = state.stop.clone();
-    tokio::spawn(participant.run_until(async move {
-        let _ = stop.wait_for(|stopped| *stopped).await;
-    }));
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The UI agent answers nothing: it forwards other participants' messages to the socket of
-/// their conversation, if one is open.
-#[derive(Debug)]
-struct Forwarder {
-    state: Arc<UiState>,
-}
-
-impl Answerer for Forwarder {
-    async fn answer(&self, record: &BusRecord, node: &Node, _: Vec<ChatMessage>) -> Result<Option<String>, BusError> {
-        let socket = self.state.sessions().get(&record.conversation_id).cloned();
-        if let Some(socket) = socket {
-            let sent =
-                tokio::time::timeout(Duration::from_millis(SOCKET_SEND_TIMEOUT_MS), socket.send(node.content.clone()));
-            if !matches!(sent.await, Ok(Ok(()))) {
-                tracing::warn!(conversation = %record.conversation_id, "a socket did not take an answer in time");
-            }
-        }
-        Ok(None)
+    #[test]
+    fn a_rate_needs_a_burst_and_no_rate_is_no_limit() {
+        let config = UiAgentConfig { ws_messages_per_s: 5, ws_messages_burst: 0, ..UiAgentConfig::default() };
+        assert!(matches!(SocketLimits::new(&config), Err(UiError::Config(_))));
+        let config = UiAgentConfig { ws_messages_per_s: 0, ws_messages_burst: 0, ..UiAgentConfig::default() };
+        assert!(SocketLimits::new(&config).unwrap().quota.is_none());
+        let limits = SocketLimits::new(&UiAgentConfig::default()).unwrap();
+        assert_eq!(limits.quota.map(|q| q.burst_size().get()), Some(crate::WS_MESSAGES_BURST_DEFAULT));
     }
 }

@@ -106,6 +106,17 @@ impl ConversationBus for KafkaBus {
         Ok(())
     }
 
+    async fn topic_exists(&self, topic: &str) -> Result<bool, BusError> {
+        let admin = self.admin.clone();
+        let wanted = topic.to_owned();
+        // The metadata of every topic: asking for one by name lets a broker auto-create it.
+        let listed = tokio::task::spawn_blocking(move || {
+            let metadata = admin.inner().fetch_metadata(None, Duration::from_millis(BUS_OPERATION_TIMEOUT_MS))?;
+            Ok::<_, BusError>(metadata.topics().iter().any(|t| t.name() == wanted && t.error().is_none()))
+        });
+        bounded("reading the topics", async { listed.await.map_err(|e| BusError::Kafka(e.to_string()))? }).await
+    }
+
     async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError> {
         let offsets = self.produce_many(topic, std::slice::from_ref(record)).await?;
         Ok(offsets[0])

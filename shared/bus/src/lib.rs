@@ -62,6 +62,8 @@ pub trait BusReplay: Send + Debug {
 pub trait ConversationBus: Send + Sync + Debug {
     /// Creates the topic (one partition, as seed 001 starts with) unless it exists.
     async fn ensure_topic(&self, topic: &str) -> Result<(), BusError>;
+    /// Whether the topic exists (an agent consuming it made it), without making it.
+    async fn topic_exists(&self, topic: &str) -> Result<bool, BusError>;
     /// Appends a record to an existing topic, keyed by its `conversation_id`; returns its offset
     /// once it is durable.
     async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError>;

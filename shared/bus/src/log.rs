@@ -6,7 +6,7 @@
 //! within [`CROSS_PROCESS_POLL_MS`], the only polling left.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use mesh_storage::{AnyPool, Database, Row, settle};
@@ -32,14 +32,36 @@ fn migrator() -> Migrator {
     migrator
 }
 
-/// Wake-ups by database and topic.
-type Wakeups = HashMap<(String, String), Arc<Notify>>;
+/// Wake-ups by database and topic, held by the consumers: an entry lives as long as a consumer
+/// of its topic does, so topics consumed once (a UI socket's, long closed) leave nothing behind.
+type Wakeups = HashMap<(String, String), Weak<Notify>>;
 
-/// Wake-ups of this process's consumers, per database and topic.
-fn wakeup(database: &str, topic: &str) -> Arc<Notify> {
+fn wakeups() -> MutexGuard<'static, Wakeups> {
     static WAKEUPS: OnceLock<Mutex<Wakeups>> = OnceLock::new();
-    let mut wakeups = WAKEUPS.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
-    wakeups.entry((database.to_owned(), topic.to_owned())).or_default().clone()
+    // Each change is one insert or sweep: the map is consistent whatever panicked.
+    WAKEUPS.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The wake-up of this process's consumers of `topic`, for a new consumer; the entries no
+/// consumer holds any more are swept as it is made.
+fn subscribe(database: &str, topic: &str) -> Arc<Notify> {
+    let mut wakeups = wakeups();
+    let key = (database.to_owned(), topic.to_owned());
+    if let Some(shared) = wakeups.get(&key).and_then(Weak::upgrade) {
+        return shared;
+    }
+    wakeups.retain(|_, held| held.strong_count() > 0);
+    let wakeup = Arc::new(Notify::new());
+    wakeups.insert(key, Arc::downgrade(&wakeup));
+    wakeup
+}
+
+/// Wakes this process's consumers of `topic`, if it has any.
+fn wake(database: &str, topic: &str) {
+    let wakeup = wakeups().get(&(database.to_owned(), topic.to_owned())).and_then(Weak::upgrade);
+    if let Some(wakeup) = wakeup {
+        wakeup.notify_waiters();
+    }
 }
 
 /// The embedded log backend; clones share one pool.
@@ -132,6 +154,15 @@ impl ConversationBus for LogBus {
         .await
     }
 
+    async fn topic_exists(&self, topic: &str) -> Result<bool, BusError> {
+        bounded("reading a topic", async {
+            let row =
+                sqlx::query("SELECT 1 FROM bus_topics WHERE topic = $1").bind(topic).fetch_optional(&self.pool).await?;
+            Ok(row.is_some())
+        })
+        .await
+    }
+
     async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError> {
         let offsets = self.produce_many(topic, std::slice::from_ref(record)).await?;
         Ok(offsets[0])
@@ -190,7 +221,7 @@ impl ConversationBus for LogBus {
             settle(transaction, written, |_| true).await
         })
         .await?;
-        wakeup(&self.url, topic).notify_waiters();
+        wake(&self.url, topic);
         let offsets: Vec<i64> = (first..first + count).collect();
         self.prune(topic, first, count).await?;
         Ok(offsets)
@@ -203,7 +234,7 @@ impl ConversationBus for LogBus {
             topic: topic.to_owned(),
             group: group.to_owned(),
             next_offset,
-            wakeup: wakeup(&self.url, topic),
+            wakeup: subscribe(&self.url, topic),
         }))
     }
 
@@ -298,5 +329,26 @@ impl BusReplay for LogReplay {
         // Records below the retention cut are gone: the replay resumes at whatever follows.
         self.next_offset = batch.last().map_or(self.end, |last| last.offset + 1);
         Ok((!batch.is_empty()).then_some(batch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topics_wake_up_lives_as_long_as_its_consumers() {
+        let database = "sqlite://wake-ups-of-this-test";
+        let key = |topic: &str| (database.to_owned(), topic.to_owned());
+        let first = subscribe(database, "gone");
+        let second = subscribe(database, "gone");
+        assert!(Arc::ptr_eq(&first, &second), "the consumers of one topic share one wake-up");
+        drop((first, second));
+        wake(database, "never consumed");
+        let _kept = subscribe(database, "kept");
+        let wakeups = wakeups();
+        assert!(!wakeups.contains_key(&key("gone")), "a topic nobody consumes any more is swept");
+        assert!(!wakeups.contains_key(&key("never consumed")), "waking a topic nobody consumes adds nothing");
+        assert!(wakeups.contains_key(&key("kept")));
     }
 }

@@ -319,6 +319,23 @@ async fn producing_to_a_missing_topic_is_refused() {
     }
 }
 
+#[tokio::test]
+async fn a_topic_exists_once_made_and_asking_makes_none() {
+    for backend in backends().await {
+        let topic = unique("exists");
+        for _ in 0..2 {
+            assert!(!backend.bus.topic_exists(&topic).await.unwrap(), "{}: {topic} made by asking", backend.name);
+        }
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        // A broker's metadata may trail the topic's creation by a moment.
+        let deadline = Instant::now() + Duration::from_millis(DELIVERY_WAIT_MS);
+        while !backend.bus.topic_exists(&topic).await.unwrap() {
+            assert!(Instant::now() < deadline, "{}: {topic} never listed once made", backend.name);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// A refused produce has begun a write (the topic's offset is claimed, and found missing, inside
 /// its transaction): it must end that transaction before the next writer's turn, or the next
 /// produce finds the database locked.

@@ -176,11 +176,23 @@ impl Docmem {
     /// Creates a root (a new document) of `tenant`; its id is a fresh UUID. Every node appended
     /// under it belongs to the same tenant.
     pub async fn create_root(&self, tenant: &str, context: &Context, content: &str) -> Result<Node, DocmemError> {
-        let id = uuid::Uuid::new_v4().to_string();
+        self.create_root_with_id(&uuid::Uuid::new_v4().to_string(), tenant, context, content).await
+    }
+
+    /// [`Self::create_root`] with a caller-chosen id: a document whose id is handed out before it
+    /// is written (a WebSocket conversation is named at the handshake and written at its first
+    /// message). An id taken already fails, as a storage error.
+    pub async fn create_root_with_id(
+        &self,
+        id: &str,
+        tenant: &str,
+        context: &Context,
+        content: &str,
+    ) -> Result<Node, DocmemError> {
         let now = now_timestamp();
         let node = Node {
-            id: id.clone(),
-            root_id: id,
+            id: id.to_owned(),
+            root_id: id.to_owned(),
             parent_id: None,
             position: 0,
             context: context.clone(),

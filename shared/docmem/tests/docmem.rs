@@ -35,6 +35,20 @@ async fn a_conversation_reads_back_in_order_with_its_contexts() {
 }
 
 #[tokio::test]
+async fn a_document_named_before_it_is_written_gets_that_id_once() {
+    for (backend, docmem, _dir) in stores().await {
+        let id = uuid::Uuid::new_v4().to_string();
+        assert!(matches!(docmem.get(&id).await, Err(DocmemError::NotFound(_))), "{backend}");
+        let root = docmem.create_root_with_id(&id, "acme", &Context::default(), "").await.unwrap();
+        assert_eq!((root.id.as_str(), root.root_id.as_str(), root.tenant.as_str()), (id.as_str(), id.as_str(), "acme"));
+        assert_eq!(docmem.get(&id).await.unwrap(), root, "{backend}");
+        // The id is taken: a second document under it is refused, and the first stays as it was.
+        assert!(docmem.create_root_with_id(&id, "globex", &Context::default(), "").await.is_err(), "{backend}");
+        assert_eq!(docmem.get(&id).await.unwrap().tenant, "acme", "{backend}");
+    }
+}
+
+#[tokio::test]
 async fn a_stale_edit_is_refused_with_a_conflict() {
     for (backend, docmem, _dir) in stores().await {
         let root = docmem.create_root("", &Context::default(), "").await.unwrap();
