@@ -3,8 +3,10 @@ that send nothing and HALF connections that send a request head one byte at a ti
 finish it, and reports how long the server took to close each. Loopback only, bounded in count
 and time: it stops after --seconds whatever the server does.
 
+Each connection the server closes is replaced by a new one, so the count holds for the whole run.
 Prints one JSON line: {"idle": {...}, "half": {...}} with, for each kind, the connections opened,
-closed by the server, still open at the end, and the close times' p50/p99/max in seconds.
+closed by the server, still open at the end (those opened within the last header timeout are
+expected there), and the close times' p50/p99/max in seconds.
 """
 
 import argparse
@@ -14,31 +16,34 @@ import time
 
 
 async def hold(host, port, kind, drip_interval_s, deadline, closes, opened):
-    try:
-        reader, writer = await asyncio.open_connection(host, port)
-    except OSError:
-        return
-    opened[kind] += 1
-    started = time.monotonic()
-    if kind == "half":
-        writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-    try:
-        while time.monotonic() < deadline:
-            if kind == "half":
-                writer.write(b"a")
-                await writer.drain()
-            try:
-                data = await asyncio.wait_for(reader.read(1024), timeout=drip_interval_s)
-            except asyncio.TimeoutError:
-                continue
-            if not data:
-                closes[kind].append(time.monotonic() - started)
-                return
-    except (ConnectionError, OSError):
-        closes[kind].append(time.monotonic() - started)
-        return
-    finally:
-        writer.close()
+    """Holds one connection of `kind` and, each time the server closes it, opens the next, as a
+    slowloris keeps its count up, until the deadline."""
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            await asyncio.sleep(drip_interval_s)
+            continue
+        opened[kind] += 1
+        started = time.monotonic()
+        if kind == "half":
+            writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        try:
+            while time.monotonic() < deadline:
+                if kind == "half":
+                    writer.write(b"a")
+                    await writer.drain()
+                try:
+                    data = await asyncio.wait_for(reader.read(1024), timeout=drip_interval_s)
+                except asyncio.TimeoutError:
+                    continue
+                if not data:
+                    closes[kind].append(time.monotonic() - started)
+                    break
+        except (ConnectionError, OSError):
+            closes[kind].append(time.monotonic() - started)
+        finally:
+            writer.close()
 
 
 def summary(opened, times):

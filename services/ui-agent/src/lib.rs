@@ -30,7 +30,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
-use mesh_agent_kit::http::{HttpLimits, health_route, reachable_url, serve, turn_unready};
+use mesh_agent_kit::http::{
+    HttpLimits, SHUTDOWN_DRAIN_MS_DEFAULT, ServeConfig, health_route, reachable_url, serve_draining, turn_unready,
+};
 use mesh_agent_kit::observe::with_observed_layers;
 use mesh_agent_kit::{DatabaseProbe, ErrorResponse, ServiceMetrics};
 use mesh_auth::Caller;
@@ -103,6 +105,8 @@ pub struct UiAgentConfig {
     /// sender is read no faster, so it waits on its own connection rather than being dropped.
     pub ws_messages_per_s: u32,
     pub ws_messages_burst: u32,
+    /// How connections are timed and capped, and the hosts an open UI agent answers to.
+    pub serve: ServeConfig,
 }
 
 impl Default for UiAgentConfig {
@@ -121,6 +125,7 @@ impl Default for UiAgentConfig {
             ws_message_bytes_max: WS_MESSAGE_BYTES_MAX_DEFAULT,
             ws_messages_per_s: WS_MESSAGES_PER_S_DEFAULT,
             ws_messages_burst: WS_MESSAGES_BURST_DEFAULT,
+            serve: ServeConfig::default(),
         }
     }
 }
@@ -227,6 +232,7 @@ pub struct UiAgent {
     /// Readiness, turned off first when the agent stops.
     metrics: Arc<ServiceMetrics>,
     shutdown_unready: Duration,
+    serve: ServeConfig,
 }
 
 impl UiAgent {
@@ -278,7 +284,11 @@ impl UiAgent {
             .merge(require(replay, ADMIN_ROLES))
             .with_state(state.clone())
             .merge(health_route(metrics.clone()));
-        let router = with_observed_layers(routes, HttpLimits { access, ..HttpLimits::default() }, SERVICE_NAME);
+        let router = with_observed_layers(
+            routes,
+            HttpLimits { access, allowed_hosts: config.serve.allowed_hosts.clone(), ..HttpLimits::default() },
+            SERVICE_NAME,
+        );
         Ok(Self {
             listener,
             router,
@@ -289,6 +299,7 @@ impl UiAgent {
             database,
             metrics,
             shutdown_unready: Duration::from_millis(config.shutdown_unready_ms),
+            serve: config.serve.clone(),
         })
     }
 
@@ -314,7 +325,10 @@ impl UiAgent {
         let probe = tokio::spawn(async move { database.run(SERVICE_NAME, || docmem.ping()).await });
         let (metrics, unready) = (self.metrics, self.shutdown_unready);
         let unready_then_drain = async move { turn_unready(shutdown, &metrics, unready, async {}).await };
-        let served = serve(self.listener, self.router, unready_then_drain).await.map_err(UiError::Serve);
+        let drain = Duration::from_millis(SHUTDOWN_DRAIN_MS_DEFAULT);
+        let served = serve_draining(self.listener, self.router, unready_then_drain, drain, &self.serve)
+            .await
+            .map_err(UiError::Serve);
         probe.abort();
         let _ = self.stop.send(true);
         if let Some(sweeper) = sweeper {

@@ -342,23 +342,6 @@ pub fn reachable_url(local: SocketAddr) -> String {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
-/// for at most [`SHUTDOWN_DRAIN_MS_DEFAULT`], with the default connection limits.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_draining(
-        listener,
-        router,
-        shutdown,
-        Duration::from_millis(SHUTDOWN_DRAIN_MS_DEFAULT),
-        &ServeConfig::default(),
-    )
-    .await
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
 /// for at most `drain`; connections are timed and capped as `config` says (see [`crate::serve`]).
 pub async fn serve_draining(
     listener: TcpListener,
