@@ -26,14 +26,8 @@ if [ -z "${OVERLOAD_SKIP_BUILD:-}" ]; then
 fi
 ulimit -n "$(( connections * 2 + 1024 ))" 2>/dev/null || echo "cannot raise the file descriptor limit ($(ulimit -n))"
 
-data=$(mktemp -d)
-MESH_ECHO_TASK_STORE_URL="sqlite://$data/tasks.db" RUST_LOG=warn "$bin_dir/echo_agent" --port "$port" &
-agent=$!
-trap 'kill "$agent" 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 50); do
-    curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.2
-done
+. scripts/lib/echo-agent.sh
+start_echo_agent "$port" "$bin_dir"
 
 # Resident memory of the agent, sampled every 200 ms while the load runs.
 rss_log="$data/rss"

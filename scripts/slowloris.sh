@@ -29,16 +29,8 @@ if [ -z "${SLOWLORIS_SKIP_BUILD:-}" ]; then
 fi
 ulimit -n "$(( (idle + half) * 2 + 1024 ))" 2>/dev/null || echo "cannot raise the file descriptor limit ($(ulimit -n))"
 
-data=$(mktemp -d)
-MESH_ECHO_TASK_STORE_URL="sqlite://$data/tasks.db" MESH_ECHO_RATE_LIMIT_PER_S=0 \
-    MESH_ECHO_SERVE__HEADER_READ_TIMEOUT_MS="$header_timeout_ms" RUST_LOG=warn \
-    "$bin_dir/echo_agent" --port "$port" &
-agent=$!
-trap 'kill "$agent" 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 50); do
-    curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.2
-done
+. scripts/lib/echo-agent.sh
+start_echo_agent "$port" "$bin_dir" MESH_ECHO_RATE_LIMIT_PER_S=0 MESH_ECHO_SERVE__HEADER_READ_TIMEOUT_MS="$header_timeout_ms"
 
 cat >"$data/send.lua" <<'LUA'
 local counter = 0

@@ -19,6 +19,15 @@ fn client_from(address: &str) -> reqwest::Client {
     reqwest::Client::builder().local_address(address.parse::<std::net::IpAddr>().unwrap()).build().unwrap()
 }
 
+/// The suite with authentication on and the registry's small rate limit.
+async fn limited_mesh() -> (Mesh, tempfile::TempDir) {
+    Mesh::start_with(|config| {
+        config.registry.rate_limit_per_s = RATE_LIMIT_PER_S;
+        config.registry.rate_limit_burst = RATE_LIMIT_BURST;
+    })
+    .await
+}
+
 /// Sends `request` until it is answered `429`, failing past [`FLOOD_REQUESTS_MAX`] requests.
 async fn flood_until_limited(request: impl Fn() -> reqwest::RequestBuilder) {
     for _ in 0..FLOOD_REQUESTS_MAX {
@@ -31,11 +40,7 @@ async fn flood_until_limited(request: impl Fn() -> reqwest::RequestBuilder) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anonymous_flood_empties_only_its_own_addresss_bucket() {
-    let (mesh, _data) = Mesh::start_with(|config| {
-        config.registry.rate_limit_per_s = RATE_LIMIT_PER_S;
-        config.registry.rate_limit_burst = RATE_LIMIT_BURST;
-    })
-    .await;
+    let (mesh, _data) = limited_mesh().await;
     let metrics = mesh.registry("/metrics");
     let flooder = client_from("127.0.0.1");
     flood_until_limited(|| flooder.get(&metrics)).await;
@@ -55,11 +60,7 @@ async fn an_anonymous_flood_empties_only_its_own_addresss_bucket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_flood_of_its_tenant_never_throttles_the_agents_acting_for_that_tenant() {
-    let (mesh, _data) = Mesh::start_with(|config| {
-        config.registry.rate_limit_per_s = RATE_LIMIT_PER_S;
-        config.registry.rate_limit_burst = RATE_LIMIT_BURST;
-    })
-    .await;
+    let (mesh, _data) = limited_mesh().await;
     let agents = mesh.registry("/agents");
     flood_until_limited(|| mesh.http.request(Method::GET, &agents).bearer_auth(&mesh.alice)).await;
 
