@@ -141,8 +141,9 @@ pub struct AgentConfig {
     /// Offer A2A push notifications (webhooks clients set on their tasks; see
     /// [`crate::a2a::push`]): on by default, and the card says so.
     pub push_notifications: bool,
-    /// The networks (CIDR) webhooks may be in; empty: any address but the always-refused ones
-    /// (link-local and metadata addresses), as the registry's `allowed_networks`.
+    /// The networks (CIDR) webhooks may be in; empty: public addresses only (loopback, private,
+    /// shared, link-local, metadata and reserved addresses refused, A2A 1.0 §13.2). A local
+    /// webhook needs its network here, e.g. `127.0.0.0/8`.
     pub push_allowed_networks: Vec<String>,
     /// Milliseconds a webhook has to answer one notification.
     pub push_delivery_timeout_ms: u64,
@@ -622,7 +623,11 @@ impl AgentApp {
 
 /// The delivery of the agent's push notifications, under its outbound address policy.
 fn push_delivery(config: &AgentConfig, store: &TaskStore) -> Result<PushDelivery, KitError> {
-    let policy = mesh_client::AddressPolicy::from_networks(&config.push_allowed_networks)?;
+    // Webhooks are the callers' choice: public addresses only unless networks are allowed by name.
+    let policy = match config.push_allowed_networks.as_slice() {
+        [] => mesh_client::AddressPolicy::public_only(),
+        networks => mesh_client::AddressPolicy::from_networks(networks)?,
+    };
     let guard = mesh_client::OutboundGuard::new(policy, Arc::new(mesh_client::SystemLookup));
     let settings = PushSettings {
         delivery_timeout: Duration::from_millis(config.push_delivery_timeout_ms),

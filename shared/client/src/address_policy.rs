@@ -35,6 +35,25 @@ const ALWAYS_REFUSED_NETWORKS: &[&str] = &[
     "fd00:ec2::254/128",
 ];
 
+/// Networks a webhook may not be in unless its agent allows them by name (A2A 1.0 §13.2: push
+/// notification URLs SHOULD NOT reach private networks): loopback, private (RFC 1918, unique
+/// local), shared address space (CGNAT, where Alibaba Cloud's metadata service answers at
+/// 100.100.100.200), benchmarking, IETF protocol assignments, multicast and reserved ranges.
+const NON_PUBLIC_NETWORKS: &[&str] = &[
+    "127.0.0.0/8",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "198.18.0.0/15",
+    "192.0.0.0/24",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "::1/128",
+    "fc00::/7",
+    "ff00::/8",
+];
+
 /// Why an address or a URL is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddressRefused {
@@ -42,6 +61,10 @@ pub enum AddressRefused {
     AlwaysRefused(IpAddr),
     #[error("{0} is not in the allowed networks")]
     NotAllowed(IpAddr),
+    #[error(
+        "{0} is a loopback, private or otherwise non-public address, refused unless its network is allowed by name"
+    )]
+    NotPublic(IpAddr),
     #[error("{host} resolves to no allowed address")]
     NoAllowedAddress { host: String },
     #[error("cannot resolve {host}: {reason}")]
@@ -64,6 +87,8 @@ pub struct AddressPolicy {
     /// `None`: every address not always refused is allowed.
     allowed: Option<Vec<IpNet>>,
     refused: Vec<IpNet>,
+    /// Refused as well, when no network is allowed by name: see [`AddressPolicy::public_only`].
+    non_public: Vec<IpNet>,
 }
 
 impl Default for AddressPolicy {
@@ -76,7 +101,14 @@ impl AddressPolicy {
     /// Allows every address except the always-refused ones (loopback included, so a mesh on one
     /// machine works as before).
     pub fn allow_all() -> Self {
-        Self { allowed: None, refused: always_refused() }
+        Self { allowed: None, refused: always_refused(), non_public: Vec::new() }
+    }
+
+    /// Allows public addresses only: the always-refused networks and every loopback, private
+    /// and reserved one ([`NON_PUBLIC_NETWORKS`]) are refused. What webhooks get by default.
+    pub fn public_only() -> Self {
+        let non_public = NON_PUBLIC_NETWORKS.iter().filter_map(|net| net.parse().ok()).collect();
+        Self { allowed: None, refused: always_refused(), non_public }
     }
 
     /// Allows only addresses in `networks` (CIDR, e.g. `10.0.0.0/8`, `127.0.0.1/32`; a bare
@@ -95,7 +127,7 @@ impl AddressPolicy {
                     .map_err(|e| InvalidNetwork { entry: entry.to_owned(), reason: e.to_string() })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { allowed: Some(allowed), refused: always_refused() })
+        Ok(Self { allowed: Some(allowed), refused: always_refused(), non_public: Vec::new() })
     }
 
     /// Whether a request may be sent to `ip`.
@@ -105,6 +137,9 @@ impl AddressPolicy {
         for candidate in [ip, effective] {
             if self.refused.iter().any(|net| net.contains(&candidate)) {
                 return Err(AddressRefused::AlwaysRefused(ip));
+            }
+            if self.non_public.iter().any(|net| net.contains(&candidate)) {
+                return Err(AddressRefused::NotPublic(ip));
             }
         }
         match &self.allowed {
@@ -271,6 +306,30 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
+    }
+
+    #[test]
+    fn public_only_refuses_loopback_private_shared_and_mapped_forms_but_not_public_addresses() {
+        let policy = AddressPolicy::public_only();
+        for refused in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.20.0.1",
+            "192.168.1.1",
+            "100.100.100.200",
+            "::1",
+            "fd12::1",
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert_eq!(policy.check(ip(refused)), Err(AddressRefused::NotPublic(ip(refused))), "{refused}");
+        }
+        assert!(matches!(policy.check(ip("169.254.169.254")), Err(AddressRefused::AlwaysRefused(_))));
+        for allowed in ["93.184.215.14", "2606:4700::1111", "172.32.0.1"] {
+            assert_eq!(policy.check(ip(allowed)), Ok(()), "{allowed}");
+        }
+        // Allowing a network by name opts in to it.
+        assert_eq!(AddressPolicy::from_networks(&["127.0.0.0/8"]).unwrap().check(ip("127.0.0.1")), Ok(()));
     }
 
     #[test]
