@@ -41,6 +41,7 @@ fn call(published_us: u64) -> EventBody {
         capability: Some("search".into()),
         status: OutcomeStatus::Success,
         latency_ms: published_us,
+        tenant: String::new(),
     }
 }
 
@@ -75,6 +76,7 @@ async fn over_sse(url: &str, events: u64, subscribers: usize, origin: Instant) -
                 status: OutcomeStatus::Success,
                 latency_ms: now_us,
                 at: None,
+                tenant: None,
             })
             .collect();
         let response =
@@ -169,6 +171,8 @@ async fn main() {
         database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
         // Each round opens its own streams; the previous round's close as the hub next writes to them.
         event_subscribers_max: subscribers * (rounds as usize + 1),
+        // Every stream is the default tenant's (the registry runs open).
+        event_subscribers_per_tenant_max: subscribers * (rounds as usize + 1),
         // One publisher posts every batch: throughput is measured, not the per-tenant limiter.
         rate_limit_per_s: 0,
         ..RegistryConfig::default()

@@ -13,7 +13,7 @@ use crate::api::{RegistryState, router};
 use crate::config::RegistryConfig;
 use crate::directory::Directory;
 use crate::error::RegistryError;
-use crate::events::EventHub;
+use crate::events::{EventHub, SubscriberLimits};
 use crate::graph_api::sync_config_links;
 use crate::health::{Checker, PollSettings};
 use crate::intake::IntakePolicy;
@@ -57,7 +57,11 @@ impl RegistryService {
         tracing::info!(agents = agents.len(), "loaded registrations");
         let directory = Arc::new(Directory::new(agents));
         let links = LinkStore::new(store.database());
-        let events = Arc::new(EventHub::new(config.events_buffered, config.event_subscribers_max));
+        let limits = SubscriberLimits {
+            all_max: config.event_subscribers_max,
+            per_tenant_max: config.event_subscribers_per_tenant_max,
+        };
+        let events = Arc::new(EventHub::new(config.events_buffered, limits));
         let poll = PollSettings {
             interval: Duration::from_millis(config.health_check_interval_ms.max(1)),
             timeout: Duration::from_millis(config.health_check_timeout_ms),

@@ -5,7 +5,7 @@ use mesh_config::{ConfigError, ConfigLoader, ServerArgs};
 use mesh_protocol::graph::GraphMode;
 use serde::Deserialize;
 
-use crate::events::{EVENT_SUBSCRIBERS_MAX_DEFAULT, EVENTS_BUFFERED_DEFAULT};
+use crate::events::{EVENT_SUBSCRIBERS_MAX_DEFAULT, EVENT_SUBSCRIBERS_PER_TENANT_MAX_DEFAULT, EVENTS_BUFFERED_DEFAULT};
 pub use crate::links::LinkDef;
 
 pub const REGISTRY_PORT_DEFAULT: u16 = 8000;
@@ -51,6 +51,8 @@ pub struct RegistryConfig {
     pub events_buffered: usize,
     /// Event streams open at once, at most.
     pub event_subscribers_max: usize,
+    /// Event streams one tenant (the credential's, or the one an admin names) holds at once, at most.
+    pub event_subscribers_per_tenant_max: usize,
     /// Networks (CIDR) the registry may fetch agent cards and health endpoints from, checked
     /// on the resolved addresses. Empty: every address except link-local, metadata and
     /// unspecified ones, which are refused whatever this says.
@@ -99,6 +101,7 @@ impl Default for RegistryConfig {
             links: Vec::new(),
             events_buffered: EVENTS_BUFFERED_DEFAULT,
             event_subscribers_max: EVENT_SUBSCRIBERS_MAX_DEFAULT,
+            event_subscribers_per_tenant_max: EVENT_SUBSCRIBERS_PER_TENANT_MAX_DEFAULT,
             allowed_networks: Vec::new(),
             registrations_max: REGISTRATIONS_MAX_DEFAULT,
             registrations_per_identity_max: REGISTRATIONS_PER_IDENTITY_MAX_DEFAULT,
@@ -124,7 +127,7 @@ impl Default for RegistryConfig {
     after_help = "Every setting can also come from the TOML file given by --config (keys as below, in \
 snake_case: host, port, database_url, health_check_interval_ms, health_check_timeout_ms, \
 health_check_concurrency_max, sync_interval_ms, verify_registrations, card_fetch_timeout_ms, request_timeout_ms, \
-body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, allowed_networks, \
+body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, event_subscribers_per_tenant_max, allowed_networks, \
 registrations_max, registrations_per_identity_max, require_signed_cards, concurrency_max, rate_limit_per_s, \
 rate_limit_burst, shutdown_drain_ms, shutdown_unready_ms, [[trusted_card_keys]] tables with kid, algorithm (EdDSA or ES256) and pem_file, \
 an [auth] table, a [serve] table (header_read_timeout_ms, idle_timeout_ms, connections_max, allowed_hosts), and [[links]] tables with from, \

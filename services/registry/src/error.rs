@@ -47,6 +47,17 @@ pub enum RegistryError {
     LinksFull(usize),
     #[error("at most {0} event streams may be open at once")]
     SubscribersFull(usize),
+    #[error("at most {0} event streams of one tenant may be open at once; close one first")]
+    TenantSubscribersFull(usize),
+    #[error("link {0} is disabled: nothing is sent or recorded over it")]
+    LinkDisabled(String),
+    /// An agent writing in another agent's name, or over a link it is not an end of.
+    #[error("{0}")]
+    SenderForbidden(String),
+    #[error("the credentials do not grant tenant {0:?}")]
+    TenantForbidden(String),
+    #[error("invalid tenant: {0}")]
+    InvalidTenant(String),
     #[error("the name {0:?} is registered by another identity")]
     NameTaken(String),
     #[error("{subject:?} may not register or remove the agent {name:?}: an agent registers only under its own name")]
@@ -81,6 +92,11 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::InvalidLink(_) => (StatusCode::BAD_REQUEST, "LINK_INVALID"),
             RegistryError::LinksFull(_) => (StatusCode::CONFLICT, "LINKS_FULL"),
             RegistryError::SubscribersFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "EVENT_SUBSCRIBERS_FULL"),
+            RegistryError::TenantSubscribersFull(_) => (StatusCode::TOO_MANY_REQUESTS, "EVENT_SUBSCRIBERS_TENANT_FULL"),
+            RegistryError::LinkDisabled(_) => (StatusCode::CONFLICT, "LINK_DISABLED"),
+            RegistryError::SenderForbidden(_) => (StatusCode::FORBIDDEN, "LINK_SENDER_FORBIDDEN"),
+            RegistryError::TenantForbidden(_) => (StatusCode::FORBIDDEN, "TENANT_FORBIDDEN"),
+            RegistryError::InvalidTenant(_) => (StatusCode::BAD_REQUEST, "TENANT_INVALID"),
             RegistryError::NameTaken(_) => (StatusCode::CONFLICT, "NAME_TAKEN"),
             RegistryError::NameForbidden { .. } => (StatusCode::FORBIDDEN, "NAME_FORBIDDEN"),
             RegistryError::Storage(_) => (StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE"),

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures::StreamExt;
-use mesh_agent_kit::auth::{ADMIN_ROLES, AGENT_ROLES, ANY_ROLE, require};
+use mesh_agent_kit::auth::{ADMIN_ROLES, AGENT_ROLES, ANY_ROLE, RequestCaller, require};
 use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams};
 use mesh_protocol::graph::{
     CallReports, CallReportsAccepted, EventBody, EventStats, GraphPolicy, Link, LinkList, LinkMessage, LinkMessages,
@@ -25,8 +25,10 @@ use utoipa::IntoParams;
 
 use crate::api::RegistryState;
 use crate::error::RegistryError;
+use crate::events::SubscribeRefused;
 use crate::health::now_rfc3339;
 use crate::links::{LINK_MESSAGES_PAGE_MAX, LinkDef};
+use crate::tenancy::{TenantView, check_sender};
 
 /// Call reports one `POST /api/events/calls` may carry.
 pub const CALL_REPORTS_PER_BATCH_MAX: usize = 1_000;
@@ -262,16 +264,22 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 pub(crate) struct MessagesQuery {
     /// The newest messages to return, 1 to 500 (default 100).
     limit: Option<usize>,
+    /// Only this tenant's messages (an admin's or a mesh agent's choice; a user reads its own
+    /// tenant's only, and naming another is refused).
+    tenant: Option<String>,
 }
 
-/// A link's message history (its internal channel `link:{id}`), oldest first.
+/// A link's message history (its internal channel `link:{id}`), oldest first: the messages of
+/// the tenants the caller acts for (a user its own; admins and agents of no tenant every one).
 #[utoipa::path(get, path = "/api/links/{id}/messages", params(("id" = String, Path), MessagesQuery), responses(
     (status = 200, body = LinkMessages),
     (status = 400, body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller names a tenant it does not act for (TENANT_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
     (status = 404, body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn link_messages(
     State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<MessagesQuery>,
 ) -> Result<Json<LinkMessages>, RegistryError> {
@@ -279,37 +287,45 @@ pub(crate) async fn link_messages(
     if !(1..=LINK_MESSAGES_PAGE_MAX).contains(&limit) {
         return Err(RegistryError::InvalidLink(format!("limit must be 1 to {LINK_MESSAGES_PAGE_MAX}")));
     }
+    let view = TenantView::of(&caller, query.tenant.as_deref())?;
     let link = state.links.get(&id).await?;
-    let messages = state.links.messages(&link.id, limit).await?;
+    let messages = state.links.messages(&link.id, view.only(), limit).await?;
     Ok(Json(LinkMessages { link_id: link.id, messages }))
 }
 
-/// Record a message an agent sent over the link (the sender reports it once delivered).
+/// Record a message an agent sent over the link (the sender reports it once delivered), for the
+/// tenant of the call it was sent for. An agent records only as itself (`from_agent_id` is the
+/// authenticated agent), over an enabled link it is an end of, for a tenant it acts for.
 #[utoipa::path(post, path = "/api/links/{id}/messages", params(("id" = String, Path)), request_body = NewLinkMessage, responses(
     (status = 201, body = LinkMessage),
-    (status = 400, description = "The agents are not the link's ends, or the text is too long", body = mesh_protocol::error::ErrorBody),
-    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
+    (status = 400, description = "The agents are not the link's ends, the text is too long, or the tenant is malformed", body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN), records in another agent's name or over a link it is not an end of (LINK_SENDER_FORBIDDEN), or for a tenant it does not act for (TENANT_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
     (status = 404, body = mesh_protocol::error::ErrorBody),
+    (status = 409, description = "The link is disabled (LINK_DISABLED)", body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn record_link_message(
     State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
     PathParam(id): PathParam<String>,
     JsonBody(message): JsonBody<NewLinkMessage>,
 ) -> Result<(StatusCode, Json<LinkMessage>), RegistryError> {
+    check_sender(&caller, &message.from_agent_id)?;
+    let tenant = TenantView::for_write(&caller, message.tenant.as_deref())?;
     let link = state.links.get(&id).await?;
-    let stored = state.links.record_message(&link, &message, &now_rfc3339()).await?;
+    let stored = state.links.record_message(&link, &message, &tenant, &now_rfc3339()).await?;
     let ends = |sent: bool| {
-        let (link_id, from_agent_id, to_agent_id, context_id, message_id) = (
+        let (link_id, from_agent_id, to_agent_id, context_id, message_id, tenant) = (
             stored.link_id.clone(),
             stored.from_agent_id.clone(),
             stored.to_agent_id.clone(),
             stored.context_id.clone(),
             stored.id.clone(),
+            stored.tenant.clone(),
         );
         if sent {
-            EventBody::AgentMessageSent { link_id, from_agent_id, to_agent_id, context_id, message_id }
+            EventBody::AgentMessageSent { link_id, from_agent_id, to_agent_id, context_id, message_id, tenant }
         } else {
-            EventBody::AgentMessageReceived { link_id, from_agent_id, to_agent_id, context_id, message_id }
+            EventBody::AgentMessageReceived { link_id, from_agent_id, to_agent_id, context_id, message_id, tenant }
         }
     };
     state.events.publish(ends(true));
@@ -317,14 +333,17 @@ pub(crate) async fn record_link_message(
     Ok((StatusCode::CREATED, Json(stored)))
 }
 
-/// Calls agents made, reported in batches: each becomes a `call` event.
+/// Calls agents made, reported in batches: each becomes a `call` event of the tenant it was made
+/// for. An agent reports only its own calls (`from` is the authenticated agent), for tenants it
+/// acts for; one report that is not refuses the whole batch.
 #[utoipa::path(post, path = "/api/events/calls", request_body = CallReports, responses(
     (status = 202, body = CallReportsAccepted),
-    (status = 400, description = "More than 1000 reports, or a report whose ends are not 1 to 128 characters (LINK_INVALID)", body = mesh_protocol::error::ErrorBody),
-    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
+    (status = 400, description = "More than 1000 reports, or a report whose ends are not 1 to 128 characters (LINK_INVALID), or whose tenant is malformed (TENANT_INVALID)", body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN), reports another agent's call (LINK_SENDER_FORBIDDEN), or one for a tenant it does not act for (TENANT_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn report_calls(
     State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
     JsonBody(reports): JsonBody<CallReports>,
 ) -> Result<(StatusCode, Json<CallReportsAccepted>), RegistryError> {
     if reports.calls.len() > CALL_REPORTS_PER_BATCH_MAX {
@@ -341,32 +360,62 @@ pub(crate) async fn report_calls(
             bad.from, bad.to
         )));
     }
+    let mut tenants = Vec::with_capacity(reports.calls.len());
+    for call in &reports.calls {
+        check_sender(&caller, &call.from)?;
+        tenants.push(TenantView::for_write(&caller, call.tenant.as_deref())?);
+    }
     let accepted = reports.calls.len();
-    for call in reports.calls {
+    for (call, tenant) in reports.calls.into_iter().zip(tenants) {
         state.events.publish(EventBody::Call {
             from: call.from,
             to: call.to,
             capability: call.capability,
             status: call.status,
             latency_ms: call.latency_ms,
+            tenant,
         });
     }
     Ok((StatusCode::ACCEPTED, Json(CallReportsAccepted { accepted })))
 }
 
-/// The live events as Server-Sent Events; `Last-Event-ID` resumes after that event.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    /// Only this tenant's message and call events (an admin's or a mesh agent's choice; a user
+    /// sees its own tenant's only, and naming another is refused).
+    tenant: Option<String>,
+}
+
+/// The live events as Server-Sent Events; `Last-Event-ID` resumes after that event. Link
+/// message and call events reach only readers acting for their tenant; the graph's own events
+/// (registrations, health, links) reach every reader.
 #[utoipa::path(get, path = "/api/events", params(
-    ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event seen: the stream resumes after it while the registry still holds the events after it")
+    ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event seen: the stream resumes after it while the registry still holds the events after it"),
+    EventsQuery,
 ), responses(
     (status = 200, description = "Server-Sent Events, each a MeshEvent in JSON, the SSE event name being its kind", content_type = "text/event-stream", body = mesh_protocol::graph::MeshEvent),
-    (status = 503, description = "Too many streams open", body = mesh_protocol::error::ErrorBody),
+    (status = 400, description = "A malformed tenant (TENANT_INVALID)", body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller names a tenant it does not act for (TENANT_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
+    (status = 429, description = "The caller's tenant holds its share of the streams (EVENT_SUBSCRIBERS_TENANT_FULL)", body = mesh_protocol::error::ErrorBody),
+    (status = 503, description = "Too many streams open (EVENT_SUBSCRIBERS_FULL)", body = mesh_protocol::error::ErrorBody),
 ))]
 pub(crate) async fn events(
     State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
+    QueryParams(query): QueryParams<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, RegistryError> {
     let last_seen = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
-    let stream = state.events.subscribe(last_seen).map_err(|full| RegistryError::SubscribersFull(full.0))?;
+    let view = TenantView::of(&caller, query.tenant.as_deref())?;
+    // Streams count against the tenant the caller acts in, so one tenant cannot hold them all.
+    let holder = TenantView::for_write(&caller, query.tenant.as_deref())?;
+    let stream = state.events.subscribe(last_seen, &holder).map_err(|refused| match refused {
+        SubscribeRefused::Full(max) => RegistryError::SubscribersFull(max),
+        SubscribeRefused::TenantFull(max) => RegistryError::TenantSubscribersFull(max),
+    })?;
+    // Filtered after the hub's reader, which still sees every id and so tells gaps right.
+    let stream = stream.filter(move |event| std::future::ready(event.body.tenant().is_none_or(|t| view.sees(t))));
     let stream = stream.map(|event| {
         let sse = Event::default().id(event.id.to_string()).event(event.body.kind());
         Ok::<_, Infallible>(sse.json_data(&*event).unwrap_or_else(|_| Event::default().comment("unserializable")))

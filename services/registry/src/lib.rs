@@ -24,6 +24,7 @@ mod links;
 mod openapi;
 mod ownership;
 mod store;
+mod tenancy;
 
 pub use app::{Application, RegistryService};
 pub use config::{LinkDef, RegistryCli, RegistryConfig};

@@ -14,7 +14,7 @@ use crate::error::RegistryError;
 /// Links the registry keeps at most: every policy check of every agent scans its cached copy,
 /// and the topology is drawn whole.
 pub const LINKS_MAX: usize = 10_000;
-/// Messages kept per link; older ones are deleted as new ones arrive.
+/// Messages kept per link and tenant; older ones are deleted as new ones arrive.
 pub const LINK_MESSAGES_KEPT_MAX: i64 = 1_000;
 /// Messages one history request returns at most.
 pub const LINK_MESSAGES_PAGE_MAX: usize = 500;
@@ -31,7 +31,7 @@ macro_rules! link_columns {
 }
 macro_rules! message_columns {
     () => {
-        "id, link_id, from_agent_id, to_agent_id, relationship, context_id, task_id, text, reply, status, sent_at"
+        "id, link_id, from_agent_id, to_agent_id, relationship, context_id, task_id, text, reply, status, sent_at, tenant"
     };
 }
 
@@ -257,15 +257,21 @@ impl LinkStore {
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
-    /// Records a message sent over `link`, keeping at most [`LINK_MESSAGES_KEPT_MAX`] per link.
+    /// Records a message sent over `link` for `tenant`, keeping at most
+    /// [`LINK_MESSAGES_KEPT_MAX`] per link and tenant (so one tenant's traffic never pushes
+    /// another's history out). The link must be enabled and the sender one of its ends.
     pub async fn record_message(
         &self,
         link: &Link,
         message: &NewLinkMessage,
+        tenant: &str,
         now: &str,
     ) -> Result<LinkMessage, RegistryError> {
+        if !link.enabled {
+            return Err(RegistryError::LinkDisabled(link.id.clone()));
+        }
         let relationship = link.relationship_of(&message.from_agent_id).ok_or_else(|| {
-            RegistryError::InvalidLink(format!(
+            RegistryError::SenderForbidden(format!(
                 "{:?} is not an end of link {} ({} -> {})",
                 message.from_agent_id, link.id, link.from_agent_id, link.to_agent_id
             ))
@@ -295,6 +301,7 @@ impl LinkStore {
             reply: message.reply.clone(),
             status: message.status,
             sent_at: now.to_owned(),
+            tenant: tenant.to_owned(),
         };
         let seq = self.next_seq();
         let mut tx = self.db.pool().begin().await.map_err(StorageError::from)?;
@@ -302,7 +309,7 @@ impl LinkStore {
             sqlx::query(concat!(
                 "INSERT INTO link_messages (seq, ",
                 message_columns!(),
-                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             ))
             .bind(seq)
             .bind(&stored.id)
@@ -316,14 +323,17 @@ impl LinkStore {
             .bind(stored.reply.as_deref())
             .bind(stored.status.as_str())
             .bind(&stored.sent_at)
+            .bind(&stored.tenant)
             .execute(&mut *tx)
             .await?;
-            // Retention: drop what falls outside the newest LINK_MESSAGES_KEPT_MAX of this link.
+            // Retention: drop what falls outside the newest LINK_MESSAGES_KEPT_MAX of this link
+            // and tenant.
             sqlx::query(
-                "DELETE FROM link_messages WHERE link_id = $1 AND seq < (SELECT MIN(seq) FROM \
-                 (SELECT seq FROM link_messages WHERE link_id = $1 ORDER BY seq DESC LIMIT $2) AS newest)",
+                "DELETE FROM link_messages WHERE link_id = $1 AND tenant = $2 AND seq < (SELECT MIN(seq) FROM \
+                 (SELECT seq FROM link_messages WHERE link_id = $1 AND tenant = $2 ORDER BY seq DESC LIMIT $3) AS newest)",
             )
             .bind(&stored.link_id)
+            .bind(&stored.tenant)
             .bind(LINK_MESSAGES_KEPT_MAX)
             .execute(&mut *tx)
             .await?;
@@ -334,22 +344,39 @@ impl LinkStore {
         Ok(stored)
     }
 
-    /// The newest `limit` messages of a link, oldest first.
-    pub async fn messages(&self, link_id: &str, limit: usize) -> Result<Vec<LinkMessage>, RegistryError> {
+    /// The newest `limit` messages of a link, oldest first: of one tenant, or of every tenant
+    /// when `tenant` is `None`.
+    pub async fn messages(
+        &self,
+        link_id: &str,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LinkMessage>, RegistryError> {
         let limit = i64::try_from(limit.min(LINK_MESSAGES_PAGE_MAX)).unwrap_or(0);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            message_columns!(),
-            " FROM (SELECT seq, ",
-            message_columns!(),
-            " FROM link_messages WHERE link_id = $1 \
-             ORDER BY seq DESC LIMIT $2) AS newest ORDER BY seq"
-        ))
-        .bind(link_id)
-        .bind(limit)
-        .fetch_all(self.db.pool())
-        .await
-        .map_err(StorageError::from)?;
+        let query = match tenant {
+            Some(tenant) => sqlx::query(concat!(
+                "SELECT ",
+                message_columns!(),
+                " FROM (SELECT seq, ",
+                message_columns!(),
+                " FROM link_messages WHERE link_id = $1 AND tenant = $2 \
+                 ORDER BY seq DESC LIMIT $3) AS newest ORDER BY seq"
+            ))
+            .bind(link_id)
+            .bind(tenant)
+            .bind(limit),
+            None => sqlx::query(concat!(
+                "SELECT ",
+                message_columns!(),
+                " FROM (SELECT seq, ",
+                message_columns!(),
+                " FROM link_messages WHERE link_id = $1 \
+                 ORDER BY seq DESC LIMIT $2) AS newest ORDER BY seq"
+            ))
+            .bind(link_id)
+            .bind(limit),
+        };
+        let rows = query.fetch_all(self.db.pool()).await.map_err(StorageError::from)?;
         rows.iter().map(message_from_row).collect()
     }
 
@@ -420,5 +447,6 @@ fn message_from_row(row: &sqlx::any::AnyRow) -> Result<LinkMessage, RegistryErro
         reply: optional("reply")?,
         status: parse_word::<OutcomeStatus>("status", get("status")?)?,
         sent_at: get("sent_at")?,
+        tenant: get("tenant")?,
     })
 }

@@ -275,7 +275,15 @@ async fn link_messages_are_kept_in_order_for_the_links_ends_only() {
         ),
     )
     .await;
-    assert_eq!((status, code(&body)), (400, "LINK_INVALID"));
+    assert_eq!((status, code(&body)), (403, "LINK_SENDER_FORBIDDEN"), "a sender that is not an end of the link");
+    let (status, body) = send(
+        &registry,
+        reqwest::Method::POST,
+        &path,
+        Some(json!({"from_agent_id":"boss","to_agent_id":"stranger","context_id":"x","text":"hi","status":"SUCCESS"})),
+    )
+    .await;
+    assert_eq!((status, code(&body)), (400, "LINK_INVALID"), "a receiver that is not the other end");
 
     let (_, history) = send(&registry, reqwest::Method::GET, &path, None).await;
     let history: LinkMessages = serde_json::from_value(history).unwrap();
@@ -354,27 +362,36 @@ async fn events_arrive_in_order_and_a_stream_resumes_after_its_last_event() {
     )
     .await;
     assert_eq!((status, accepted["accepted"].as_u64()), (202, Some(2)));
-    send(
-        &registry,
-        reqwest::Method::POST,
-        &format!("/api/links/{id}/messages"),
-        Some(json!({"from_agent_id":"a","to_agent_id":"b","context_id":format!("link:{id}"),"text":"hi","status":"SUCCESS"})),
-    )
-    .await;
+    let message =
+        json!({"from_agent_id":"a","to_agent_id":"b","context_id":format!("link:{id}"),"text":"hi","status":"SUCCESS"});
+    let messages = format!("/api/links/{id}/messages");
+    let (status, body) = send(&registry, reqwest::Method::POST, &messages, Some(message.clone())).await;
+    assert_eq!((status, code(&body)), (409, "LINK_DISABLED"), "nothing is recorded over a disabled link");
+    send(&registry, reqwest::Method::PUT, &format!("/api/links/{id}"), Some(json!({"enabled":true}))).await;
+    let (status, body) = send(&registry, reqwest::Method::POST, &messages, Some(message)).await;
+    assert_eq!(status, 201, "{body}");
     agents[1].answer_health(500);
     send(&registry, reqwest::Method::DELETE, &format!("/api/links/{id}"), None).await;
 
     let mut seen = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..8 {
         seen.push(stream.next().await);
     }
     let kinds: Vec<_> = seen.iter().map(|e| e.body.kind()).collect();
     assert_eq!(
-        kinds[..6],
-        ["link_created", "link_updated", "call", "call", "agent_message_sent", "agent_message_received"]
+        kinds[..7],
+        [
+            "link_created",
+            "link_updated",
+            "call",
+            "call",
+            "link_updated",
+            "agent_message_sent",
+            "agent_message_received"
+        ]
     );
     // The health change and the deletion race each other; both come, in id order.
-    let mut last = vec![kinds[6]];
+    let mut last = vec![kinds[7]];
     last.push(stream.next().await.body.kind());
     last.sort();
     assert_eq!(last, ["health_changed", "link_deleted"]);
@@ -438,20 +455,28 @@ async fn links_and_their_messages_work_on_postgres() {
     let (status, again) = create(&registry, json!({"from_agent_id":boss,"to_agent_id":worker})).await;
     assert_eq!((status, code(&again)), (409, "LINK_EXISTS"));
     let path = format!("/api/links/{id}/messages");
-    for n in 0..3 {
+    for (text, tenant) in [("m0", "acme"), ("m1", "acme"), ("m2", "acme"), ("g0", "globex")] {
         let (status, body) = send(
             &registry,
             reqwest::Method::POST,
             &path,
-            Some(json!({"from_agent_id":boss,"to_agent_id":worker,"context_id":format!("link:{id}"),"text":format!("m{n}"),"status":"SUCCESS"})),
+            Some(json!({"from_agent_id":boss,"to_agent_id":worker,"context_id":format!("link:{id}"),"text":text,
+                        "status":"SUCCESS","tenant":tenant})),
         )
         .await;
-        assert_eq!(status, 201, "{body}");
+        assert_eq!((status, body["tenant"].as_str()), (201, Some(tenant)), "{body}");
     }
-    let (_, history) = send(&registry, reqwest::Method::GET, &format!("{path}?limit=2"), None).await;
-    let texts: Vec<_> =
-        serde_json::from_value::<LinkMessages>(history).unwrap().messages.into_iter().map(|m| m.text).collect();
-    assert_eq!(texts, ["m1", "m2"]);
+    // Each message keeps its tenant (the column the migration added); a reader may narrow to one.
+    for (query, expected) in [
+        ("?limit=2", vec![("m2", "acme"), ("g0", "globex")]),
+        ("?tenant=acme&limit=2", vec![("m1", "acme"), ("m2", "acme")]),
+        ("?tenant=globex", vec![("g0", "globex")]),
+    ] {
+        let (_, history) = send(&registry, reqwest::Method::GET, &format!("{path}{query}"), None).await;
+        let history = serde_json::from_value::<LinkMessages>(history).unwrap();
+        let got: Vec<_> = history.messages.iter().map(|m| (m.text.as_str(), m.tenant.as_str())).collect();
+        assert_eq!(got, expected, "{query}");
+    }
     let (status, _) = send(&registry, reqwest::Method::DELETE, &format!("/api/links/{id}"), None).await;
     assert_eq!(status, 200);
     for agent in &agents {

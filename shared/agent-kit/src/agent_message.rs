@@ -148,6 +148,8 @@ pub async fn send_agent_message(
         text: input.message,
         reply: reply.clone(),
         status,
+        // The history is the tenant's whose call this is: its users, and no other tenant's, read it.
+        tenant: scope.context().tenant.clone(),
     };
     let recorded = record_message(graph, &sender.link_id, &record).await;
     Ok(SentAgentMessage {

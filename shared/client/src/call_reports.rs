@@ -208,6 +208,7 @@ mod tests {
             status: OutcomeStatus::Success,
             latency_ms: n,
             at: None,
+            tenant: None,
         }
     }
 

@@ -366,6 +366,8 @@ impl MeshCaller {
             status,
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             at: None,
+            // The call was made for this tenant: only readers acting for it see the report.
+            tenant: scope.context().tenant.clone(),
         });
         word
     }

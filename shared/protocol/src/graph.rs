@@ -286,6 +286,10 @@ pub struct NewLinkMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<String>,
     pub status: OutcomeStatus,
+    /// The tenant of the call the message was sent for (the user's, carried on); the registry
+    /// records it only when the sender's credential may act for it. Absent: the credential's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// A message in a link's history.
@@ -307,6 +311,10 @@ pub struct LinkMessage {
     pub status: OutcomeStatus,
     /// RFC 3339.
     pub sent_at: String,
+    /// The tenant it was sent for (`""`: the default tenant): only its users, admins and the
+    /// agents acting for it read it.
+    #[serde(default)]
+    pub tenant: String,
 }
 
 /// `GET /api/links/{id}/messages`, oldest first.
@@ -331,6 +339,9 @@ pub struct CallReport {
     /// RFC 3339 time the call ended; the registry's clock when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
+    /// The tenant the call was made for, as [`NewLinkMessage::tenant`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// Body of `POST /api/events/calls`.
@@ -406,6 +417,9 @@ pub enum EventBody {
         to_agent_id: String,
         context_id: String,
         message_id: String,
+        /// The message's tenant: only readers who may read its history see the event.
+        #[serde(default)]
+        tenant: String,
     },
     AgentMessageReceived {
         link_id: String,
@@ -413,6 +427,9 @@ pub enum EventBody {
         to_agent_id: String,
         context_id: String,
         message_id: String,
+        /// The message's tenant: only readers who may read its history see the event.
+        #[serde(default)]
+        tenant: String,
     },
     Call {
         from: String,
@@ -421,6 +438,9 @@ pub enum EventBody {
         capability: Option<String>,
         status: OutcomeStatus,
         latency_ms: u64,
+        /// The tenant the call was made for: only readers acting for it see the event.
+        #[serde(default)]
+        tenant: String,
     },
     /// Events are missing before the next one: the stream resumed past what is still buffered,
     /// or a slow reader fell a whole buffer behind. `missed` counts them; it is absent when the
@@ -445,6 +465,23 @@ impl EventBody {
             Self::AgentMessageReceived { .. } => "agent_message_received",
             Self::Call { .. } => "call",
             Self::Gap { .. } => "gap",
+        }
+    }
+
+    /// The tenant whose work the event tells of; `None` for what every reader of the graph may
+    /// know (registrations, health, links, gaps).
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Self::AgentMessageSent { tenant, .. }
+            | Self::AgentMessageReceived { tenant, .. }
+            | Self::Call { tenant, .. } => Some(tenant),
+            Self::AgentRegistered { .. }
+            | Self::AgentDeregistered { .. }
+            | Self::HealthChanged { .. }
+            | Self::LinkCreated { .. }
+            | Self::LinkUpdated { .. }
+            | Self::LinkDeleted { .. }
+            | Self::Gap { .. } => None,
         }
     }
 }
@@ -529,15 +566,17 @@ mod tests {
                 capability: Some("search".into()),
                 status: OutcomeStatus::Success,
                 latency_ms: 12,
+                tenant: "acme".into(),
             },
         };
         let value = serde_json::to_value(&event).unwrap();
         assert_eq!(
             value,
             json!({"id":7,"at":"2026-01-01T00:00:00Z","kind":"call","from":"orchestrator","to":"search",
-                   "capability":"search","status":"SUCCESS","latency_ms":12})
+                   "capability":"search","status":"SUCCESS","latency_ms":12,"tenant":"acme"})
         );
-        assert_eq!(event.body.kind(), "call");
+        assert_eq!((event.body.kind(), event.body.tenant()), ("call", Some("acme")));
+        assert_eq!(EventBody::Gap { missed: None }.tenant(), None, "a gap is every reader's");
         assert_eq!(serde_json::from_value::<MeshEvent>(value).unwrap(), event);
     }
 
