@@ -2,8 +2,10 @@
 //! `/health` claims none), bounded by its cap (the oldest finished task makes room; a store full
 //! of unfinished tasks refuses a new one, saying why) and by the retention's time to live.
 //! `buffered`: a task is read back at once after its answer, is committed within the flush
-//! interval, and a graceful stop commits every queued task. (The serving surface in memory is
-//! tested with the other A2A tests, in `a2a.rs`.)
+//! interval, and a graceful stop commits every queued task. `durable`: a change the store refuses
+//! changes nothing (a cancellation here; the sends are attacked in the root crate's
+//! `tests/attacks/durable_answers.rs`). (The serving surface in memory is tested with the other
+//! A2A tests, in `a2a.rs`.)
 
 use std::time::{Duration, Instant};
 
@@ -190,4 +192,56 @@ async fn a_graceful_stop_commits_every_buffered_task() {
         let task = table.get("", id).await.unwrap().unwrap_or_else(|| panic!("task {id} was lost by the stop"));
         assert_eq!(task.status.state, TaskState::Completed);
     }
+}
+
+/// Runs `sql` on the SQLite database at `url`, beside the agent using it.
+async fn execute(url: &str, sql: &'static str) {
+    use sqlx::Connection;
+    let mut connection = sqlx::SqliteConnection::connect(url).await.unwrap();
+    sqlx::query(sql).execute(&mut connection).await.unwrap();
+}
+
+/// `durable` (the default): a cancellation the store refuses changes nothing and is answered the
+/// internal error: the task is not shown canceled, to a subscriber or anyone, and goes on.
+#[tokio::test]
+async fn a_cancellation_the_store_refuses_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let agent = Served::start(&AgentConfig { task_store_url: Some(url.clone()), ..AgentConfig::default() }).await;
+    let id = agent.send("ask").await.unwrap();
+    let subscription = agent
+        .http
+        .post(format!("{}/", agent.url))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": id}}))
+        .send()
+        .await
+        .unwrap();
+    execute(
+        &url,
+        "CREATE TRIGGER refuse_cancel BEFORE INSERT ON a2a_tasks WHEN NEW.state = 'TASK_STATE_CANCELED' \
+         BEGIN SELECT RAISE(ABORT, 'injected'); END",
+    )
+    .await;
+    let refused = agent.rpc("CancelTask", json!({"id": id})).await;
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert_eq!(agent.state(&id).await.as_deref(), Some("TASK_STATE_INPUT_REQUIRED"));
+
+    // The task goes on, and its subscriber sees that, not a cancellation.
+    let message = json!({"messageId": "m2", "role": "ROLE_USER", "taskId": id, "parts": [{"text": "done"}]});
+    let answer = agent.rpc("SendMessage", json!({"message": message})).await;
+    assert_eq!(answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let events = tokio::time::timeout(TIMEOUT, subscription.text()).await.unwrap().unwrap();
+    let states: Vec<Value> = events
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str::<Value>(data.trim()).unwrap()["result"].clone())
+        .filter_map(|event| {
+            event.get("task").or_else(|| event.get("statusUpdate")).map(|e| e["status"]["state"].clone())
+        })
+        .collect();
+    assert_eq!(states.first(), Some(&json!("TASK_STATE_INPUT_REQUIRED")), "{events}");
+    assert_eq!(states.last(), Some(&json!("TASK_STATE_COMPLETED")), "{events}");
+    assert!(!states.contains(&json!("TASK_STATE_CANCELED")), "{events}");
+    agent.stop().await;
 }

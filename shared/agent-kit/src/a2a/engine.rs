@@ -3,6 +3,14 @@
 //! to the [`TaskStore`]. Both protocol bindings, in both protocol versions, are thin layers over
 //! the operations here.
 //!
+//! Nothing is shown before it is stored: a change of a task reaches its caller, its subscribers,
+//! its webhooks and the other replicas only once the store took it (committed, in the default
+//! durability `durable`). A change the store refuses is shown to nobody: the turn ends with the
+//! store's error, which the caller and the subscribers receive in its place, and the task leaves
+//! memory, recorded as failed when an earlier state of it is stored (see [`TaskEvents`]). Changes
+//! nobody watches (the steps of a blocking `SendMessage` before its answer) are saved in the
+//! background, and stored before anyone is shown them (`GetTask`, `SubscribeToTask`).
+//!
 //! Replicas sharing a PostgreSQL store share the events of their tasks too (see
 //! [`mesh_tasks::Remote`]): a task running on another replica is followed here through a copy in
 //! memory (loaded from the store, then moved on by the other replica's events), so that
@@ -100,9 +108,26 @@ pub struct Turn {
     pub metadata: Option<JsonObject>,
     /// The call being served (its chain and deadline); calls made for it derive from this.
     pub call: CallScope,
-    /// Cancelled when a client cancels the task: stop working, the task is already `canceled`.
+    /// Cancelled when a client cancels the task (it is already `canceled`), or when the task
+    /// ends otherwise (the store refused its state, its time to live ran out): stop working.
     pub cancellation: CancellationToken,
 }
+
+/// What a turn's caller is shown of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    /// Every event as it comes (a stream, or the task as soon as it exists): each once the state
+    /// it leads to is stored.
+    Events,
+    /// The turn's answer alone (a blocking `SendMessage`): the steps before it, which nobody else
+    /// watches, are saved in the background, and the answer waits for its own state.
+    Answer,
+}
+
+/// One update of a task as its followers (a turn's caller, a task's subscribers) receive it: an
+/// event once the state it leads to is stored, or the error that ends the updates when a state
+/// could not be.
+pub type TaskUpdate = Result<StreamResponse, TaskError>;
 
 /// A task is known by its tenant and id: tenants never see each other's tasks.
 type TaskKey = (String, String);
@@ -111,6 +136,10 @@ type TaskKey = (String, String);
 #[derive(Debug)]
 struct LiveTask {
     state: Mutex<LiveState>,
+    /// Held while a change of the task is stored and then applied (every change here but those
+    /// heard from other replicas), so that changes are stored in the order they are shown, and
+    /// what is read under it is stored as it is read.
+    changes: tokio::sync::Mutex<()>,
     cancellation: CancellationToken,
 }
 
@@ -118,7 +147,7 @@ struct LiveTask {
 struct LiveState {
     task: Task,
     /// `SubscribeToTask` streams, told every change after their first snapshot.
-    subscribers: Vec<mpsc::UnboundedSender<StreamResponse>>,
+    subscribers: Vec<mpsc::UnboundedSender<TaskUpdate>>,
     /// A turn is running: another message must wait for it to end.
     running: bool,
     /// The task reached a terminal state: events after it are dropped.
@@ -130,6 +159,12 @@ struct LiveState {
     touched: Instant,
     /// The task has push notification webhooks: its events are queued for them.
     push: bool,
+    /// Some state of the task may be in the store: it was loaded from it, or a save of it
+    /// returned (a background one may fail yet).
+    stored: bool,
+    /// `task` itself is in the store: false after a change saved in the background, or one not
+    /// saved yet (the message that starts a turn).
+    saved: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -150,7 +185,8 @@ struct Core {
 }
 
 impl LiveTask {
-    fn new(task: Task, running: bool) -> Arc<Self> {
+    /// A task new here: one just made (`stored` false), or one read from the store.
+    fn new(task: Task, running: bool, stored: bool) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(LiveState {
                 task,
@@ -160,7 +196,10 @@ impl LiveTask {
                 turn: 0,
                 touched: Instant::now(),
                 push: false,
+                stored,
+                saved: stored,
             }),
+            changes: tokio::sync::Mutex::new(()),
             cancellation: CancellationToken::new(),
         })
     }
@@ -205,7 +244,7 @@ impl Core {
         Ok(live
             .entry(key.clone())
             .or_insert_with(|| {
-                let task = LiveTask::new(stored, false);
+                let task = LiveTask::new(stored, false, true);
                 lock(&task.state).push = push;
                 task
             })
@@ -243,6 +282,8 @@ impl Core {
             .map(|(key, live)| (key.clone(), live.clone()))
             .collect();
         for (key, live) in expired {
+            // A change under way is no idleness: the task is looked at again at the next sweep.
+            let Ok(_change) = live.changes.try_lock() else { continue };
             let failed = {
                 let mut state = lock(&live.state);
                 if state.closed || !state.running {
@@ -250,34 +291,68 @@ impl Core {
                     state.subscribers.clear();
                     None
                 } else {
-                    state.closed = true;
-                    state.running = false;
                     let reason = format!(
                         "the task did not change for {} ms, its time to live; it was stopped",
                         self.limits.live_task_ttl.as_millis()
                     );
                     let message = Message::text(Role::Agent, new_id(), reason);
                     let update = status_update(&state.task, TaskState::Failed, Some(message));
-                    apply(&mut state.task, &update);
-                    Some((state.task.clone(), update, std::mem::take(&mut state.subscribers), state.push))
+                    let mut task = state.task.clone();
+                    apply(&mut task, &update);
+                    Some((task, update))
                 }
             };
+            let Some((task, update)) = failed else {
+                self.forget(&key, &live);
+                continue;
+            };
+            tracing::warn!(task = %key.1, "a live task outlived its time to live; failed");
+            // Stored before it is shown; the turn stops either way.
+            let saved = self.save(&key.0, task.clone(), true).await;
+            let (subscribers, push) = {
+                let mut state = lock(&live.state);
+                state.closed = true;
+                state.running = false;
+                if saved.is_ok() {
+                    state.task = task;
+                }
+                (std::mem::take(&mut state.subscribers), state.push)
+            };
             self.forget(&key, &live);
-            if let Some((task, update, subscribers, push)) = failed {
-                live.cancellation.cancel();
-                tracing::warn!(task = %key.1, "a live task outlived its time to live; failed");
-                if push {
-                    self.notify_webhooks(&key, std::slice::from_ref(&update)).await;
+            live.cancellation.cancel();
+            let shown = match saved {
+                Ok(()) => {
+                    if push {
+                        self.notify_webhooks(&key, std::slice::from_ref(&update)).await;
+                    }
+                    self.store.publish(&key.0, &key.1, &update).await;
+                    Ok(update)
                 }
-                if let Err(error) = self.save(&key.0, task, true).await {
+                Err(error) => {
                     tracing::error!(task = %key.1, %error, "could not save the expired task");
+                    Err(error)
                 }
-                self.store.publish(&key.0, &key.1, &update).await;
-                for subscriber in subscribers {
-                    let _ = subscriber.send(update.clone());
-                }
+            };
+            for subscriber in subscribers {
+                let _ = subscriber.send(shown.clone());
             }
         }
+    }
+
+    /// Stores the live task's state when only a background save (or none yet) holds it, so that
+    /// it may be shown. The caller holds the task's `changes`, so what it reads next is what was
+    /// stored.
+    async fn store_unsaved(&self, tenant: &str, live: &LiveTask) -> Result<(), TaskError> {
+        let unsaved = {
+            let state = lock(&live.state);
+            (!state.saved && !state.closed).then(|| state.task.clone())
+        };
+        if let Some(task) = unsaved {
+            self.save(tenant, task, true).await?;
+            let mut state = lock(&live.state);
+            (state.stored, state.saved) = (true, true);
+        }
+        Ok(())
     }
 
     /// Saves the task: `durable`, as safely as the store's durability makes a save (committed,
@@ -321,7 +396,7 @@ impl Core {
     ) {
         state.touched = Instant::now();
         if !state.task.status.state.is_terminal() {
-            state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+            state.subscribers.retain(|subscriber| subscriber.send(Ok(event.clone())).is_ok());
             return;
         }
         state.closed = true;
@@ -331,7 +406,7 @@ impl Core {
         live.cancellation.cancel();
         self.forget(key, live);
         for subscriber in subscribers {
-            let _ = subscriber.send(event.clone());
+            let _ = subscriber.send(Ok(event.clone()));
         }
     }
 
@@ -357,7 +432,7 @@ impl Core {
         state.task = stored;
         // Only the last event can end the task: the ones before it go to the subscribers as any.
         for event in events {
-            state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
+            state.subscribers.retain(|subscriber| subscriber.send(Ok(event.clone())).is_ok());
         }
         self.pass_on(key, live, state, last);
     }
@@ -394,8 +469,9 @@ async fn follow_others(core: Weak<Core>, mut heard: mpsc::Receiver<Remote>, stop
 }
 
 /// What a turn's caller receives: the turn's events in order, first a [`StreamResponse::Task`]
-/// (or a single [`StreamResponse::Message`] when the agent answers without a task).
-pub type TurnEvents = mpsc::UnboundedReceiver<StreamResponse>;
+/// (or a single [`StreamResponse::Message`] when the agent answers without a task); an error
+/// ends them when the store refused a change.
+pub type TurnEvents = mpsc::UnboundedReceiver<TaskUpdate>;
 
 /// The engine of one agent. Cheap to clone.
 #[derive(Debug)]
@@ -453,12 +529,14 @@ impl<H: TaskHandler> TaskEngine<H> {
         }
     }
 
-    /// Starts a turn for the request's message: a new task, or the next turn of the task it names.
+    /// Starts a turn for the request's message: a new task, or the next turn of the task it names;
+    /// its caller is shown what `follow` says.
     pub async fn start(
         &self,
         tenant: &str,
         request: SendMessageRequest,
         call: CallScope,
+        follow: Follow,
     ) -> Result<TurnEvents, TaskError> {
         let SendMessageRequest { mut message, metadata, configuration, .. } = request;
         check_user_message(&message)?;
@@ -484,7 +562,9 @@ impl<H: TaskHandler> TaskEngine<H> {
                 None => message.context_id = Some(admitted.to_owned()),
             }
         }
-        let (live, previous, mut message) = match message.task_id.clone().filter(|id| !id.is_empty()) {
+        // The webhook config stored for a new task, removed again if the task never is.
+        let mut new_webhook = None;
+        let (live, previous) = match message.task_id.clone().filter(|id| !id.is_empty()) {
             Some(task_id) => {
                 if let Some(config) = &webhook {
                     // Stored before the turn is claimed, so that a refused config leaves the task
@@ -493,7 +573,7 @@ impl<H: TaskHandler> TaskEngine<H> {
                     self.get(tenant, &known).await?;
                     self.core.store.put_push_config(tenant, &task_id, config).await?;
                 }
-                self.continue_task(tenant, &task_id, message).await?
+                self.continue_task(tenant, &task_id, &mut message).await?
             }
             None => {
                 let context_id = message.context_id.clone().filter(|c| !c.is_empty()).unwrap_or_else(new_id);
@@ -511,19 +591,16 @@ impl<H: TaskHandler> TaskEngine<H> {
                 self.core.store.check_room()?;
                 if let Some(config) = &webhook {
                     // Stored before the turn runs, so that its first event finds it.
-                    self.core.store.put_push_config(tenant, &task.id, config).await?;
+                    new_webhook = self.core.store.put_push_config(tenant, &task.id, config).await?.id;
                 }
-                (LiveTask::new(task, true), None, message)
+                let live = LiveTask::new(task, true, false);
+                take_message(&mut lock(&live.state), &mut message);
+                (live, None)
             }
         };
-        if webhook.is_some() {
-            lock(&live.state).push = true;
-        }
         let (task_id, context_id, turn_number) = {
             let mut state = lock(&live.state);
-            message.task_id = Some(state.task.id.clone());
-            message.context_id = Some(state.task.context_id.clone());
-            add_user_message(&mut state.task, message.clone());
+            state.push |= webhook.is_some();
             (state.task.id.clone(), state.task.context_id.clone(), state.turn)
         };
         crate::observe::record_task(&task_id, Some(&context_id));
@@ -547,6 +624,8 @@ impl<H: TaskHandler> TaskEngine<H> {
             published: Arc::new(Mutex::new(false)),
             new_task: previous_is_none,
             turn: turn_number,
+            follow,
+            new_webhook,
         };
         let handler = self.handler.clone();
         // The turn runs in the request's trace: its spans join it, and its calls carry it on. The
@@ -571,13 +650,14 @@ impl<H: TaskHandler> TaskEngine<H> {
         Ok(events)
     }
 
-    /// The live task a message continues, which must be waiting for input and not running.
+    /// The live task a message continues, which must be waiting for input and not running, with
+    /// the message taken as its next; and the task as it was before.
     async fn continue_task(
         &self,
         tenant: &str,
         task_id: &str,
-        message: Message,
-    ) -> Result<(Arc<LiveTask>, Option<Task>, Message), TaskError> {
+        message: &mut Message,
+    ) -> Result<(Arc<LiveTask>, Option<Task>), TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
         let live = self.core.live_or_stored(&key, no_more_messages).await?;
         if self.core.push.is_some() && self.core.store.shares_events() && !lock(&live.state).push {
@@ -585,6 +665,7 @@ impl<H: TaskHandler> TaskEngine<H> {
             let pushed = self.core.store.has_push_configs(tenant, task_id).await?;
             lock(&live.state).push |= pushed;
         }
+        let change = live.changes.lock().await;
         let previous = {
             let mut state = lock(&live.state);
             let task = &state.task;
@@ -605,9 +686,12 @@ impl<H: TaskHandler> TaskEngine<H> {
             state.running = true;
             state.turn += 1;
             state.touched = Instant::now();
-            state.task.clone()
+            let previous = state.task.clone();
+            take_message(&mut state, message);
+            previous
         };
-        Ok((live, Some(previous), message))
+        drop(change);
+        Ok((live, Some(previous)))
     }
 
     /// The task with at most `history_length` recent messages: from memory while it may change,
@@ -616,7 +700,11 @@ impl<H: TaskHandler> TaskEngine<H> {
         let history_length = history_length(request.history_length)?;
         let key = (tenant.to_owned(), request.id.clone());
         let mut task = match self.core.live(&key) {
-            Some(live) => lock(&live.state).task.clone(),
+            Some(live) => {
+                let _change = live.changes.lock().await;
+                self.core.store_unsaved(tenant, &live).await?;
+                lock(&live.state).task.clone()
+            }
             None => self
                 .core
                 .store
@@ -647,23 +735,37 @@ impl<H: TaskHandler> TaskEngine<H> {
     pub async fn cancel(&self, tenant: &str, request: &CancelTaskRequest) -> Result<Task, TaskError> {
         let key = (tenant.to_owned(), request.id.clone());
         let live = self.core.live_or_stored(&key, not_cancelable).await?;
-        let (task, update, subscribers, ran_here) = {
-            let mut state = lock(&live.state);
+        let _change = live.changes.lock().await;
+        let (task, update) = {
+            let state = lock(&live.state);
             if state.closed {
                 return Err(not_cancelable(&state.task));
             }
-            state.closed = true;
             let update = status_update(&state.task, TaskState::Canceled, None);
-            apply(&mut state.task, &update);
-            (state.task.clone(), update, std::mem::take(&mut state.subscribers), state.running)
+            let mut task = state.task.clone();
+            apply(&mut task, &update);
+            (task, update)
+        };
+        // Stored before anyone hears of it: a cancellation the store refuses changes nothing,
+        // and a running turn goes on.
+        self.core.save(tenant, task.clone(), true).await?;
+        let (subscribers, ran_here, push) = {
+            let mut state = lock(&live.state);
+            if state.closed {
+                // Ended meanwhile on another replica: that end stands.
+                return Err(not_cancelable(&state.task));
+            }
+            state.closed = true;
+            state.task = task.clone();
+            (state.stored, state.saved) = (true, true);
+            (std::mem::take(&mut state.subscribers), state.running, state.push)
         };
         live.cancellation.cancel();
-        if lock(&live.state).push {
+        if push {
             self.core.notify_webhooks(&key, std::slice::from_ref(&update)).await;
         }
-        let saved = self.core.save(tenant, task.clone(), true).await;
         self.core.forget(&key, &live);
-        if saved.is_ok() && !ran_here && self.core.store.shares_events() {
+        if !ran_here && self.core.store.shares_events() {
             // Another replica may have finished the task first: its end stands, since the store
             // never overwrites a finished task's state.
             if let Ok(Some(stored)) = self.core.store.get(tenant, &request.id).await
@@ -676,7 +778,7 @@ impl<H: TaskHandler> TaskEngine<H> {
                     metadata: None,
                 });
                 for subscriber in subscribers {
-                    let _ = subscriber.send(ended.clone());
+                    let _ = subscriber.send(Ok(ended.clone()));
                 }
                 return Err(not_cancelable(&stored));
             }
@@ -684,9 +786,9 @@ impl<H: TaskHandler> TaskEngine<H> {
         // The replica running the task stops its turn when it hears this.
         self.core.store.publish(tenant, &request.id, &update).await;
         for subscriber in subscribers {
-            let _ = subscriber.send(update.clone());
+            let _ = subscriber.send(Ok(update.clone()));
         }
-        saved.map(|()| task)
+        Ok(task)
     }
 
     /// A stream of the task's changes, starting with the task as it is now. Finished tasks have
@@ -694,6 +796,9 @@ impl<H: TaskHandler> TaskEngine<H> {
     pub async fn subscribe(&self, tenant: &str, task_id: &str) -> Result<TurnEvents, TaskError> {
         let key = (tenant.to_owned(), task_id.to_owned());
         let live = self.core.live_or_stored(&key, finished).await?;
+        let change = live.changes.lock().await;
+        // The subscriber is first shown the task as it is now: stored first.
+        self.core.store_unsaved(tenant, &live).await?;
         let (events, runs_here) = {
             let mut state = lock(&live.state);
             if state.closed {
@@ -707,10 +812,11 @@ impl<H: TaskHandler> TaskEngine<H> {
                 )));
             }
             let (sender, events) = mpsc::unbounded_channel();
-            let _ = sender.send(StreamResponse::Task(state.task.clone()));
+            let _ = sender.send(Ok(StreamResponse::Task(state.task.clone())));
             state.subscribers.push(sender);
             (events, state.running)
         };
+        drop(change);
         if !runs_here && self.core.store.shares_events() {
             // The task may run on another replica, and have ended between the read that made the
             // copy here and the copy's first event heard: read it once more now that the copy is
@@ -782,7 +888,7 @@ pub enum Answer {
 pub async fn answer(mut events: TurnEvents, return_immediately: bool) -> Result<Answer, TaskError> {
     let mut task: Option<Task> = None;
     while let Some(event) = events.recv().await {
-        match (event, task.as_mut()) {
+        match (event?, task.as_mut()) {
             (StreamResponse::Message(message), None) => return Ok(Answer::Message(message)),
             (StreamResponse::Task(snapshot), _) if return_immediately => return Ok(Answer::Task(snapshot)),
             (StreamResponse::Task(snapshot), _) => task = Some(snapshot),
@@ -849,6 +955,15 @@ fn check_user_message(message: &Message) -> Result<(), TaskError> {
     Ok(())
 }
 
+/// Makes `message` the task's next user message: its ids filled in, and added to the history,
+/// which the store does not hold yet.
+fn take_message(state: &mut LiveState, message: &mut Message) {
+    message.task_id = Some(state.task.id.clone());
+    message.context_id = Some(state.task.context_id.clone());
+    add_user_message(&mut state.task, message.clone());
+    state.saved = false;
+}
+
 fn status_update(task: &Task, state: TaskState, message: Option<Message>) -> StreamResponse {
     StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
         task_id: task.id.clone(),
@@ -865,18 +980,28 @@ fn status_update(task: &Task, state: TaskState, message: Option<Message>) -> Str
 pub struct TaskClosed;
 
 /// Where a handler reports its turn. Cheap to clone.
+///
+/// Each event is stored before it is shown (see the module's documentation). When the store
+/// refuses one, the event is refused ([`TaskClosed`]) and the turn ends: the handler's
+/// cancellation fires, the caller and the subscribers receive the store's error, and the task
+/// leaves memory, moved to failed in the store when an earlier state of it may be there (and
+/// the store takes that), or leaving nothing, its webhook config included, when none is.
 #[derive(Debug, Clone)]
 pub struct TaskEvents {
     core: Arc<Core>,
     key: TaskKey,
     live: Arc<LiveTask>,
-    caller: mpsc::UnboundedSender<StreamResponse>,
+    caller: mpsc::UnboundedSender<TaskUpdate>,
     /// Whether this turn has shown the task to its caller yet (or answered with a message).
     published: Arc<Mutex<bool>>,
     /// The turn started a task (rather than continuing one), so it may answer with a message.
     new_task: bool,
     /// Which of the task's turns this is (see [`LiveState::turn`]).
     turn: u64,
+    /// What the caller is shown.
+    follow: Follow,
+    /// The id of the webhook config this turn's request stored for its new task.
+    new_webhook: Option<String>,
 }
 
 impl TaskEvents {
@@ -893,7 +1018,7 @@ impl TaskEvents {
         }
         *published = true;
         state.closed = true;
-        let _ = self.caller.send(StreamResponse::Message(message));
+        let _ = self.caller.send(Ok(StreamResponse::Message(message)));
         Ok(())
     }
 
@@ -945,10 +1070,11 @@ impl TaskEvents {
     }
 
     async fn emit(&self, event: StreamResponse) -> Result<(), TaskClosed> {
+        let _change = self.live.changes.lock().await;
         let mut refused = false;
-        let (snapshot, first, ends_turn, event, push) = {
-            let mut published = lock(&self.published);
-            let mut state = lock(&self.live.state);
+        let (next, first, event, push, watched) = {
+            let published = lock(&self.published);
+            let state = lock(&self.live.state);
             if state.closed || state.turn != self.turn {
                 return Err(TaskClosed);
             }
@@ -969,39 +1095,62 @@ impl TaskEvents {
                 }
                 _ => event,
             };
-            state.touched = Instant::now();
+            let mut next = state.task.clone();
+            apply(&mut next, &event);
             let first = (!*published).then(|| state.task.clone());
+            // Seen before the turn ends, by anyone but a caller waiting for its answer.
+            let watched = self.follow == Follow::Events
+                || !state.subscribers.is_empty()
+                || state.push
+                || self.core.store.shares_events();
+            (next, first, event, state.push, watched)
+        };
+        let task_state = next.status.state;
+        let terminal = task_state.is_terminal();
+        let ends_turn = terminal || task_state.is_interrupted();
+        // Stored before anyone hears of it. The turn's end, and any change someone watches, as
+        // safely as the store's durability makes a save (committed, in the default `durable`);
+        // the steps nobody watches in the background, stored with the end at the latest.
+        let awaited = ends_turn || watched;
+        if let Err(error) = self.core.save(&self.key.0, next, awaited).await {
+            self.abandon(error).await;
+            return Err(TaskClosed);
+        }
+        {
+            let mut published = lock(&self.published);
+            let mut state = lock(&self.live.state);
+            if state.closed {
+                // Ended meanwhile on another replica (canceled there): that end stands.
+                return Err(TaskClosed);
+            }
             *published = true;
+            // The state just stored: nothing else changes a running task's state meanwhile.
             apply(&mut state.task, &event);
-            let task_state = state.task.status.state;
-            state.closed = task_state.is_terminal();
-            let ends_turn = state.closed || task_state.is_interrupted();
+            state.touched = Instant::now();
+            (state.stored, state.saved) = (true, awaited);
+            state.closed = terminal;
             if ends_turn {
                 state.running = false;
             }
-            (state.task.clone(), first, ends_turn, event, state.push)
-        };
+        }
+        if first.is_some() {
+            lock(&self.core.live).entry(self.key.clone()).or_insert_with(|| self.live.clone());
+        }
         if push {
-            // Queued before the state is saved: a saved state's notification is never lost.
+            // Queued once their state is stored: no notification tells of a state the store
+            // does not hold.
             let mut events = Vec::with_capacity(2);
             events.extend(first.clone().map(StreamResponse::Task));
             events.push(event.clone());
             self.core.notify_webhooks(&self.key, &events).await;
         }
         if let Some(first) = first {
-            lock(&self.core.live).entry(self.key.clone()).or_insert_with(|| self.live.clone());
-            let _ = self.caller.send(StreamResponse::Task(first));
-        }
-        // A turn's end is saved before anyone hears of it, so an answered task is as durable as
-        // the store's durability makes it (committed, in the default `durable`).
-        let terminal = snapshot.status.state.is_terminal();
-        if let Err(error) = self.core.save(&self.key.0, snapshot, ends_turn).await {
-            tracing::error!(task = %self.key.1, %error, "could not save the task");
+            let _ = self.caller.send(Ok(StreamResponse::Task(first)));
         }
         self.core.store.publish(&self.key.0, &self.key.1, &event).await;
         let mut state = lock(&self.live.state);
-        state.subscribers.retain(|subscriber| subscriber.send(event.clone()).is_ok());
-        let _ = self.caller.send(event);
+        state.subscribers.retain(|subscriber| subscriber.send(Ok(event.clone())).is_ok());
+        let _ = self.caller.send(Ok(event));
         if terminal {
             // Dropping the senders ends the subscribers' streams.
             state.subscribers.clear();
@@ -1009,6 +1158,40 @@ impl TaskEvents {
             self.core.forget(&self.key, &self.live);
         }
         if refused { Err(TaskClosed) } else { Ok(()) }
+    }
+
+    /// Ends the turn on a change the store refused (see [`TaskEvents`]); the caller holds the
+    /// task's `changes`.
+    async fn abandon(&self, error: TaskError) {
+        tracing::error!(task = %self.key.1, %error, "could not store the task; its turn ends");
+        let (subscribers, failed) = {
+            let mut state = lock(&self.live.state);
+            state.closed = true;
+            state.running = false;
+            let failed = state.stored.then(|| {
+                let reason = "the agent could not store the task's state; the task was stopped";
+                let message = self.agent_message_in(&state.task, reason);
+                let mut task = state.task.clone();
+                apply(&mut task, &status_update(&state.task, TaskState::Failed, Some(message)));
+                task
+            });
+            (std::mem::take(&mut state.subscribers), failed)
+        };
+        self.live.cancellation.cancel();
+        self.core.forget(&self.key, &self.live);
+        // Recorded before the error is told, so that the caller then reads the task as it stays.
+        let recorded = match (failed, &self.new_webhook) {
+            (Some(failed), _) => self.core.save(&self.key.0, failed, true).await,
+            (None, Some(config_id)) => self.core.store.delete_push_config(&self.key.0, &self.key.1, config_id).await,
+            (None, None) => Ok(()),
+        };
+        if let Err(error) = recorded {
+            tracing::error!(task = %self.key.1, %error, "could not record the end of a task the store refused");
+        }
+        for subscriber in subscribers {
+            let _ = subscriber.send(Err(error.clone()));
+        }
+        let _ = self.caller.send(Err(error));
     }
 
     /// After the handler returned (or panicked): a turn that did not reach a final state fails.

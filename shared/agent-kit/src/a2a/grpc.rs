@@ -251,8 +251,9 @@ impl Answering for GrpcAnswer {
         Answer::Unary(encode(&self.output, &result))
     }
 
-    fn stream(self, events: impl Stream<Item = StreamResponse> + Send + 'static) -> Answer {
-        Answer::Stream(events.map(move |event| encode(&self.output, &event)).boxed())
+    fn stream(self, events: impl Stream<Item = Result<StreamResponse, Failure>> + Send + 'static) -> Answer {
+        // An error ends the stream with its status.
+        Answer::Stream(events.map(move |event| encode(&self.output, &event.map_err(into_status)?)).boxed())
     }
 }
 

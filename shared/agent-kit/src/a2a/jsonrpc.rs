@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::engine::{TaskEngine, TaskHandler};
+use super::engine::{Follow, TaskEngine, TaskHandler};
 use super::methods::{Answering, METHODS_V1, call_v1, params};
 use super::surface::{ActivatedExtensions, CardRefusal, Surface};
 use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking as send, sse, until_final};
@@ -194,9 +194,16 @@ fn reply<T: Serialize>(id: Id, result: T) -> Response {
 const REPLY_CAPACITY_BYTES: usize = 1024;
 const JSON_CONTENT_TYPE: &str = "application/json";
 
-/// Each event as a JSON-RPC response to the request, for SSE.
-fn stream_reply<T: Serialize>(id: Id, events: impl futures::Stream<Item = T> + Send + 'static) -> Response {
-    sse(events.map(move |event| RpcResponse::result(id.clone(), event)))
+/// SSE of responses to request `id`: each event a result; an error, in `version`'s shape, ends it.
+fn stream_reply<T: Serialize>(
+    id: Id,
+    version: Version,
+    events: impl futures::Stream<Item = Result<T, Failure>> + Send + 'static,
+) -> Response {
+    sse(events.map(move |event| match event {
+        Ok(event) => RpcResponse::result(id.clone(), event),
+        Err(failure) => RpcResponse::error(id.clone(), error_object(version, failure)),
+    }))
 }
 
 async fn dispatch<H: TaskHandler>(
@@ -222,8 +229,9 @@ async fn dispatch<H: TaskHandler>(
         }
         m03::MESSAGE_STREAM => {
             let request: v03::MessageSendParams = params(raw)?;
-            let events = engine.start(&inbound.tenant(None)?, request.into(), inbound.scope()).await?;
-            Ok(stream_reply(id, until_final(events, StreamEnd::TurnEnd).map(v03::StreamEvent::from)))
+            let events = engine.start(&inbound.tenant(None)?, request.into(), inbound.scope(), Follow::Events).await?;
+            let events = until_final(events, StreamEnd::TurnEnd).map(|event| event.map(v03::StreamEvent::from));
+            Ok(stream_reply(id, Version::V03, events))
         }
         m03::TASKS_GET => {
             let request: v03::TaskQueryParams = params(raw)?;
@@ -237,7 +245,8 @@ async fn dispatch<H: TaskHandler>(
             let request: v03::TaskIdParams = params(raw)?;
             let request: SubscribeToTaskRequest = request.into();
             let events = engine.subscribe(&inbound.tenant(None)?, &request.id).await?;
-            Ok(stream_reply(id, until_final(events, StreamEnd::TaskEnd).map(v03::StreamEvent::from)))
+            let events = until_final(events, StreamEnd::TaskEnd).map(|event| event.map(v03::StreamEvent::from));
+            Ok(stream_reply(id, Version::V03, events))
         }
         m03::TASKS_PUSH_NOTIFICATION_CONFIG_SET => {
             let config: v03::TaskPushNotificationConfig = params(raw)?;
@@ -293,8 +302,8 @@ impl Answering for JsonRpcAnswer {
         reply(self.0, result)
     }
 
-    fn stream(self, events: impl futures::Stream<Item = StreamResponse> + Send + 'static) -> Response {
-        stream_reply(self.0, events)
+    fn stream(self, events: impl futures::Stream<Item = Result<StreamResponse, Failure>> + Send + 'static) -> Response {
+        stream_reply(self.0, Version::V1, events)
     }
 }
 

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::engine::{TaskEngine, TaskHandler};
+use super::engine::{Follow, TaskEngine, TaskHandler};
 use super::{Failure, Inbound, StreamEnd, send_blocking, until_final};
 
 /// Every A2A 1.0 method, as JSON-RPC names it and as gRPC names it in its paths.
@@ -40,8 +40,8 @@ pub(super) trait Answering {
     /// A single answer (the method's response message).
     fn unary<T: Serialize>(self, result: T) -> Self::Output;
 
-    /// A stream of events, ended by the binding when the source ends.
-    fn stream(self, events: impl Stream<Item = StreamResponse> + Send + 'static) -> Self::Output;
+    /// A stream of events, ended by the binding when the source ends, or after an error.
+    fn stream(self, events: impl Stream<Item = Result<StreamResponse, Failure>> + Send + 'static) -> Self::Output;
 }
 
 /// A method's params as a binding hands them over: raw JSON from a JSON-RPC body, or a value a
@@ -99,7 +99,7 @@ pub(super) async fn call_v1<H: TaskHandler, A: Answering>(
         v1::SEND_STREAMING_MESSAGE => {
             let request: SendMessageRequest = params(raw)?;
             let tenant = inbound.tenant(request.tenant.as_deref())?;
-            let events = engine.start(&tenant, request, inbound.scope()).await?;
+            let events = engine.start(&tenant, request, inbound.scope(), Follow::Events).await?;
             Ok(answer.stream(until_final(events, StreamEnd::TurnEnd)))
         }
         v1::GET_TASK => {

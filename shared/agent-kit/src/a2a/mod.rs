@@ -36,9 +36,9 @@ use mesh_tasks::TaskError;
 use serde::Serialize;
 
 pub use engine::{
-    Answer, EngineSettings, LIVE_TASK_TTL_MS_DEFAULT, LIVE_TASKS_MAX_DEFAULT, TASK_ARTIFACT_BYTES_MAX_DEFAULT,
-    TASK_SUBSCRIBERS_MAX_DEFAULT, TaskClosed, TaskEngine, TaskEvents, TaskHandler, TaskLimits, Turn, TurnEvents,
-    answer,
+    Answer, EngineSettings, Follow, LIVE_TASK_TTL_MS_DEFAULT, LIVE_TASKS_MAX_DEFAULT, TASK_ARTIFACT_BYTES_MAX_DEFAULT,
+    TASK_SUBSCRIBERS_MAX_DEFAULT, TaskClosed, TaskEngine, TaskEvents, TaskHandler, TaskLimits, TaskUpdate, Turn,
+    TurnEvents, answer,
 };
 pub(crate) use grpc::GrpcRefusals;
 pub use push::{PushDelivery, PushSettings};
@@ -120,9 +120,10 @@ impl Failure {
 impl From<TaskError> for Failure {
     fn from(error: TaskError) -> Self {
         if let TaskError::Storage(detail) = &error {
-            // Storage details are for the operator's log, not for clients.
+            // Storage details are for the operator's log, not for clients. A change the store
+            // refused is neither kept nor shown (see the engine): the request may be sent again.
             tracing::error!(%detail, "task storage failed");
-            return Self::new(error.code(), "the agent could not store the task");
+            return Self::new(error.code(), "the agent could not store the task; try again");
         }
         let message = match &error {
             // The SDK's exact words, which clients match on.
@@ -157,7 +158,9 @@ async fn send_blocking<H: TaskHandler>(
 ) -> Result<SendMessageResponse, Failure> {
     let configuration = request.configuration.clone().unwrap_or_default();
     let history_length = mesh_tasks::history_length(configuration.history_length)?;
-    let events = engine.start(tenant, request, scope).await?;
+    // Only the answer is shown, unless it is the task as soon as it exists.
+    let follow = if configuration.return_immediately { Follow::Events } else { Follow::Answer };
+    let events = engine.start(tenant, request, scope, follow).await?;
     Ok(match answer(events, configuration.return_immediately).await? {
         Answer::Message(message) => SendMessageResponse::Message(message),
         Answer::Task(mut task) => {
@@ -223,18 +226,20 @@ enum StreamEnd {
     TaskEnd,
 }
 
-/// A stream of a turn's (or a subscription's) events that ends after the final one.
-fn until_final(events: TurnEvents, end: StreamEnd) -> impl Stream<Item = StreamResponse> + Send {
+/// A stream of a turn's (or a subscription's) events that ends after the final one, or with the
+/// error that ends it (the store refused a change).
+fn until_final(events: TurnEvents, end: StreamEnd) -> impl Stream<Item = Result<StreamResponse, Failure>> + Send {
     futures::stream::unfold((events, false), move |(mut events, done)| async move {
         if done {
             return None;
         }
-        let event = events.recv().await?;
-        let done = match end {
-            StreamEnd::TurnEnd => engine::ends_stream(&event),
-            StreamEnd::TaskEnd => engine::ends_task(&event),
+        let update = events.recv().await?;
+        let done = match (&update, end) {
+            (Err(_), _) => true,
+            (Ok(event), StreamEnd::TurnEnd) => engine::ends_stream(event),
+            (Ok(event), StreamEnd::TaskEnd) => engine::ends_task(event),
         };
-        Some((event, (events, done)))
+        Some((update.map_err(Failure::from), (events, done)))
     })
 }
 

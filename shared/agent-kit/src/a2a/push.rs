@@ -3,9 +3,9 @@
 //! payload (a `StreamResponse`), until the webhook answers 2xx or delivery gives up.
 //!
 //! - Every event of a task with webhooks (the task when first shown, each status and artifact
-//!   update) is queued in the store's outbox before the task state it reports is saved, so a
-//!   notification is never lost to a crash once its state is: delivery is at least once. Each
-//!   carries `X-A2A-Notification-Sequence` (1, 2, ... per webhook config) and
+//!   update) is queued in the store's outbox once the task state it reports is stored, so no
+//!   notification tells of a state the store does not hold; once queued, delivery is at least
+//!   once. Each carries `X-A2A-Notification-Sequence` (1, 2, ... per webhook config) and
 //!   `X-A2A-Notification-Task-Id`, so the client drops what it saw already.
 //! - The client's `token` travels in `X-A2A-Notification-Token` (as the official SDK sends it),
 //!   its `authentication` as `Authorization: <scheme> <credentials>`.

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use mesh_protocol::a2a::v1::{
     CancelTaskRequest, GetTaskRequest, JsonObject, ListTaskPushNotificationConfigsRequest, ListTasksRequest,
     SendMessageRequest, TaskPushNotificationConfig, TaskPushNotificationConfigRequest, TaskState,
@@ -20,7 +20,7 @@ use mesh_protocol::jsonrpc::{A2aErrorCode, RestErrorBody};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::engine::{TaskEngine, TaskHandler};
+use super::engine::{Follow, TaskEngine, TaskHandler};
 use super::surface::{ActivatedExtensions, CardRefusal, Surface};
 use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking, sse, until_final};
 use crate::http::no_route;
@@ -53,6 +53,23 @@ impl axum::response::IntoResponse for Failure {
         let status = StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (status, Json(RestErrorBody::new(self.code, self.message))).into_response()
     }
+}
+
+/// One event of an HTTP+JSON stream: a stream response, or the error that ends the stream, in
+/// the body an error answer has.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Streamed<T> {
+    Event(T),
+    Error(RestErrorBody),
+}
+
+/// Server-Sent Events of a stream's events, an error the last.
+fn stream<T: Serialize>(events: impl Stream<Item = Result<T, Failure>> + Send + 'static) -> Response {
+    sse(events.map(|event| match event {
+        Ok(event) => Streamed::Event(event),
+        Err(failure) => Streamed::Error(RestErrorBody::new(failure.code, failure.message)),
+    }))
 }
 
 pub(super) fn router<H: TaskHandler>(engine: TaskEngine<H>, surface: Arc<Surface>) -> Router {
@@ -148,8 +165,8 @@ async fn stream_v1<H: TaskHandler>(
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_STREAMING_MESSAGE);
     let activated = rest.admit(&headers, Version::V1, true)?;
     let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
-    let events = rest.engine.start(&tenant, request, inbound.scope()).await?;
-    Ok(echoed(&activated, sse(until_final(events, StreamEnd::TurnEnd))))
+    let events = rest.engine.start(&tenant, request, inbound.scope(), Follow::Events).await?;
+    Ok(echoed(&activated, stream(until_final(events, StreamEnd::TurnEnd))))
 }
 
 async fn list_v1<H: TaskHandler>(
@@ -217,7 +234,7 @@ async fn task_v1<H: TaskHandler>(
         TaskOperation::Subscribe(id) => {
             action_body(&headers, &bytes, id)?;
             let events = rest.engine.subscribe(&tenant, id).await?;
-            sse(until_final(events, StreamEnd::TaskEnd))
+            stream(until_final(events, StreamEnd::TaskEnd))
         }
     };
     Ok(echoed(&activated, response))
@@ -441,8 +458,9 @@ async fn stream_v03<H: TaskHandler>(
     crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_STREAM);
     let activated = rest.admit(&headers, Version::V03, true)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
-    let events = rest.engine.start(&inbound.tenant(None)?, request.into(), inbound.scope()).await?;
-    Ok(echoed(&activated, sse(until_final(events, StreamEnd::TurnEnd).map(v03_rest::StreamResponse::from))))
+    let events = rest.engine.start(&inbound.tenant(None)?, request.into(), inbound.scope(), Follow::Events).await?;
+    let events = until_final(events, StreamEnd::TurnEnd).map(|event| event.map(v03_rest::StreamResponse::from));
+    Ok(echoed(&activated, stream(events)))
 }
 
 async fn task_v03<H: TaskHandler>(
@@ -473,7 +491,7 @@ async fn task_v03<H: TaskHandler>(
         TaskOperation::Subscribe(id) => {
             action_body(&headers, &bytes, id)?;
             let events = rest.engine.subscribe(&tenant, id).await?;
-            sse(until_final(events, StreamEnd::TaskEnd).map(v03_rest::StreamResponse::from))
+            stream(until_final(events, StreamEnd::TaskEnd).map(|event| event.map(v03_rest::StreamResponse::from)))
         }
     };
     Ok(echoed(&activated, response))
