@@ -82,6 +82,9 @@ async fn a_call_chain_counts_only_when_an_agent_wrote_it() {
             .json(&body)
             .send()
     };
+    // The same message without a chain, for comparison: answered.
+    let plain = mesh.rpc(agent, &mesh.alice, "SendMessage", message("robots playing soccer")).await;
+    assert_eq!(plain["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{plain}");
     // A user is where a chain starts: a chain it writes is nobody's, and the call is its own.
     let answer: Value = send(mesh.alice.clone()).await.unwrap().json().await.unwrap();
     assert_eq!(answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");

@@ -644,6 +644,7 @@ async fn agent_process() {
         push_delivery_timeout_ms: 1_000,
         push_retry_delay_min_ms: 1_000,
         push_retry_delay_max_ms: 1_000,
+        push_allowed_networks: vec!["127.0.0.0/8".into()],
         ..AgentConfig::default()
     };
     let app = AgentApp::build_tasks(&config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
