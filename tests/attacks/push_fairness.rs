@@ -91,7 +91,8 @@ impl Agent {
         let _ = mesh_telemetry::install_metrics();
         let mut config: AgentConfig = toml::from_str(&format!("task_durability = \"memory\"\n{toml}")).unwrap();
         config.auth = AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() };
-        let app = AgentApp::build_tasks(&config, card(name), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
+        let app =
+            AgentApp::build_tasks(&config, card(name), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
         let url = app.url().to_owned();
         let (stop, stopped) = oneshot::channel::<()>();
         let done = tokio::spawn(async move {
@@ -124,7 +125,8 @@ impl Agent {
     /// Sends `text` in a new task (or the task `task_id` when given), with a webhook at `webhook`
     /// when given; the answered task.
     async fn send(&self, bearer: &str, text: &str, task_id: Option<&str>, webhook: Option<&str>) -> Value {
-        let mut message = json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]});
+        let mut message =
+            json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]});
         if let Some(task_id) = task_id {
             message["taskId"] = json!(task_id);
         }
