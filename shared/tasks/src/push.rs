@@ -159,11 +159,10 @@ fn refusal(limits: &PushLimits, tenant: &str, queued: usize, tenant_queued: usiz
         );
         return Some((Undelivered::TenantOutboxFull, message));
     }
+    // Other tenants' counts are not told: only that the agent is full.
     (queued >= limits.outbox_rows_max).then(|| {
-        let message = format!(
-            "the agent's outbox holds {queued} push notifications waiting for delivery; this one was not queued"
-        );
-        (Undelivered::OutboxFull, message)
+        let message = "the agent's outbox is full of push notifications waiting for delivery; this one was not queued";
+        (Undelivered::OutboxFull, message.to_owned())
     })
 }
 
@@ -196,6 +195,32 @@ struct OutboxRow<'a> {
 /// A count read from SQL, as a `usize`.
 fn count_of(row: &sqlx::any::AnyRow, column: &str) -> Result<usize, TaskError> {
     Ok(usize::try_from(row.try_get::<i64, _>(column)?).unwrap_or(0))
+}
+
+/// One tenant's due heads (the oldest due first, with their due times), and how many of its
+/// notifications are in delivery already.
+struct TenantHeads<T> {
+    in_delivery: usize,
+    heads: Vec<(String, T)>,
+}
+
+/// The heads to claim, round robin across `tenants` (given in tenant order): a tenant's k-th due
+/// head takes turn `in_delivery + k`, turns past `per_tenant_max` wait, and the first `max`
+/// turns are taken, each turn's heads the oldest due first. The store's tables and its memory
+/// both choose so.
+fn take_turns<T>(tenants: Vec<TenantHeads<T>>, per_tenant_max: usize, max: usize) -> Vec<T> {
+    let mut turns = Vec::new();
+    for (tenant, queue) in tenants.into_iter().enumerate() {
+        for (place, (due_at, head)) in queue.heads.into_iter().enumerate() {
+            let turn = queue.in_delivery + place + 1;
+            if turn > per_tenant_max {
+                break;
+            }
+            turns.push((turn, due_at, tenant, head));
+        }
+    }
+    turns.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
+    turns.into_iter().take(max).map(|(_, _, _, head)| head).collect()
 }
 
 impl TaskStore {
@@ -367,8 +392,8 @@ impl TaskStore {
         // Read before the transaction, which then only writes (see `put_push_config`): the bounds
         // may be passed by the notifications queued at the same moment, never by more.
         let row = sqlx::query(
-            "SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN tenant = $2 THEN 1 ELSE 0 END), 0) AS tenant_n \
-             FROM a2a_push_outbox WHERE agent = $1",
+            "SELECT (SELECT COUNT(*) FROM a2a_push_outbox WHERE agent = $1) AS n, \
+             (SELECT COUNT(*) FROM a2a_push_outbox WHERE agent = $1 AND tenant = $2) AS tenant_n",
         )
         .bind(&*self.agent)
         .bind(tenant)
@@ -460,29 +485,57 @@ impl TaskStore {
         };
         let now = now_timestamp();
         let until = timestamp_after(claim_for);
-        // `turn`: a due head's place in its tenant's queue, after what the tenant has in flight;
-        // the claim takes every tenant's first turn, then every second one, and so on.
-        let rows = sqlx::query(
-            "WITH due AS (SELECT o.tenant, o.task_id, o.config_id, o.sequence, o.attempts, o.body, o.due_at, \
-             ROW_NUMBER() OVER (PARTITION BY o.tenant ORDER BY o.due_at, o.task_id, o.config_id) AS place \
-             FROM a2a_push_outbox o WHERE o.agent = $1 AND o.due_at <= $2 AND o.claimed_until < $2 \
-             AND NOT EXISTS (SELECT 1 FROM a2a_push_outbox p WHERE p.agent = o.agent AND p.tenant = o.tenant \
-             AND p.task_id = o.task_id AND p.config_id = o.config_id AND p.sequence < o.sequence)), \
-             busy AS (SELECT tenant, COUNT(*) AS n FROM a2a_push_outbox WHERE agent = $1 AND claimed_until >= $2 \
-             GROUP BY tenant) \
-             SELECT d.tenant, d.task_id, d.config_id, d.sequence, d.attempts, d.body, c.body AS config, \
-             d.place + COALESCE(b.n, 0) AS turn FROM due d \
-             JOIN a2a_push_configs c ON c.agent = $1 AND c.tenant = d.tenant AND c.task_id = d.task_id AND c.id = d.config_id \
-             LEFT JOIN busy b ON b.tenant = d.tenant \
-             WHERE d.place + COALESCE(b.n, 0) <= $4 \
-             ORDER BY turn, d.due_at, d.tenant, d.task_id, d.config_id LIMIT $3",
+        // The tenants with notifications waiting, one index probe each (a loose index scan: the
+        // table holds many rows per tenant).
+        let tenants: Vec<String> = sqlx::query(
+            "WITH RECURSIVE t(tenant) AS (SELECT MIN(tenant) FROM a2a_push_outbox WHERE agent = $1 \
+             UNION ALL SELECT (SELECT MIN(o.tenant) FROM a2a_push_outbox o WHERE o.agent = $1 AND o.tenant > t.tenant) \
+             FROM t WHERE t.tenant IS NOT NULL) SELECT tenant FROM t WHERE tenant IS NOT NULL ORDER BY tenant",
         )
         .bind(&*self.agent)
-        .bind(&now)
-        .bind(i64::try_from(max).unwrap_or(i64::MAX))
-        .bind(i64::try_from(per_tenant_max).unwrap_or(i64::MAX))
         .fetch_all(&sql.pool)
-        .await?;
+        .await?
+        .iter()
+        .map(|row| row.try_get("tenant"))
+        .collect::<Result<_, _>>()?;
+        let mut busy: HashMap<String, usize> = HashMap::new();
+        let in_delivery = sqlx::query("SELECT tenant FROM a2a_push_outbox WHERE agent = $1 AND claimed_until >= $2")
+            .bind(&*self.agent)
+            .bind(&now)
+            .fetch_all(&sql.pool)
+            .await?;
+        for row in &in_delivery {
+            *busy.entry(row.try_get("tenant")?).or_default() += 1;
+        }
+        // Each tenant's oldest due heads, as many as it has room for: read through the index by
+        // tenant and due time, so a tenant's backlog costs no other tenant's claim a scan.
+        let mut queues = Vec::with_capacity(tenants.len());
+        for tenant in tenants {
+            let in_delivery = busy.get(&tenant).copied().unwrap_or(0);
+            let room = per_tenant_max.saturating_sub(in_delivery).min(max);
+            if room == 0 {
+                continue;
+            }
+            let heads = sqlx::query(
+                "SELECT o.tenant, o.task_id, o.config_id, o.sequence, o.attempts, o.body, o.due_at, c.body AS config \
+                 FROM a2a_push_outbox o JOIN a2a_push_configs c ON c.agent = o.agent AND c.tenant = o.tenant \
+                 AND c.task_id = o.task_id AND c.id = o.config_id \
+                 WHERE o.agent = $1 AND o.tenant = $2 AND o.due_at <= $3 AND o.claimed_until < $3 \
+                 AND NOT EXISTS (SELECT 1 FROM a2a_push_outbox p WHERE p.agent = o.agent AND p.tenant = o.tenant \
+                 AND p.task_id = o.task_id AND p.config_id = o.config_id AND p.sequence < o.sequence) \
+                 ORDER BY o.due_at LIMIT $4",
+            )
+            .bind(&*self.agent)
+            .bind(&tenant)
+            .bind(&now)
+            .bind(i64::try_from(room).unwrap_or(i64::MAX))
+            .fetch_all(&sql.pool)
+            .await?;
+            let heads =
+                heads.into_iter().map(|row| Ok((row.try_get("due_at")?, row))).collect::<Result<_, TaskError>>()?;
+            queues.push(TenantHeads { in_delivery, heads });
+        }
+        let rows = take_turns(queues, per_tenant_max, max);
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let (tenant, task_id, config_id): (String, String, String) =
@@ -790,27 +843,23 @@ impl MemoryPush {
         let PushState { configs, outbox, .. } = &mut *state;
         // Each config's head is in delivery (claimed), due, or neither.
         let mut busy: HashMap<&str, usize> = HashMap::new();
-        let mut due: BTreeMap<&str, Vec<(&str, &ConfigKey)>> = BTreeMap::new();
+        let mut due: BTreeMap<&str, Vec<(String, ConfigKey)>> = BTreeMap::new();
         for (key, queue) in outbox.iter() {
             let Some(head) = queue.values().next() else { continue };
             if head.claimed_until.as_str() >= now.as_str() {
                 *busy.entry(&key.0).or_default() += 1;
             } else if head.due_at <= now {
-                due.entry(&key.0).or_default().push((&head.due_at, key));
+                due.entry(&key.0).or_default().push((head.due_at.clone(), key.clone()));
             }
         }
-        // Round robin, as in SQL: a head's turn is its place in its tenant's queue (oldest due
-        // first) after what the tenant has in delivery.
-        let mut turns: Vec<(usize, &str, &ConfigKey)> = Vec::new();
-        for (tenant, mut heads) in due {
-            heads.sort_unstable();
-            let in_delivery = busy.get(tenant).copied().unwrap_or(0);
-            let places =
-                heads.into_iter().enumerate().map(|(place, (due_at, key))| (in_delivery + place + 1, due_at, key));
-            turns.extend(places.take_while(|(turn, _, _)| *turn <= per_tenant_max));
-        }
-        turns.sort_unstable();
-        let chosen: Vec<ConfigKey> = turns.into_iter().take(max).map(|(_, _, key)| key.clone()).collect();
+        let queues = due
+            .into_iter()
+            .map(|(tenant, mut heads)| {
+                heads.sort_unstable();
+                TenantHeads { in_delivery: busy.get(tenant).copied().unwrap_or(0), heads }
+            })
+            .collect();
+        let chosen = take_turns(queues, per_tenant_max, max);
         let mut claimed = Vec::with_capacity(chosen.len());
         for key in chosen {
             let (tenant, task_id, config_id) = &key;

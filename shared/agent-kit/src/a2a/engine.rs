@@ -626,7 +626,7 @@ impl<H: TaskHandler> TaskEngine<H> {
         };
         trim_history(&mut task, history_length);
         if let Some(push) = &self.core.push {
-            push.report_undelivered(tenant, &mut task).await?;
+            push.report_undelivered(tenant, &mut task).await;
         }
         Ok(task)
     }

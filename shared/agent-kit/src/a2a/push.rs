@@ -139,7 +139,7 @@ struct Failed {
 }
 
 impl Failed {
-    /// A failure another attempt may not repeat.
+    /// A failure the next attempt may not meet: retried while attempts are left.
     fn transient(reason: String) -> Self {
         Self { reason, undelivered: Undelivered::AttemptsExhausted, permanent: false }
     }
@@ -185,15 +185,20 @@ impl PushDelivery {
 
     /// Adds to `task`'s metadata the webhook configs whose notifications did not all reach them
     /// ([`PUSH_UNDELIVERED_METADATA_KEY`]), so its owner reads why with `GetTask`: A2A's push
-    /// notification config has no field for it, a task's metadata is free-form.
-    pub(crate) async fn report_undelivered(&self, tenant: &str, task: &mut Task) -> Result<(), TaskError> {
-        let undelivered = self.inner.store.undelivered_push(tenant, &task.id).await?;
-        if undelivered.is_empty() {
-            return Ok(());
-        }
-        let listed = serde_json::to_value(undelivered).map_err(|e| TaskError::Storage(e.to_string()))?;
+    /// notification config has no field for it, a task's metadata is free-form. A store that
+    /// cannot tell leaves the task as it is (and is logged): the task itself was read.
+    pub(crate) async fn report_undelivered(&self, tenant: &str, task: &mut Task) {
+        let undelivered = match self.inner.store.undelivered_push(tenant, &task.id).await {
+            Ok(undelivered) if undelivered.is_empty() => return,
+            Ok(undelivered) => undelivered,
+            Err(error) => {
+                tracing::warn!(task = %task.id, %error, "could not read the task's undelivered push notifications");
+                return;
+            }
+        };
+        // Strings and numbers only: the conversion cannot fail.
+        let listed = serde_json::to_value(undelivered).unwrap_or_default();
         task.metadata.get_or_insert_with(JsonObject::new).insert(PUSH_UNDELIVERED_METADATA_KEY.to_owned(), listed);
-        Ok(())
     }
 
     /// Checks a webhook config before it is stored: an http(s) URL whose host the outbound
@@ -282,7 +287,7 @@ impl PushDelivery {
                 }
             }
         };
-        if let Err(error) = self.inner.store.settle_push(&push, outcome.clone()).await {
+        if let Err(error) = self.inner.store.settle_push(&push, outcome).await {
             // The claim expires and the notification is sent again: at least once still holds.
             tracing::error!(task = %push.task_id, %error, "could not record a push notification's delivery");
         }
@@ -316,11 +321,10 @@ impl PushDelivery {
                 Err(Failed::permanent(Undelivered::AddressRefused, error.to_string()))
             }
             Passage::Failed(error) => Err(Failed::transient(error.to_string())),
+            // Counted as an attempt, so that a destination that stays down ends its notifications
+            // within their attempts, as one that answers 503 does, without a request each.
             Passage::Refused => Err(Failed {
-                reason: format!(
-                    "{origin} failed {} times in a row; its circuit is open, and no request was sent",
-                    self.inner.settings.circuit.consecutive_failures
-                ),
+                reason: format!("{origin} keeps failing: its circuit is open, and no request was sent"),
                 undelivered: Undelivered::CircuitOpen,
                 permanent: false,
             }),
