@@ -98,7 +98,7 @@ async fn run(tasks: usize) -> Result<(), BoxError> {
         task_store_url: Some(format!("sqlite://{}", dir.path().join("tasks.db").display())),
         // Throughput is measured here, not the per-tenant limiter (one tenant sends everything).
         rate_limit_per_s: 0,
-        // The webhook listens on loopback, which webhooks may reach only by name.
+        // The webhook listens on loopback, which webhooks reach only when opted in.
         push_allowed_networks: vec!["127.0.0.0/8".into()],
         ..AgentConfig::default()
     };

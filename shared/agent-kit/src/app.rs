@@ -17,7 +17,8 @@ use tokio::net::TcpListener;
 use mesh_tasks::{Lease, Retention, TaskStore};
 
 use crate::a2a::push::{
-    PUSH_DELIVERIES_MAX_DEFAULT, PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT, PUSH_DELIVERY_TIMEOUT_MS_DEFAULT,
+    PUSH_CIRCUIT_FAILURES_DEFAULT, PUSH_CIRCUIT_OPEN_MS_DEFAULT, PUSH_DELIVERIES_MAX_DEFAULT,
+    PUSH_DELIVERIES_PER_TENANT_MAX_DEFAULT, PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT, PUSH_DELIVERY_TIMEOUT_MS_DEFAULT,
     PUSH_RETRY_DELAY_MAX_MS_DEFAULT, PUSH_RETRY_DELAY_MIN_MS_DEFAULT, PushDelivery, PushSettings,
 };
 use crate::a2a::{
@@ -141,9 +142,9 @@ pub struct AgentConfig {
     /// Offer A2A push notifications (webhooks clients set on their tasks; see
     /// [`crate::a2a::push`]): on by default, and the card says so.
     pub push_notifications: bool,
-    /// The networks (CIDR) webhooks may be in; empty: public addresses only (loopback, private,
-    /// shared, link-local, metadata and reserved addresses refused, A2A 1.0 §13.2). A local
-    /// webhook needs its network here, e.g. `127.0.0.0/8`.
+    /// The non-public networks (CIDR) webhooks may be in besides the public internet: private,
+    /// loopback, shared (CGNAT) and reserved addresses are refused unless listed here (e.g.
+    /// `127.0.0.0/8` for webhooks on this machine); link-local and metadata addresses always are.
     pub push_allowed_networks: Vec<String>,
     /// Milliseconds a webhook has to answer one notification.
     pub push_delivery_timeout_ms: u64,
@@ -152,8 +153,17 @@ pub struct AgentConfig {
     /// Milliseconds before the first retry of a notification, doubling (plus jitter) up to the max.
     pub push_retry_delay_min_ms: u64,
     pub push_retry_delay_max_ms: u64,
-    /// Notifications in delivery at once, at most.
+    /// Notifications in delivery at once, at most, and of one tenant.
     pub push_deliveries_max: usize,
+    pub push_deliveries_per_tenant_max: usize,
+    /// Notifications waiting for delivery, at most, and of one tenant (its share): past either,
+    /// new ones are refused and recorded on their task.
+    pub push_outbox_rows_max: usize,
+    pub push_outbox_tenant_rows_max: usize,
+    /// Failed attempts in a row at one webhook destination that open its circuit, and the
+    /// milliseconds it then refuses attempts before letting one through.
+    pub push_circuit_failures: usize,
+    pub push_circuit_open_ms: u64,
     /// Extensions the agent declares on its card (`capabilities.extensions`, after the card's
     /// own), in the card's shape: `uri`, `description`, `required`, `params`. A call that does not
     /// activate every `required` one in its `A2A-Extensions` header is refused, in every binding.
@@ -253,6 +263,11 @@ impl Default for AgentConfig {
             push_retry_delay_min_ms: PUSH_RETRY_DELAY_MIN_MS_DEFAULT,
             push_retry_delay_max_ms: PUSH_RETRY_DELAY_MAX_MS_DEFAULT,
             push_deliveries_max: PUSH_DELIVERIES_MAX_DEFAULT,
+            push_deliveries_per_tenant_max: PUSH_DELIVERIES_PER_TENANT_MAX_DEFAULT,
+            push_outbox_rows_max: mesh_tasks::PUSH_OUTBOX_ROWS_MAX_DEFAULT,
+            push_outbox_tenant_rows_max: mesh_tasks::PUSH_OUTBOX_TENANT_ROWS_MAX_DEFAULT,
+            push_circuit_failures: PUSH_CIRCUIT_FAILURES_DEFAULT,
+            push_circuit_open_ms: PUSH_CIRCUIT_OPEN_MS_DEFAULT,
             extensions: Vec::new(),
             extended_skills: Vec::new(),
             extended_card_token: None,
@@ -428,6 +443,10 @@ impl AgentApp {
             }
             TaskDurability::Memory => TaskStore::in_memory(&replica_group, config.memory_tasks_max),
         };
+        let store = store.with_push_limits(mesh_tasks::PushLimits {
+            outbox_rows_max: config.push_outbox_rows_max,
+            outbox_tenant_rows_max: config.push_outbox_tenant_rows_max,
+        });
         let push = match config.push_notifications {
             true => Some(push_delivery(config, &store)?),
             false => None,
@@ -621,13 +640,9 @@ impl AgentApp {
     }
 }
 
-/// The delivery of the agent's push notifications, under its outbound address policy.
+/// The delivery of the agent's push notifications, under the public-only outbound address policy.
 fn push_delivery(config: &AgentConfig, store: &TaskStore) -> Result<PushDelivery, KitError> {
-    // Webhooks are the callers' choice: public addresses only unless networks are allowed by name.
-    let policy = match config.push_allowed_networks.as_slice() {
-        [] => mesh_client::AddressPolicy::public_only(),
-        networks => mesh_client::AddressPolicy::from_networks(networks)?,
-    };
+    let policy = mesh_client::AddressPolicy::public_only(&config.push_allowed_networks)?;
     let guard = mesh_client::OutboundGuard::new(policy, Arc::new(mesh_client::SystemLookup));
     let settings = PushSettings {
         delivery_timeout: Duration::from_millis(config.push_delivery_timeout_ms),
@@ -635,6 +650,11 @@ fn push_delivery(config: &AgentConfig, store: &TaskStore) -> Result<PushDelivery
         retry_delay_min: Duration::from_millis(config.push_retry_delay_min_ms),
         retry_delay_max: Duration::from_millis(config.push_retry_delay_max_ms),
         deliveries_max: config.push_deliveries_max,
+        deliveries_per_tenant_max: config.push_deliveries_per_tenant_max,
+        circuit: mesh_client::CircuitSettings {
+            consecutive_failures: config.push_circuit_failures,
+            open: Duration::from_millis(config.push_circuit_open_ms),
+        },
     };
     Ok(PushDelivery::new(store.clone(), HttpClient::guarded(guard)?, settings))
 }

@@ -1,7 +1,8 @@
 //! Which network addresses a process may send requests to, for the requests whose target a third
-//! party chose (the registry fetching a registrant's card and health endpoint; push-notification
-//! webhooks later). Without it, anyone able to register could make the registry probe internal
-//! hosts or read a cloud metadata service (SSRF).
+//! party chose (the registry fetching a registrant's card and health endpoint; agents posting
+//! push notifications to their clients' webhooks). Without it, anyone able to register, or to
+//! set a webhook, could make the mesh probe internal hosts or read a cloud metadata service
+//! (SSRF).
 //!
 //! The check is made on the addresses a name resolves to, inside the HTTP client's own resolver
 //! ([`PolicyResolver`]): the address checked is the address connected to, so a name that
@@ -14,6 +15,13 @@
 //! (which connect to the local host), and cloud metadata addresses, also written as IPv4-mapped,
 //! IPv4-compatible or NAT64 IPv6. Odd spellings of an IPv4 address (`2852039166`, `0xa9fea9fe`,
 //! `169.254.43518`) are normalised by the URL parser before any check, so they are caught too.
+//!
+//! Two shapes of policy: [`AddressPolicy::from_networks`] allows only the networks it lists, or
+//! everything not always refused when the list is empty (the registry's `allowed_networks`: a
+//! mesh on one machine registers loopback agents); [`AddressPolicy::public_only`] allows the
+//! public internet and refuses every private, loopback, shared (CGNAT) or otherwise non-public
+//! network unless the list opts it in (webhooks, which A2A 1.0 §13.2 says SHOULD not reach
+//! private networks).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -33,25 +41,37 @@ const ALWAYS_REFUSED_NETWORKS: &[&str] = &[
     "::/128",
     // AWS's IPv6 metadata endpoint.
     "fd00:ec2::254/128",
+    // Alibaba Cloud's metadata service, inside the shared address space (CGNAT) an operator may
+    // opt in for other reasons (Tailscale addresses live there).
+    "100.100.100.200/32",
 ];
 
-/// Networks a webhook may not be in unless its agent allows them by name (A2A 1.0 §13.2: push
-/// notification URLs SHOULD NOT reach private networks): loopback, private (RFC 1918, unique
-/// local), shared address space (CGNAT, where Alibaba Cloud's metadata service answers at
-/// 100.100.100.200), benchmarking, IETF protocol assignments, multicast and reserved ranges.
+/// Networks that are not the public internet, refused by [`AddressPolicy::public_only`] unless
+/// opted in: what a third party must not make the process reach inside its own network. The
+/// IPv4 address an IPv6 one carries (mapped, compatible, NAT64) is checked as well.
 const NON_PUBLIC_NETWORKS: &[&str] = &[
-    "127.0.0.0/8",
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "100.64.0.0/10",
-    "198.18.0.0/15",
-    "192.0.0.0/24",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-    "::1/128",
-    "fc00::/7",
-    "ff00::/8",
+    "10.0.0.0/8",      // private (RFC 1918)
+    "172.16.0.0/12",   // private (RFC 1918)
+    "192.168.0.0/16",  // private (RFC 1918)
+    "127.0.0.0/8",     // loopback
+    "100.64.0.0/10",   // shared address space, carrier-grade NAT (RFC 6598)
+    "192.0.0.0/24",    // IETF protocol assignments (RFC 6890)
+    "192.0.2.0/24",    // documentation (RFC 5737)
+    "198.51.100.0/24", // documentation
+    "203.0.113.0/24",  // documentation
+    "198.18.0.0/15",   // benchmarking (RFC 2544)
+    "192.88.99.0/24",  // 6to4 relay anycast (deprecated, RFC 7526)
+    "224.0.0.0/4",     // multicast
+    "240.0.0.0/4",     // reserved, and the broadcast address
+    "::1/128",         // loopback
+    "fc00::/7",        // unique local (RFC 4193), IPv6's private networks
+    "fec0::/10",       // site-local (deprecated)
+    "ff00::/8",        // multicast
+    "100::/64",        // discard-only (RFC 6666)
+    "2001:db8::/32",   // documentation (RFC 3849)
+    "64:ff9b:1::/48",  // local-use NAT64 (RFC 8215)
+    "2001::/32",       // Teredo, whose addresses embed an obfuscated IPv4 address
+    "2002::/16",       // 6to4, whose addresses embed any IPv4 address (deprecated)
 ];
 
 /// Why an address or a URL is refused.
@@ -61,12 +81,11 @@ pub enum AddressRefused {
     AlwaysRefused(IpAddr),
     #[error("{0} is not in the allowed networks")]
     NotAllowed(IpAddr),
-    #[error(
-        "{0} is a loopback, private or otherwise non-public address, refused unless its network is allowed by name"
-    )]
+    #[error("{0} is not a public address (private, loopback, shared or reserved) and no allowed network opts it in")]
     NotPublic(IpAddr),
-    #[error("{host} resolves to no allowed address")]
-    NoAllowedAddress { host: String },
+    /// Every address the name resolved to was refused; `why` is the first one's refusal.
+    #[error("{host} resolves to no allowed address: {why}")]
+    NoAllowedAddress { host: String, why: String },
     #[error("cannot resolve {host}: {reason}")]
     Unresolved { host: String, reason: String },
     #[error("{0:?} is not an http(s) URL with a host")]
@@ -86,9 +105,10 @@ pub struct InvalidNetwork {
 pub struct AddressPolicy {
     /// `None`: every address not always refused is allowed.
     allowed: Option<Vec<IpNet>>,
-    refused: Vec<IpNet>,
-    /// Refused as well, when no network is allowed by name: see [`AddressPolicy::public_only`].
+    /// Refused unless in `opted_in` ([`NON_PUBLIC_NETWORKS`] for a public-only policy).
     non_public: Vec<IpNet>,
+    opted_in: Vec<IpNet>,
+    refused: Vec<IpNet>,
 }
 
 impl Default for AddressPolicy {
@@ -101,14 +121,7 @@ impl AddressPolicy {
     /// Allows every address except the always-refused ones (loopback included, so a mesh on one
     /// machine works as before).
     pub fn allow_all() -> Self {
-        Self { allowed: None, refused: always_refused(), non_public: Vec::new() }
-    }
-
-    /// Allows public addresses only: the always-refused networks and every loopback, private
-    /// and reserved one ([`NON_PUBLIC_NETWORKS`]) are refused. What webhooks get by default.
-    pub fn public_only() -> Self {
-        let non_public = NON_PUBLIC_NETWORKS.iter().filter_map(|net| net.parse().ok()).collect();
-        Self { allowed: None, refused: always_refused(), non_public }
+        Self { allowed: None, non_public: Vec::new(), opted_in: Vec::new(), refused: parsed(ALWAYS_REFUSED_NETWORKS) }
     }
 
     /// Allows only addresses in `networks` (CIDR, e.g. `10.0.0.0/8`, `127.0.0.1/32`; a bare
@@ -117,35 +130,31 @@ impl AddressPolicy {
         if networks.is_empty() {
             return Ok(Self::allow_all());
         }
-        let allowed = networks
-            .iter()
-            .map(|entry| {
-                let entry = entry.as_ref().trim();
-                entry
-                    .parse::<IpNet>()
-                    .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|e| InvalidNetwork { entry: entry.to_owned(), reason: e.to_string() })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { allowed: Some(allowed), refused: always_refused(), non_public: Vec::new() })
+        Ok(Self { allowed: Some(parse_networks(networks)?), ..Self::allow_all() })
+    }
+
+    /// Allows public addresses, and the non-public ones (private, loopback, shared, reserved:
+    /// [`NON_PUBLIC_NETWORKS`]) only inside `opted_in` (CIDR, as [`Self::from_networks`] reads
+    /// them; `127.0.0.0/8` lets a test's webhook on loopback through). The always-refused
+    /// networks stay refused even inside an opted-in one.
+    pub fn public_only<S: AsRef<str>>(opted_in: &[S]) -> Result<Self, InvalidNetwork> {
+        Ok(Self { non_public: parsed(NON_PUBLIC_NETWORKS), opted_in: parse_networks(opted_in)?, ..Self::allow_all() })
     }
 
     /// Whether a request may be sent to `ip`.
     pub fn check(&self, ip: IpAddr) -> Result<(), AddressRefused> {
         // The IPv4 address an IPv6 one stands for is what the network stack ends up reaching.
         let effective = embedded_ipv4(ip).map_or(ip, IpAddr::V4);
-        for candidate in [ip, effective] {
-            if self.refused.iter().any(|net| net.contains(&candidate)) {
-                return Err(AddressRefused::AlwaysRefused(ip));
-            }
-            if self.non_public.iter().any(|net| net.contains(&candidate)) {
-                return Err(AddressRefused::NotPublic(ip));
-            }
+        let within = |networks: &[IpNet]| networks.iter().any(|net| net.contains(&ip) || net.contains(&effective));
+        if within(&self.refused) {
+            return Err(AddressRefused::AlwaysRefused(ip));
+        }
+        if within(&self.non_public) && !within(&self.opted_in) {
+            return Err(AddressRefused::NotPublic(ip));
         }
         match &self.allowed {
-            None => Ok(()),
-            Some(allowed) if allowed.iter().any(|net| net.contains(&ip) || net.contains(&effective)) => Ok(()),
-            Some(_) => Err(AddressRefused::NotAllowed(ip)),
+            Some(allowed) if !within(allowed) => Err(AddressRefused::NotAllowed(ip)),
+            _ => Ok(()),
         }
     }
 
@@ -163,25 +172,43 @@ impl AddressPolicy {
 
     /// The addresses of `addresses` this policy allows; refused ones are logged.
     fn filter(&self, host: &str, addresses: Vec<IpAddr>) -> Result<Vec<IpAddr>, AddressRefused> {
+        let mut first_refusal = None;
         let allowed: Vec<IpAddr> = addresses
             .into_iter()
             .filter(|ip| match self.check(*ip) {
                 Ok(()) => true,
                 Err(refusal) => {
                     tracing::warn!(host, %refusal, "outbound address refused");
+                    first_refusal.get_or_insert(refusal);
                     false
                 }
             })
             .collect();
         if allowed.is_empty() {
-            return Err(AddressRefused::NoAllowedAddress { host: host.to_owned() });
+            let why = first_refusal.map_or_else(|| "it has no address".to_owned(), |refusal| refusal.to_string());
+            return Err(AddressRefused::NoAllowedAddress { host: host.to_owned(), why });
         }
         Ok(allowed)
     }
 }
 
-fn always_refused() -> Vec<IpNet> {
-    ALWAYS_REFUSED_NETWORKS.iter().filter_map(|net| net.parse().ok()).collect()
+/// The constant networks above (every entry parses: the tests check it).
+fn parsed(networks: &[&str]) -> Vec<IpNet> {
+    networks.iter().filter_map(|net| net.parse().ok()).collect()
+}
+
+/// Networks from configuration: CIDR, or a bare address for that address alone.
+fn parse_networks<S: AsRef<str>>(networks: &[S]) -> Result<Vec<IpNet>, InvalidNetwork> {
+    networks
+        .iter()
+        .map(|entry| {
+            let entry = entry.as_ref().trim();
+            entry
+                .parse::<IpNet>()
+                .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|e| InvalidNetwork { entry: entry.to_owned(), reason: e.to_string() })
+        })
+        .collect()
 }
 
 /// The IPv4 address an IPv6 address carries: IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible
@@ -309,30 +336,6 @@ mod tests {
     }
 
     #[test]
-    fn public_only_refuses_loopback_private_shared_and_mapped_forms_but_not_public_addresses() {
-        let policy = AddressPolicy::public_only();
-        for refused in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.20.0.1",
-            "192.168.1.1",
-            "100.100.100.200",
-            "::1",
-            "fd12::1",
-            "::ffff:10.0.0.1",
-            "::ffff:127.0.0.1",
-        ] {
-            assert_eq!(policy.check(ip(refused)), Err(AddressRefused::NotPublic(ip(refused))), "{refused}");
-        }
-        assert!(matches!(policy.check(ip("169.254.169.254")), Err(AddressRefused::AlwaysRefused(_))));
-        for allowed in ["93.184.215.14", "2606:4700::1111", "172.32.0.1"] {
-            assert_eq!(policy.check(ip(allowed)), Ok(()), "{allowed}");
-        }
-        // Allowing a network by name opts in to it.
-        assert_eq!(AddressPolicy::from_networks(&["127.0.0.0/8"]).unwrap().check(ip("127.0.0.1")), Ok(()));
-    }
-
-    #[test]
     fn link_local_metadata_and_unspecified_addresses_are_always_refused() {
         let open = AddressPolicy::allow_all();
         let everything = AddressPolicy::from_networks(&["0.0.0.0/0", "::/0"]).unwrap();
@@ -346,6 +349,8 @@ mod tests {
             "0.0.0.0",
             "::",
             "fd00:ec2::254",
+            "100.100.100.200",
+            "::ffff:100.100.100.200",
         ] {
             for policy in [&open, &everything] {
                 assert!(
@@ -372,6 +377,58 @@ mod tests {
     }
 
     #[test]
+    fn every_constant_network_parses() {
+        assert_eq!(parsed(ALWAYS_REFUSED_NETWORKS).len(), ALWAYS_REFUSED_NETWORKS.len());
+        assert_eq!(parsed(NON_PUBLIC_NETWORKS).len(), NON_PUBLIC_NETWORKS.len());
+    }
+
+    #[test]
+    fn a_public_only_policy_refuses_non_public_addresses_in_every_spelling_unless_opted_in() {
+        let public = AddressPolicy::public_only::<&str>(&[]).unwrap();
+        for refused in [
+            "10.1.2.3",
+            "172.31.255.255",
+            "192.168.0.1",
+            "127.0.0.1",
+            "127.255.0.9",
+            "100.64.0.1",
+            "100.127.255.254",
+            "192.0.0.192",
+            "198.18.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
+            "::7f00:1",
+            "64:ff9b::a00:1",
+            "2002:7f00:1::1",
+        ] {
+            assert_eq!(public.check(ip(refused)), Err(AddressRefused::NotPublic(ip(refused))), "{refused}");
+        }
+        for metadata in ["169.254.169.254", "100.100.100.200", "fd00:ec2::254", "::"] {
+            assert!(matches!(public.check(ip(metadata)), Err(AddressRefused::AlwaysRefused(_))), "{metadata}");
+        }
+        for allowed in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"] {
+            assert_eq!(public.check(ip(allowed)), Ok(()), "{allowed}");
+        }
+
+        let opted = AddressPolicy::public_only(&["127.0.0.0/8", "100.64.0.0/10", "fd00::/8"]).unwrap();
+        for allowed in ["127.0.0.1", "::ffff:127.0.0.1", "100.64.0.1", "fd12::1", "8.8.8.8"] {
+            assert_eq!(opted.check(ip(allowed)), Ok(()), "{allowed}");
+        }
+        for refused in ["10.0.0.1", "::1", "192.168.1.1"] {
+            assert_eq!(opted.check(ip(refused)), Err(AddressRefused::NotPublic(ip(refused))), "{refused}");
+        }
+        // Opting a network in never opens the metadata addresses inside it.
+        assert!(matches!(opted.check(ip("100.100.100.200")), Err(AddressRefused::AlwaysRefused(_))));
+        assert!(AddressPolicy::public_only(&["not-a-network"]).is_err());
+    }
+
+    #[test]
     fn odd_spellings_of_a_metadata_address_are_normalised_then_refused() {
         let policy = AddressPolicy::allow_all();
         for url in [
@@ -394,11 +451,23 @@ mod tests {
             ("metadata.test".to_owned(), vec![ip("169.254.169.254")]),
             ("mixed.test".to_owned(), vec![ip("169.254.169.254"), ip("127.0.0.1")]),
             ("agent.test".to_owned(), vec![ip("127.0.0.1")]),
+            ("public.test".to_owned(), vec![ip("::1"), ip("93.184.216.34")]),
         ]);
-        let guard = OutboundGuard::new(AddressPolicy::allow_all(), Arc::new(lookup));
+        let lookup = Arc::new(lookup);
+        let guard = OutboundGuard::new(AddressPolicy::allow_all(), lookup.clone());
         assert!(matches!(guard.vet("http://metadata.test:80/").await, Err(AddressRefused::NoAllowedAddress { .. })));
         assert_eq!(guard.resolve("mixed.test").await, Ok(vec![ip("127.0.0.1")]));
         assert_eq!(guard.vet("http://agent.test:9/").await, Ok(()));
         assert!(matches!(guard.vet("http://unknown.test/").await, Err(AddressRefused::Unresolved { .. })));
+
+        // A name is judged by its addresses: one resolving to loopback is refused as loopback is.
+        let public = OutboundGuard::new(AddressPolicy::public_only::<&str>(&[]).unwrap(), lookup);
+        let refused = public.vet("http://agent.test:9/").await.unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "agent.test resolves to no allowed address: 127.0.0.1 is not a public address (private, loopback, \
+             shared or reserved) and no allowed network opts it in"
+        );
+        assert_eq!(public.resolve("public.test").await, Ok(vec![ip("93.184.216.34")]));
     }
 }

@@ -188,7 +188,8 @@ mod tests {
         for refusal in [
             AddressRefused::AlwaysRefused(metadata),
             AddressRefused::NotAllowed(metadata),
-            AddressRefused::NoAllowedAddress { host: "internal.test".into() },
+            AddressRefused::NotPublic([10, 0, 0, 1].into()),
+            AddressRefused::NoAllowedAddress { host: "internal.test".into(), why: "refused".into() },
             AddressRefused::InvalidUrl("file:///etc/passwd".into()),
         ] {
             let reason = refusal.to_string();

@@ -20,6 +20,9 @@ pub use fanout::Remote;
 pub use lease::{Lease, TASK_LEASE_RENEW_MS_DEFAULT, TASK_LEASE_TTL_MS_DEFAULT};
 pub use list::{LIST_PAGE_SIZE_DEFAULT, LIST_PAGE_SIZE_MAX, history_length};
 pub use memory::MEMORY_TASKS_MAX_DEFAULT;
-pub use push::{PUSH_CONFIGS_PER_TASK_MAX, PUSH_OUTBOX_ROWS_MAX, PendingPush, PushOutcome};
+pub use push::{
+    PUSH_CONFIGS_PER_TASK_MAX, PUSH_OUTBOX_ROWS_MAX_DEFAULT, PUSH_OUTBOX_TENANT_ROWS_MAX_DEFAULT, PendingPush,
+    PushLimits, PushOutcome, Undelivered, UndeliveredPush,
+};
 pub use retention::{FINISHED_TASK_TTL_MS_DEFAULT, Retention, TASK_PURGE_INTERVAL_MS_DEFAULT};
 pub use store::{SQLITE_WAL_CHECKPOINT_PAGES, TASK_FLUSH_INTERVAL_MS_DEFAULT, TaskStore};

@@ -25,6 +25,7 @@ use crate::fanout::{Fanout, Remote};
 use crate::list::ListQuery;
 use crate::memory::MemoryTasks;
 use crate::model::{normalize_timestamp, now_timestamp, state_name, terminal_states};
+use crate::push::PushLimits;
 
 /// The tasks' own migration history, kept apart from other components' (the registry's) so that
 /// they can share one PostgreSQL database without each taking the other's migrations for
@@ -78,6 +79,8 @@ pub struct TaskStore {
     pub(crate) tasks: Tasks,
     /// Task events shared with the other replicas (PostgreSQL only).
     pub(crate) fanout: Option<Arc<Fanout>>,
+    /// The bounds of the push notification outbox (see [`crate::push`]).
+    pub(crate) push_limits: PushLimits,
 }
 
 /// The task states a store counts writes in, with room to spare.
@@ -213,7 +216,15 @@ impl TaskStore {
         };
         tokio::spawn(writer.run(queue, flush_interval));
         let sql = SqlTasks { pool, backend: database.backend(), writes, pending, buffered: flush_interval.is_some() };
-        Ok(Self { agent: agent.into(), metrics: Arc::default(), replica, tasks: Tasks::Sql(sql), fanout })
+        let tasks = Tasks::Sql(sql);
+        Ok(Self {
+            agent: agent.into(),
+            metrics: Arc::default(),
+            replica,
+            tasks,
+            fanout,
+            push_limits: PushLimits::default(),
+        })
     }
 
     /// A store keeping the agent's tasks in this process's memory alone, at most `tasks_max` of
@@ -226,6 +237,7 @@ impl TaskStore {
             replica: uuid::Uuid::new_v4().to_string(),
             tasks: Tasks::Memory(Arc::new(MemoryTasks::new(tasks_max))),
             fanout: None,
+            push_limits: PushLimits::default(),
         }
     }
 

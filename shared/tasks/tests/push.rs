@@ -1,7 +1,10 @@
 //! Push notification configs and their outbox on SQLite, PostgreSQL (when
 //! `MESH_TEST_POSTGRES_URL` is set) and in memory: configs are bounded per task and keyed by
 //! tenant, notifications take their config's next sequence number and are handed out one at a
-//! time per config, in order, and leave with their task when retention deletes it.
+//! time per config, in order, and leave with their task when retention deletes it. Tenants share
+//! the outbox fairly: each holds at most its share of it and of the deliveries in flight, claims
+//! go round robin across tenants, and the notifications refused or given up are recorded on
+//! their config for the task's owner.
 
 mod common;
 
@@ -11,10 +14,14 @@ use mesh_protocol::a2a::v1::{
     StreamResponse, Task, TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use mesh_tasks::model::now_timestamp;
-use mesh_tasks::{PUSH_CONFIGS_PER_TASK_MAX, PendingPush, PushOutcome, TaskError, TaskStore};
+use mesh_tasks::{
+    PUSH_CONFIGS_PER_TASK_MAX, PendingPush, PushLimits, PushOutcome, TaskError, TaskStore, Undelivered, UndeliveredPush,
+};
 
 /// Long enough that no claim expires during a test.
 const CLAIM: Duration = Duration::from_secs(60);
+/// A tenant's share of the deliveries in flight that no test reaches, unless it means to.
+const PER_TENANT: usize = 100;
 
 fn config(id: Option<&str>, url: &str) -> TaskPushNotificationConfig {
     TaskPushNotificationConfig {
@@ -49,7 +56,7 @@ fn update(task_id: &str, state: TaskState) -> StreamResponse {
 
 /// Claims what is due and describes it as `(config id, sequence)`.
 async fn claim(store: &TaskStore) -> Vec<PendingPush> {
-    let mut claimed = store.claim_push(100, CLAIM).await.unwrap();
+    let mut claimed = store.claim_push(100, PER_TENANT, CLAIM).await.unwrap();
     claimed.sort_by(|a, b| (a.config_id(), a.sequence).cmp(&(b.config_id(), b.sequence)));
     claimed
 }
@@ -149,12 +156,12 @@ async fn an_expired_claim_is_handed_out_again() {
     for (backend, store, _dir) in common::stores("push-claims").await {
         store.put_push_config("", "t", &config(None, "http://x.test/")).await.unwrap();
         store.enqueue_push("", "t", &[update("t", TaskState::Working)]).await.unwrap();
-        let claimed = store.claim_push(10, Duration::from_millis(100)).await.unwrap();
+        let claimed = store.claim_push(10, PER_TENANT, Duration::from_millis(100)).await.unwrap();
         assert_eq!(claimed.len(), 1, "{backend}");
-        assert!(store.claim_push(10, CLAIM).await.unwrap().is_empty(), "{backend}");
+        assert!(store.claim_push(10, PER_TENANT, CLAIM).await.unwrap().is_empty(), "{backend}");
         // The claimer died without a word: after its claim, another process delivers it.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let again = store.claim_push(10, CLAIM).await.unwrap();
+        let again = store.claim_push(10, PER_TENANT, CLAIM).await.unwrap();
         assert_eq!(described(&again), [("t".into(), 1)], "{backend}");
     }
 }
@@ -208,7 +215,7 @@ async fn replicas_sharing_a_store_never_claim_the_same_notification() {
         let drain = |store: TaskStore| async move {
             let mut claimed = Vec::new();
             loop {
-                let batch = store.claim_push(3, CLAIM).await.unwrap();
+                let batch = store.claim_push(3, PER_TENANT, CLAIM).await.unwrap();
                 if batch.is_empty() {
                     return claimed;
                 }
@@ -221,5 +228,101 @@ async fn replicas_sharing_a_store_never_claim_the_same_notification() {
         let mut expected: Vec<String> = (0..TASKS).map(|n| format!("t{n}")).collect();
         expected.sort();
         assert_eq!(first, expected, "{url}: each notification claimed exactly once");
+    }
+}
+
+/// `(tenant, task, sequence)` of each claimed notification, in the order claimed.
+fn turns(claimed: &[PendingPush]) -> Vec<(String, String, i64)> {
+    claimed.iter().map(|push| (push.tenant.clone(), push.task_id.clone(), push.sequence)).collect()
+}
+
+#[tokio::test]
+async fn claims_go_round_robin_across_tenants_each_within_its_share_of_deliveries() {
+    for (backend, store, _dir) in common::stores("push-fair").await {
+        // Tenant a has three tasks with due notifications, b one, c two; a's are the oldest.
+        let tasks = [("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1"), ("c", "c1"), ("c", "c2")];
+        for (tenant, id) in tasks {
+            store.put_push_config(tenant, id, &config(None, "http://x.test/")).await.unwrap();
+            store.enqueue_push(tenant, id, &[update(id, TaskState::Working)]).await.unwrap();
+            // Distinct due times: the order within a tenant is the order they were queued.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let first = store.claim_push(4, 2, CLAIM).await.unwrap();
+        let expected = [("a", "a1"), ("b", "b1"), ("c", "c1"), ("a", "a2")].map(|(t, id)| (t.into(), id.into(), 1));
+        assert_eq!(turns(&first), expected, "{backend}: every tenant's first turn, then the second ones");
+        // a has its 2 in delivery, c 1: only c's second is handed out now.
+        let second = store.claim_push(10, 2, CLAIM).await.unwrap();
+        assert_eq!(turns(&second), [("c".into(), "c2".into(), 1)], "{backend}");
+        // One of a's ends: its third goes.
+        store.settle_push(&first[0], PushOutcome::Done).await.unwrap();
+        let third = store.claim_push(10, 2, CLAIM).await.unwrap();
+        assert_eq!(turns(&third), [("a".into(), "a3".into(), 1)], "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn a_tenant_past_its_share_of_the_outbox_is_refused_and_the_refusals_recorded() {
+    for (backend, store, _dir) in common::stores("push-share").await {
+        let store = store.with_push_limits(PushLimits { outbox_rows_max: 5, outbox_tenant_rows_max: 3 });
+        store.put_push_config("a", "t", &config(Some("x"), "http://x.test/")).await.unwrap();
+        store.put_push_config("a", "t", &config(Some("y"), "http://y.test/")).await.unwrap();
+        let working = [update("t", TaskState::Working)];
+        assert_eq!(store.enqueue_push("a", "t", &working).await.unwrap(), 2, "{backend}");
+        assert_eq!(store.enqueue_push("a", "t", &working).await.unwrap(), 2, "{backend}: 2 waited, under 3");
+        // 4 wait now: a's share is full. Refused, the sequence numbers taken.
+        let refused = [update("t", TaskState::Working), update("t", TaskState::Completed)];
+        assert_eq!(store.enqueue_push("a", "t", &refused).await.unwrap(), 0, "{backend}");
+        let records = store.undelivered_push("a", "t").await.unwrap();
+        assert_eq!(records.len(), 2, "{backend}: {records:?}");
+        for (record, id) in records.iter().zip(["x", "y"]) {
+            assert_eq!((record.config_id.as_str(), record.count, record.sequence), (id, 2, 4), "{backend}");
+            assert_eq!(record.reason, "tenant_outbox_full", "{backend}");
+            assert!(record.message.contains("\"a\" has 4 push notifications"), "{backend}: {}", record.message);
+        }
+        // Another tenant still has room, until the whole outbox (5) is full.
+        store.put_push_config("b", "u", &config(None, "http://z.test/")).await.unwrap();
+        assert_eq!(store.enqueue_push("b", "u", &working).await.unwrap(), 1, "{backend}");
+        assert_eq!(store.enqueue_push("b", "u", &working).await.unwrap(), 0, "{backend}");
+        assert_eq!(store.undelivered_push("b", "u").await.unwrap()[0].reason, "outbox_full", "{backend}");
+        // Delivered, a's notifications make room again; the next one's number tells the gap.
+        for _ in 0..2 {
+            for push in claim(&store).await.into_iter().filter(|push| push.tenant == "a") {
+                store.settle_push(&push, PushOutcome::Done).await.unwrap();
+            }
+        }
+        assert_eq!(store.enqueue_push("a", "t", &working).await.unwrap(), 2, "{backend}");
+        let next: Vec<i64> = claim(&store).await.iter().filter(|p| p.tenant == "a").map(|p| p.sequence).collect();
+        assert_eq!(next, [5, 5], "{backend}: 3 and 4 were refused");
+        assert!(store.undelivered_push("c", "t").await.unwrap().is_empty(), "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn a_notification_given_up_leaves_the_outbox_and_is_recorded_on_its_config() {
+    for (backend, store, _dir) in common::stores("push-given-up").await {
+        store.put_push_config("", "t", &config(Some("x"), "http://x.test/")).await.unwrap();
+        store
+            .enqueue_push("", "t", &[update("t", TaskState::Working), update("t", TaskState::Completed)])
+            .await
+            .unwrap();
+        let given_up =
+            |message: &str| PushOutcome::Undelivered { reason: Undelivered::CircuitOpen, message: message.to_owned() };
+        let first = claim(&store).await;
+        store.settle_push(&first[0], given_up("first")).await.unwrap();
+        let second = claim(&store).await;
+        assert_eq!(described(&second), [("x".into(), 2)], "{backend}: the next one goes");
+        store.settle_push(&second[0], given_up("second")).await.unwrap();
+        assert!(claim(&store).await.is_empty(), "{backend}");
+        let records = store.undelivered_push("", "t").await.unwrap();
+        let expected = UndeliveredPush {
+            config_id: "x".into(),
+            count: 2,
+            reason: "circuit_open".into(),
+            message: "second".into(),
+            sequence: 2,
+            at: records.first().map(|r| r.at.clone()).unwrap_or_default(),
+        };
+        assert_eq!(records, [expected], "{backend}");
+        assert!(!records[0].at.is_empty(), "{backend}");
     }
 }

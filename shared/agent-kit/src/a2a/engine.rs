@@ -695,7 +695,7 @@ impl<H: TaskHandler> TaskEngine<H> {
     }
 
     /// The task with at most `history_length` recent messages: from memory while it may change,
-    /// from the store once it cannot.
+    /// from the store once it cannot; with its undelivered push notifications in its metadata.
     pub async fn get(&self, tenant: &str, request: &GetTaskRequest) -> Result<Task, TaskError> {
         let history_length = history_length(request.history_length)?;
         let key = (tenant.to_owned(), request.id.clone());
@@ -713,6 +713,9 @@ impl<H: TaskHandler> TaskEngine<H> {
                 .ok_or_else(|| TaskError::NotFound(request.id.clone()))?,
         };
         trim_history(&mut task, history_length);
+        if let Some(push) = &self.core.push {
+            push.report_undelivered(tenant, &mut task).await;
+        }
         Ok(task)
     }
 

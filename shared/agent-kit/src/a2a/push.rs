@@ -10,13 +10,25 @@
 //! - The client's `token` travels in `X-A2A-Notification-Token` (as the official SDK sends it),
 //!   its `authentication` as `Authorization: <scheme> <credentials>`.
 //! - A failed attempt (no 2xx answer within the timeout) is tried again after an exponential
-//!   backoff with jitter, until `attempts_max` attempts, then given up (logged and counted).
-//! - Deliveries run on their own tasks, at most `deliveries_max` at once: a task's turn only
-//!   queues its notifications, so a webhook that hangs delays no task and holds no turn.
-//! - Webhooks are reached through a client under the outbound address policy (no link-local or
-//!   metadata address, no redirect, the allowed networks when configured), and their URLs are
-//!   checked when a config is created, so a refused one is refused then with a clear error. A
-//!   name that does not resolve then is kept: each delivery resolves it again under the policy.
+//!   backoff with jitter, until `attempts_max` attempts, then given up.
+//! - Deliveries run on their own tasks, at most `deliveries_max` at once and at most
+//!   `deliveries_per_tenant_max` of one tenant, claimed round robin across tenants: a task's turn
+//!   only queues its notifications, so a webhook that hangs delays no task and holds no turn,
+//!   and one tenant's webhooks cannot hold every delivery.
+//! - Each destination (a tenant's webhook origin) has a circuit breaker: after
+//!   `circuit.consecutive_failures` failed attempts in a row it opens, and for `circuit.open`
+//!   attempts to it fail at once without a request (each counting as an attempt), then one probe
+//!   is let through. Keyed by tenant too, so that no tenant opens another's circuit.
+//! - A notification given up (or refused when queued, see [`mesh_tasks::PushLimits`]) is
+//!   recorded on its config: `GetTask` shows it in the task's metadata under
+//!   [`PUSH_UNDELIVERED_METADATA_KEY`], and `mesh_push_notifications_refused_total` counts it by
+//!   tenant and reason.
+//! - Webhooks are reached through a client under the public-only outbound address policy
+//!   ([`mesh_client::AddressPolicy::public_only`]: no private, loopback, shared, link-local or
+//!   metadata address unless its network is opted in, checked on every address a name resolves
+//!   to, no redirect), and their URLs are checked when a config is created, so a refused one is
+//!   refused then with a clear error. A name that does not resolve then is kept: each delivery
+//!   resolves it again under the policy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,9 +36,9 @@ use std::time::Duration;
 use backon::BackoffBuilder;
 use bytes::Bytes;
 use http::{HeaderValue, Request, header};
-use mesh_client::{ClientError, HttpClient, TransportError};
-use mesh_protocol::a2a::v1::TaskPushNotificationConfig;
-use mesh_tasks::{PendingPush, PushOutcome, TaskError, TaskStore};
+use mesh_client::{CircuitSettings, Circuits, ClientError, HttpClient, Passage, TransportError};
+use mesh_protocol::a2a::v1::{JsonObject, Task, TaskPushNotificationConfig};
+use mesh_tasks::{PendingPush, PushOutcome, TaskError, TaskStore, Undelivered};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -39,6 +51,16 @@ pub const PUSH_RETRY_DELAY_MIN_MS_DEFAULT: u64 = 1_000;
 pub const PUSH_RETRY_DELAY_MAX_MS_DEFAULT: u64 = 60_000;
 /// Deliveries in flight at once by default.
 pub const PUSH_DELIVERIES_MAX_DEFAULT: usize = 16;
+/// Deliveries of one tenant in flight at once by default: a quarter of the default total, so
+/// that a tenant whose webhooks hang leaves the others most of them.
+pub const PUSH_DELIVERIES_PER_TENANT_MAX_DEFAULT: usize = 4;
+/// Failed attempts in a row at one destination that open its circuit, by default.
+pub const PUSH_CIRCUIT_FAILURES_DEFAULT: usize = 3;
+/// How long an open circuit refuses attempts before it lets a probe through, by default.
+pub const PUSH_CIRCUIT_OPEN_MS_DEFAULT: u64 = 30_000;
+/// The key of a task's metadata listing its webhook configs whose notifications did not all
+/// reach them ([`mesh_tasks::UndeliveredPush`] each), present only when there are some.
+pub const PUSH_UNDELIVERED_METADATA_KEY: &str = "meshPushUndelivered";
 /// Time between two reads of the outbox when nothing new was queued: retries come due, and
 /// notifications left by a stopped process (or a replica) are picked up, within this.
 const PUSH_OUTBOX_POLL_MS: u64 = 500;
@@ -63,6 +85,9 @@ pub struct PushSettings {
     pub retry_delay_min: Duration,
     pub retry_delay_max: Duration,
     pub deliveries_max: usize,
+    pub deliveries_per_tenant_max: usize,
+    /// Each destination's circuit breaker.
+    pub circuit: CircuitSettings,
 }
 
 impl Default for PushSettings {
@@ -73,6 +98,11 @@ impl Default for PushSettings {
             retry_delay_min: Duration::from_millis(PUSH_RETRY_DELAY_MIN_MS_DEFAULT),
             retry_delay_max: Duration::from_millis(PUSH_RETRY_DELAY_MAX_MS_DEFAULT),
             deliveries_max: PUSH_DELIVERIES_MAX_DEFAULT,
+            deliveries_per_tenant_max: PUSH_DELIVERIES_PER_TENANT_MAX_DEFAULT,
+            circuit: CircuitSettings {
+                consecutive_failures: PUSH_CIRCUIT_FAILURES_DEFAULT,
+                open: Duration::from_millis(PUSH_CIRCUIT_OPEN_MS_DEFAULT),
+            },
         }
     }
 }
@@ -89,18 +119,34 @@ struct Inner {
     /// A client of its own under the outbound address policy, carrying no credential of the
     /// mesh: a webhook is a third party's URL.
     http: HttpClient,
+    /// One circuit per tenant and webhook origin, over `http`.
+    circuits: Circuits,
     settings: PushSettings,
     /// Rung when notifications are queued or a delivery ends, so the next is sent at once.
     wake: Notify,
     permits: Arc<Semaphore>,
 }
 
-/// Why an attempt failed, and whether another could succeed.
+/// Why an attempt failed.
 #[derive(Debug)]
 struct Failed {
     reason: String,
+    /// What the notification is given up as: at once when `permanent`, otherwise once its
+    /// attempts are spent.
+    undelivered: Undelivered,
     /// No retry can help (the address is refused, the request cannot be built).
     permanent: bool,
+}
+
+impl Failed {
+    /// A failure the next attempt may not meet: retried while attempts are left.
+    fn transient(reason: String) -> Self {
+        Self { reason, undelivered: Undelivered::AttemptsExhausted, permanent: false }
+    }
+
+    fn permanent(undelivered: Undelivered, reason: String) -> Self {
+        Self { reason, undelivered, permanent: true }
+    }
 }
 
 impl PushDelivery {
@@ -108,7 +154,8 @@ impl PushDelivery {
     /// outbound address policy ([`HttpClient::guarded`]). Nothing is sent until [`Self::start`].
     pub fn new(store: TaskStore, http: HttpClient, settings: PushSettings) -> Self {
         let permits = Arc::new(Semaphore::new(settings.deliveries_max.max(1)));
-        Self { inner: Arc::new(Inner { store, http, settings, wake: Notify::new(), permits }) }
+        let circuits = Circuits::new(http.clone(), settings.circuit);
+        Self { inner: Arc::new(Inner { store, http, circuits, settings, wake: Notify::new(), permits }) }
     }
 
     /// Delivers until the returned job is aborted (deliveries under way finish on their own).
@@ -134,6 +181,24 @@ impl PushDelivery {
 
     pub fn store(&self) -> &TaskStore {
         &self.inner.store
+    }
+
+    /// Adds to `task`'s metadata the webhook configs whose notifications did not all reach them
+    /// ([`PUSH_UNDELIVERED_METADATA_KEY`]), so its owner reads why with `GetTask`: A2A's push
+    /// notification config has no field for it, a task's metadata is free-form. A store that
+    /// cannot tell leaves the task as it is (and is logged): the task itself was read.
+    pub(crate) async fn report_undelivered(&self, tenant: &str, task: &mut Task) {
+        let undelivered = match self.inner.store.undelivered_push(tenant, &task.id).await {
+            Ok(undelivered) if undelivered.is_empty() => return,
+            Ok(undelivered) => undelivered,
+            Err(error) => {
+                tracing::warn!(task = %task.id, %error, "could not read the task's undelivered push notifications");
+                return;
+            }
+        };
+        // Strings and numbers only: the conversion cannot fail.
+        let listed = serde_json::to_value(undelivered).unwrap_or_default();
+        task.metadata.get_or_insert_with(JsonObject::new).insert(PUSH_UNDELIVERED_METADATA_KEY.to_owned(), listed);
     }
 
     /// Checks a webhook config before it is stored: an http(s) URL whose host the outbound
@@ -174,7 +239,8 @@ impl PushDelivery {
                 // A delivery ending rings the bell.
                 return;
             }
-            let claimed = match self.inner.store.claim_push(free, claim_for).await {
+            let per_tenant = self.inner.settings.deliveries_per_tenant_max.max(1);
+            let claimed = match self.inner.store.claim_push(free, per_tenant, claim_for).await {
                 Ok(claimed) if !claimed.is_empty() => claimed,
                 Ok(_) => return,
                 Err(error) => {
@@ -210,7 +276,8 @@ impl PushDelivery {
                     tracing::warn!(task = %push.task_id, config = push.config_id(), sequence = push.sequence, attempts,
                         reason = %failed.reason, "push notification given up");
                     count(&agent, "given_up");
-                    PushOutcome::Done
+                    let message = format!("given up after {attempts} attempt(s): {}", failed.reason);
+                    PushOutcome::Undelivered { reason: failed.undelivered, message }
                 } else {
                     let delay = retry_delay(settings, attempts);
                     tracing::info!(task = %push.task_id, config = push.config_id(), sequence = push.sequence, attempts,
@@ -227,8 +294,10 @@ impl PushDelivery {
     }
 
     async fn post(&self, push: &PendingPush) -> Result<(), Failed> {
-        let permanent = |reason: String| Failed { reason, permanent: true };
-        let body = serde_json::to_vec(&push.event).map_err(|e| permanent(e.to_string()))?;
+        let invalid = |reason: String| Failed::permanent(Undelivered::InvalidWebhook, reason);
+        let origin =
+            url::Url::parse(&push.config.url).map_err(|e| invalid(e.to_string()))?.origin().ascii_serialization();
+        let body = serde_json::to_vec(&push.event).map_err(|e| invalid(e.to_string()))?;
         let mut request = Request::post(&push.config.url)
             .header(header::CONTENT_TYPE, NOTIFICATION_CONTENT_TYPE)
             .header(NOTIFICATION_SEQUENCE_HEADER, push.sequence)
@@ -239,13 +308,26 @@ impl PushDelivery {
         if let Some(authentication) = &push.config.authentication {
             request = request.header(header::AUTHORIZATION, authorization(authentication));
         }
-        let request = request.body(Bytes::from(body)).map_err(|e| permanent(e.to_string()))?;
-        match self.inner.http.send(request, self.inner.settings.delivery_timeout).await {
-            Ok(response) if response.status().is_success() => Ok(()),
-            Ok(response) => {
-                Err(Failed { reason: format!("the webhook answered {}", response.status()), permanent: false })
+        let request = request.body(Bytes::from(body)).map_err(|e| invalid(e.to_string()))?;
+        // Tenant names hold no space (see the A2A surface), so the key names one destination.
+        let destination = format!("{} {origin}", push.tenant);
+        match self.inner.circuits.send(&push.tenant, &destination, request, self.inner.settings.delivery_timeout).await
+        {
+            Passage::Answered(response) if response.status().is_success() => Ok(()),
+            Passage::Answered(response) => {
+                Err(Failed::transient(format!("the webhook answered {}", response.status())))
             }
-            Err(error) => Err(Failed { permanent: error.is_refused_address(), reason: error.to_string() }),
+            Passage::Failed(error) if error.is_refused_address() => {
+                Err(Failed::permanent(Undelivered::AddressRefused, error.to_string()))
+            }
+            Passage::Failed(error) => Err(Failed::transient(error.to_string())),
+            // Counted as an attempt, so that a destination that stays down ends its notifications
+            // within their attempts, as one that answers 503 does, without a request each.
+            Passage::Refused => Err(Failed {
+                reason: format!("{origin} keeps failing: its circuit is open, and no request was sent"),
+                undelivered: Undelivered::CircuitOpen,
+                permanent: false,
+            }),
         }
     }
 }
