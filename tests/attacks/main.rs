@@ -6,6 +6,7 @@ mod secured;
 
 mod durable_answers;
 mod link_history;
+mod lone_agent;
 mod origin_and_host;
 mod push_fairness;
 mod rate_limit_buckets;

@@ -4,10 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use entity_extraction::EntityExtractionConfig;
 use mesh_agent_kit::AgentConfig;
 use mesh_agent_kit::http::ServeConfig;
-use mesh_client::HttpClient;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -19,17 +17,8 @@ const IDLE_TIMEOUT_MS: u64 = 600;
 const CLOSE_DEADLINE: Duration = Duration::from_secs(10);
 
 async fn agent(serve: ServeConfig) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let config = EntityExtractionConfig {
-        agent: AgentConfig { port: 0, task_store_url: Some("sqlite::memory:".into()), serve, ..AgentConfig::default() },
-        ..EntityExtractionConfig::default()
-    };
-    let app = entity_extraction::build(&config, HttpClient::with_reqwest().unwrap()).await.unwrap();
-    let address = app.url().trim_start_matches("http://").to_owned();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(app.run_until_stopped(async {
-        let _ = stopped.await;
-    }));
-    (address, stop)
+    let (url, stop) = crate::lone_agent::serve(AgentConfig { serve, ..AgentConfig::default() }).await;
+    (url.trim_start_matches("http://").to_owned(), stop)
 }
 
 fn short_timers() -> ServeConfig {

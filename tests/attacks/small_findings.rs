@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use a2a_mesh::SuiteConfig;
 use base64::Engine;
-use entity_extraction::EntityExtractionConfig;
 use mesh_agent_kit::AgentConfig;
 use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use mesh_client::HttpClient;
@@ -165,16 +164,7 @@ async fn the_suites_agents_present_short_lived_tokens_and_renew_them() {
 
 #[tokio::test]
 async fn an_open_agent_answers_only_requests_to_its_own_hosts() {
-    let config = EntityExtractionConfig {
-        agent: AgentConfig { port: 0, task_store_url: Some("sqlite::memory:".into()), ..AgentConfig::default() },
-        ..EntityExtractionConfig::default()
-    };
-    let app = entity_extraction::build(&config, HttpClient::with_reqwest().unwrap()).await.unwrap();
-    let url = app.url().to_owned();
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(app.run_until_stopped(async {
-        let _ = stopped.await;
-    }));
+    let (url, _stop) = crate::lone_agent::serve(AgentConfig::default()).await;
     let http = reqwest::Client::new();
     let port = url.rsplit(':').next().unwrap();
     for host in ["evil.example", &format!("evil.example:{port}"), "10.0.0.8"] {
