@@ -277,10 +277,13 @@ fn content_text(block: &ContentBlock) -> String {
         ContentBlock::Resource(embedded) => match &embedded.resource {
             ResourceContents::TextResourceContents { text, .. } => text.clone(),
             ResourceContents::BlobResourceContents { uri, .. } => format!("[binary resource {uri} omitted]"),
+            _ => "[resource of an unknown kind omitted]".to_owned(),
         },
         ContentBlock::Image(image) => format!("[image {} omitted]", image.mime_type),
         ContentBlock::Audio(audio) => format!("[audio {} omitted]", audio.mime_type),
         ContentBlock::ResourceLink(link) => format!("[resource {}]", link.uri),
+        // Kinds of content newer than this client.
+        _ => "[content of an unknown kind omitted]".to_owned(),
     }
 }
 
