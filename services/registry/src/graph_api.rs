@@ -177,24 +177,7 @@ pub(crate) async fn org_chart(
 }
 
 fn org_of(agent: &str, links: &[Link]) -> OrgChart {
-    let mut chart =
-        OrgChart { agent_id: agent.to_owned(), superiors: Vec::new(), subordinates: Vec::new(), peers: Vec::new() };
-    for link in links.iter().filter(|l| l.enabled) {
-        let other = if link.from_agent_id == agent { &link.to_agent_id } else { &link.from_agent_id };
-        let list = match link.relationship_of(agent) {
-            Some(LinkRelationship::Superior) => &mut chart.subordinates,
-            Some(LinkRelationship::Subordinate) => &mut chart.superiors,
-            Some(LinkRelationship::Peer) => &mut chart.peers,
-            None => continue,
-        };
-        if !list.contains(other) {
-            list.push(other.clone());
-        }
-    }
-    for list in [&mut chart.superiors, &mut chart.subordinates, &mut chart.peers] {
-        list.sort();
-    }
-    chart
+    OrgChart::of(agent, links)
 }
 
 /// The whole graph: agents with their health and capabilities, and the links.

@@ -37,8 +37,10 @@ mod serve;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use a2a::seed::A2A_CLIENT_SENDER;
 pub use a2a::{TaskEvents, TaskHandler, Turn};
 pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router, task_agent_router};
+pub use bus::plain_text;
 pub use app::{AgentApp, AgentConfig, AgentExtras, KitError, TaskDurability};
 pub use card::{CardDocument, sign_card};
 pub use cli::{AgentArgs, MainError};
