@@ -105,7 +105,9 @@ async fn runtime(dir: &std::path::Path, name: &str, with_tool: bool) -> (Arc<Age
         links: None,
         conversations_max: 10_000,
     };
-    (Arc::new(AgentRuntime::new(setup)), model)
+    let agent = Arc::new(AgentRuntime::new(setup));
+    agent.ensure_topic().await.unwrap();
+    (agent, model)
 }
 
 #[tokio::main]

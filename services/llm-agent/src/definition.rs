@@ -78,6 +78,9 @@ pub struct McpServerDefinition {
     /// The server's tools the agent may call; all of them when empty.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// The environment variable holding a bearer token for the server, if it needs one.
+    #[serde(default)]
+    pub bearer_token_env: Option<String>,
 }
 
 /// The bounds of one agent's turns.

@@ -235,6 +235,8 @@ async fn build_agent(
         toolbox = toolbox.with(tool).map_err(|why| LlmAgentError::Definition { path: definition.folder.clone(), why })?;
     }
     let runtime = Arc::new(AgentRuntime::new(setup(toolbox, Some(graph.links().clone()))));
+    // Turns may arrive before the loop first runs: the topic they go on must be there.
+    runtime.ensure_topic().await?;
     let handler = LlmAgentHandler { runtime: runtime.clone(), caller };
     let extras = AgentExtras { graph: Some(graph), ..AgentExtras::default() };
     let card = card(definition).map_err(|e| LlmAgentError::Definition { path: definition.folder.clone(), why: e.to_string() })?;

@@ -126,6 +126,18 @@ struct ConversationState {
     rounds: HashMap<String, usize>,
     /// Nodes whose records this worker consumed: what need not be announced again.
     consumed: HashSet<String>,
+    /// Rounds this worker started (by the node they answer): a record seen again starts none.
+    started: HashSet<String>,
+}
+
+/// The round under way: the node it will write (`response`), the node it answers (`trigger`),
+/// the message whose answer the turn works towards (`origin`), and the call its tools act in.
+#[derive(Debug)]
+struct Round<'a> {
+    response: String,
+    trigger: &'a str,
+    origin: &'a str,
+    scope: &'a CallScope,
 }
 
 /// A conversation's worker, as the consumer sees it.
@@ -150,6 +162,11 @@ impl AgentRuntime {
 
     pub fn topic(&self) -> &str {
         &self.topic
+    }
+
+    /// Creates the agent's topic unless it exists.
+    pub async fn ensure_topic(&self) -> Result<(), BusError> {
+        self.setup.bus.ensure_topic(&self.topic).await
     }
 
     /// An A2A (or seed) turn: the message joins its conversation on this agent's topic, as a
@@ -281,6 +298,8 @@ impl AgentRuntime {
         };
         // Work under way stops here; its records were not committed and come again.
         tasks.shutdown().await;
+        // A reader waiting to hand over a batch sees nobody takes it, commits and ends.
+        drop(batches_in);
         let _ = reader_stop.send(true);
         let read = reader.await.map_err(|e| BusError::Handler(format!("the topic reader: {e}")))?;
         outcome.and(read)
@@ -348,7 +367,13 @@ impl AgentRuntime {
                 Err(error) => return Err(error.into()),
             };
             let cache = ConversationCache::from_docmem(docmem, id).await?;
-            *state = Some(ConversationState { root, cache, rounds: HashMap::new(), consumed: HashSet::new() });
+            *state = Some(ConversationState {
+                root,
+                cache,
+                rounds: HashMap::new(),
+                consumed: HashSet::new(),
+                started: HashSet::new(),
+            });
         }
         let state = state.as_mut().expect("loaded above");
         let node = match docmem.get(&record.node_id).await {
@@ -385,6 +410,9 @@ impl AgentRuntime {
         } else {
             return Ok(());
         };
+        if !state.started.insert(trigger.clone()) {
+            return Ok(());
+        }
         let origin = record.headers.get(TURN_ORIGIN_HEADER).cloned().unwrap_or_else(|| trigger.clone());
         let scope = self.scope_of(record, &state.root);
         let started = Instant::now();
@@ -427,6 +455,7 @@ impl AgentRuntime {
     ) -> Result<(), BusError> {
         let me = self.setup.bus_id.as_str();
         let response = answer_node_id(me, trigger);
+        let round = Round { response: response.clone(), trigger, origin, scope };
         let written: HashMap<String, Node> = self
             .setup
             .docmem
@@ -444,24 +473,17 @@ impl AgentRuntime {
                 // Answered before (a record delivered again): announced again unless its record
                 // came by, and handed to a caller still waiting here.
                 if !state.consumed.contains(&response) {
-                    self.produce(state, &answer.id, trigger, origin, scope, me, ACTION_APPEND, None).await?;
+                    self.produce(state, &round, me, ACTION_APPEND, None).await?;
                 }
                 self.waiters.answer(origin, Ok(Answer { text: answer.content.clone(), warnings: Vec::new() }));
                 Ok(())
             }
-            None => self.ask_model(state, &response, trigger, origin, scope).await,
+            None => self.ask_model(state, &round).await,
         }
     }
 
     /// Calls the model and writes what it answered: a final answer, or a tool round.
-    async fn ask_model(
-        &self,
-        state: &mut ConversationState,
-        response: &str,
-        trigger: &str,
-        origin: &str,
-        scope: &CallScope,
-    ) -> Result<(), BusError> {
+    async fn ask_model(&self, state: &mut ConversationState, round: &Round<'_>) -> Result<(), BusError> {
         let me = self.setup.bus_id.as_str();
         let limits = &self.setup.limits;
         let rounds_done = tool_rounds_since_origin(&state.cache, me);
@@ -494,30 +516,26 @@ impl AgentRuntime {
             Err(error) => {
                 // The conversation says what went wrong; the caller gets an ERROR or TIMEOUT.
                 let text = format!("error: {error}");
-                self.write_answer(state, response, trigger, origin, scope, &text).await?;
+                self.write_answer(state, round, &text).await?;
                 let failure = match error {
                     ModelError::Timeout { .. } => TurnError::ModelTimeout(error.to_string()),
                     _ => TurnError::Model(error.to_string()),
                 };
-                self.waiters.answer(origin, Err(failure));
+                self.waiters.answer(round.origin, Err(failure));
                 Ok(())
             }
             Ok(reply) if reply.tool_calls.is_empty() || !tools_allowed => {
-                self.answer(state, response, trigger, origin, scope, reply, rounds_done).await
+                self.answer(state, round, reply, rounds_done).await
             }
-            Ok(reply) => self.invoke(state, response, trigger, origin, scope, reply).await,
+            Ok(reply) => self.invoke(state, round, reply).await,
         }
     }
 
     /// Writes the model's final answer, bounded, and hands it to a waiting caller.
-    #[allow(clippy::too_many_arguments)]
     async fn answer(
         &self,
         state: &mut ConversationState,
-        response: &str,
-        trigger: &str,
-        origin: &str,
-        scope: &CallScope,
+        round: &Round<'_>,
         reply: ModelReply,
         rounds_done: usize,
     ) -> Result<(), BusError> {
@@ -532,46 +550,31 @@ impl AgentRuntime {
         }
         if text.trim().is_empty() {
             let error = "the language model answered with neither text nor tool calls";
-            self.write_answer(state, response, trigger, origin, scope, &format!("error: {error}")).await?;
-            self.waiters.answer(origin, Err(TurnError::Model(error.into())));
+            self.write_answer(state, round, &format!("error: {error}")).await?;
+            self.waiters.answer(round.origin, Err(TurnError::Model(error.into())));
             return Ok(());
         }
         if let Some(cut) = cut_to(&text, limits.answer_bytes_max) {
             warnings.push(format!("the answer was cut to {} of its {} bytes", cut.len(), text.len()));
             text = cut.to_owned();
         }
-        self.write_answer(state, response, trigger, origin, scope, &text).await?;
-        self.waiters.answer(origin, Ok(Answer { text, warnings }));
+        self.write_answer(state, round, &text).await?;
+        self.waiters.answer(round.origin, Ok(Answer { text, warnings }));
         Ok(())
     }
 
     /// The agent's own node `response` holding `text`, and its record.
-    async fn write_answer(
-        &self,
-        state: &ConversationState,
-        response: &str,
-        trigger: &str,
-        origin: &str,
-        scope: &CallScope,
-        text: &str,
-    ) -> Result<(), BusError> {
+    async fn write_answer(&self, state: &ConversationState, round: &Round<'_>, text: &str) -> Result<(), BusError> {
         let me = self.setup.bus_id.as_str();
-        self.setup.docmem.append_child_with_id(response, &state.root.id, &Context::agent_text(me), text).await?;
-        self.produce(state, response, trigger, origin, scope, me, ACTION_APPEND, None).await
+        self.setup.docmem.append_child_with_id(&round.response, &state.root.id, &Context::agent_text(me), text).await?;
+        self.produce(state, round, me, ACTION_APPEND, None).await
     }
 
     /// A tool round: the invoking node with one child per call (one transaction), its record,
     /// then the calls.
-    async fn invoke(
-        &self,
-        state: &mut ConversationState,
-        response: &str,
-        trigger: &str,
-        origin: &str,
-        scope: &CallScope,
-        reply: ModelReply,
-    ) -> Result<(), BusError> {
+    async fn invoke(&self, state: &mut ConversationState, round: &Round<'_>, reply: ModelReply) -> Result<(), BusError> {
         let me = self.setup.bus_id.as_str();
+        let response = round.response.as_str();
         let bound = self.setup.limits.tool_calls_per_round_max;
         let mut calls: Vec<KeptCall> = reply
             .tool_calls
@@ -612,8 +615,8 @@ impl AgentRuntime {
         }
         self.setup.docmem.append_many(&nodes).await?;
         let names: Vec<String> = calls.iter().map(|call| call.name.clone()).collect();
-        self.produce(state, response, trigger, origin, scope, me, ACTION_TOOL_INVOKE, Some(names)).await?;
-        self.run_calls(state, response, origin, scope, &calls).await
+        self.produce(state, round, me, ACTION_TOOL_INVOKE, Some(names)).await?;
+        self.run_calls(state, response, round.origin, round.scope, &calls).await
     }
 
     /// Runs the calls of round `invoke` whose outputs are not written yet, writing each output as
@@ -684,23 +687,19 @@ impl AgentRuntime {
         }
     }
 
-    /// Produces the record of this agent's node `node` for the turn that began at `origin`.
-    #[allow(clippy::too_many_arguments)]
+    /// Produces the record of the round's node.
     async fn produce(
         &self,
         state: &ConversationState,
-        node: &str,
-        trigger: &str,
-        origin: &str,
-        scope: &CallScope,
+        round: &Round<'_>,
         sender: &str,
         action: &str,
         command: Option<Vec<String>>,
     ) -> Result<(), BusError> {
-        let mut record = BusRecord::message(sender, &state.root.id, node, action);
-        record.correlation_id = Some(trigger.to_owned());
+        let mut record = BusRecord::message(sender, &state.root.id, &round.response, action);
+        record.correlation_id = Some(round.trigger.to_owned());
         record.command = command;
-        record.headers.extend(turn_headers(scope, origin));
+        record.headers.extend(turn_headers(round.scope, round.origin));
         self.setup.bus.produce(&self.topic, &record).await?;
         Ok(())
     }

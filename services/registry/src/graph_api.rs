@@ -17,7 +17,7 @@ use mesh_agent_kit::auth::{ADMIN_ROLES, AGENT_ROLES, ANY_ROLE, RequestCaller, re
 use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams};
 use mesh_protocol::graph::{
     CallReports, CallReportsAccepted, EventBody, EventStats, GraphPolicy, Link, LinkList, LinkMessage, LinkMessages,
-    LinkRelationship, LinkSource, LinkUpdate, NewLink, NewLinkMessage, OrgChart, Topology, TopologyAgent, TopologyLink,
+    LinkSource, LinkUpdate, NewLink, NewLinkMessage, OrgChart, Topology, TopologyAgent, TopologyLink,
 };
 use mesh_protocol::registry::StatusMessage;
 use serde::Deserialize;
@@ -439,7 +439,7 @@ pub async fn sync_config_links(state: &RegistryState, defs: &[LinkDef]) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mesh_protocol::graph::LinkDirection;
+    use mesh_protocol::graph::{LinkDirection, LinkRelationship};
 
     fn link(from: &str, to: &str, relationship: LinkRelationship, enabled: bool) -> Link {
         Link {
