@@ -10,7 +10,7 @@ use http::{Method, Request};
 use mesh_protocol::call::CallContext;
 use mesh_protocol::graph::{GraphMode, LinkDirection, LinkRelationship};
 use mesh_protocol::seed::{TaskRequest, TaskResponse};
-use mesh_test_support::llm::{LlmStep, ScriptedLlm};
+use common::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
 #[tokio::test]
@@ -24,7 +24,7 @@ async fn a_cycle_is_refused_and_reported_to_the_model() {
     ])
     .await;
     let agents = mesh
-        .llm_agents(&[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])], llm.base_url())
+        .llm_agents(&[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])], &llm)
         .await;
     let answer = mesh.ask(agents.url("alpha"), "start").await.unwrap();
     assert_eq!(text_of(&answer), "alpha is done");
@@ -46,12 +46,12 @@ async fn a_call_past_the_depth_limit_is_refused_and_reported_to_the_model() {
     ])
     .await;
     let agents = mesh
-        .llm_agents(&[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])], llm.base_url())
+        .llm_agents(&[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])], &llm)
         .await;
     // Four hops already: alpha's call to beta would be the fifth.
     let chain: Vec<String> = ["u1", "u2", "u3", "u4"].map(String::from).to_vec();
     let context = CallContext { chain, depth: 4, ..CallContext::default() };
-    let body = serde_json::to_vec(&TaskRequest::from_text(None, "go".into(), None)).unwrap();
+    let body = serde_json::to_vec(&TaskRequest::from_text(None, "go", None)).unwrap();
     let mut request = Request::builder()
         .method(Method::POST)
         .uri(format!("{}/tasks/send", agents.url("alpha")))
@@ -82,7 +82,7 @@ async fn a_link_message_is_answered_with_the_link_context_and_a_one_way_link_is_
     ])
     .await;
     let tools: &[&str] = &["send_agent_message", "call_agent"];
-    let agents = mesh.llm_agents(&[Definition::new("boss", tools), Definition::new("worker", tools)], llm.base_url()).await;
+    let agents = mesh.llm_agents(&[Definition::new("boss", tools), Definition::new("worker", tools)], &llm).await;
     mesh.policy_loaded(agents.url("boss"), 1).await;
     mesh.policy_loaded(agents.url("worker"), 1).await;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Backend, Definition, Echo, Mesh};
 use mesh_protocol::graph::GraphMode;
-use mesh_test_support::llm::{LlmStep, ScriptedLlm};
+use common::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
 #[tokio::test]
@@ -24,11 +24,11 @@ async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_too
     ])
     .await;
     let definitions = [Definition::new("alpha", &["call_agent"])];
-    let agents = mesh.llm_agents(&definitions, llm.base_url()).await;
+    let agents = mesh.llm_agents(&definitions, &llm).await;
     let url = agents.url("alpha").to_owned();
     let http = mesh.http.clone();
     let asked = tokio::spawn(async move {
-        let task = mesh_protocol::seed::TaskRequest::from_text(None, "ping the echo agent".into(), None);
+        let task = mesh_protocol::seed::TaskRequest::from_text(None, "ping the echo agent", None);
         mesh_client::send_task(&http, &url, &task, common::CALL_TIMEOUT).await
     });
     // The tool ran, its output came back through the topic, and the model is being asked again.
@@ -37,7 +37,7 @@ async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_too
     agents.stop().await;
     let _ = asked.await;
 
-    let agents = mesh.llm_agents(&definitions, llm.base_url()).await;
+    let agents = mesh.llm_agents(&definitions, &llm).await;
     let requests = llm.wait_for_requests(3, common::DEADLINE).await;
     assert_eq!(requests[2].messages(), requests[1].messages(), "the same round, asked again");
     let me = mesh.bus_id("alpha");

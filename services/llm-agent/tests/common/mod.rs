@@ -3,13 +3,16 @@
 //! OpenAI-compatible server, kit agents to call, and the bus and docmem to look into.
 #![allow(dead_code)]
 
+pub mod scripted;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use llm_agent::{LlmAgents, LlmAgentsConfig, openai_model};
+use llm_agent::{ChatModel, LlmAgents, LlmAgentsConfig};
+pub use scripted::{LlmStep, ScriptedLlm};
 use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_bus::{BusConfig, Delivered, SharedBus};
 use mesh_client::{ClientError, HttpClient, RegistryClient, send_task};
@@ -169,33 +172,17 @@ impl Mesh {
         folder
     }
 
-    /// Runs the LLM agents of `definitions` on the model at `llm_base_url`, once each is registered.
-    pub async fn llm_agents(&mut self, definitions: &[Definition], llm_base_url: &str) -> RunningLlmAgents {
-        self.llm_agents_with(definitions, llm_base_url, 10_000).await
-    }
-
-    /// As [`Self::llm_agents`], the model client timing out after `llm_timeout_ms`.
-    pub async fn llm_agents_with(
-        &mut self,
-        definitions: &[Definition],
-        llm_base_url: &str,
-        llm_timeout_ms: u64,
-    ) -> RunningLlmAgents {
+    /// Runs the LLM agents of `definitions` on the scripted model, once each is registered.
+    pub async fn llm_agents(&mut self, definitions: &[Definition], llm: &ScriptedLlm) -> RunningLlmAgents {
         let folder = self.define(definitions);
-        let llm = LlmConfig {
-            base_url: llm_base_url.into(),
-            model: "scripted".into(),
-            timeout_ms: llm_timeout_ms,
-            retries_max: 0,
-            ..LlmConfig::default()
-        };
         let config = LlmAgentsConfig {
             agent: AgentConfig { bus: Some(self.bus.clone()), ..self.agent_config() },
             definitions_dir: folder,
-            llm: llm.clone(),
+            llm: LlmConfig { model: "scripted".into(), ..LlmConfig::default() },
             ..LlmAgentsConfig::default()
         };
-        let models = |agent: &str, model: &str| openai_model(&llm, agent, model);
+        let model: Arc<dyn ChatModel> = Arc::new(llm.clone());
+        let models = |_: &str, _: &str| Ok(model.clone());
         let agents = LlmAgents::build(&config, self.http.clone(), &models).await.unwrap();
         let urls: HashMap<String, String> =
             agents.agents.iter().map(|a| (a.runtime.name().to_owned(), a.app.url().to_owned())).collect();
