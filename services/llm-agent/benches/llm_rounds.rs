@@ -86,7 +86,10 @@ fn turn(i: usize) -> TaskInput {
 }
 
 async fn runtime(dir: &std::path::Path, name: &str, with_tool: bool) -> (Arc<AgentRuntime>, Arc<InstantModel>) {
-    let bus = BusConfig { database_url: format!("sqlite://{}", dir.join(format!("{name}.db")).display()), ..BusConfig::default() };
+    let bus = BusConfig {
+        database_url: format!("sqlite://{}", dir.join(format!("{name}.db")).display()),
+        ..BusConfig::default()
+    };
     let (bus, docmem) = mesh_bus::open_bus(&bus).await.unwrap();
     let tool_done = Arc::new(Mutex::new(None));
     let model = Arc::new(InstantModel { with_tool, tool_done: tool_done.clone(), after_tool: Mutex::new(Vec::new()) });

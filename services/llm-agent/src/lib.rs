@@ -132,7 +132,8 @@ impl LlmAgents {
         models: &ModelFactory<'_>,
     ) -> Result<Self, LlmAgentError> {
         let definitions = AgentDefinition::read_all(&config.definitions_dir)?;
-        let templates = config.templates_dir.clone().unwrap_or_else(|| config.definitions_dir.join(definition::TEMPLATES_FOLDER));
+        let templates =
+            config.templates_dir.clone().unwrap_or_else(|| config.definitions_dir.join(definition::TEMPLATES_FOLDER));
         let prompts = Arc::new(prompt::Prompts::load(Some(&templates))?);
         let bus_config = config.agent.bus.clone().ok_or(LlmAgentError::NoBus)?;
         let (bus, docmem) = mesh_bus::open_bus(&bus_config).await?;
@@ -179,7 +180,8 @@ impl LlmAgents {
     ) -> Result<(), LlmAgentError> {
         let (stop_serving, serving) = watch::channel(false);
         let (stop_loops, loops) = watch::channel(false);
-        let runs: Vec<_> = self.agents.iter().map(|agent| tokio::spawn(agent.runtime.clone().run_until(loops.clone()))).collect();
+        let runs: Vec<_> =
+            self.agents.iter().map(|agent| tokio::spawn(agent.runtime.clone().run_until(loops.clone()))).collect();
         let served: Vec<_> = self
             .agents
             .into_iter()
@@ -221,9 +223,11 @@ async fn build_agent(
     // Its calls into the mesh carry its own credential.
     let http = mesh_agent_kit::with_own_credential(&http, &agent.auth, name)?;
     let registry = RegistryClient::new(registry_url, http.clone())?;
-    let discovery = Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));
+    let discovery =
+        Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));
     let graph = AgentGraph::new(agent, http.clone())?.ok_or(LlmAgentError::NoRegistry)?;
-    let caller = Arc::new(graph.caller(MeshCaller::new(http.clone(), registry, Arc::new(discovery), CallerSettings::default())));
+    let caller =
+        Arc::new(graph.caller(MeshCaller::new(http.clone(), registry, Arc::new(discovery), CallerSettings::default())));
     let shared = tools::MeshTools { caller: caller.clone(), graph: graph.clone() };
     let mut toolbox = tools::Toolbox::default();
     for tool in &definition.file.tools {
@@ -232,14 +236,16 @@ async fn build_agent(
             ToolName::ListAgents => Arc::new(tools::ListAgentsTool(shared.clone())),
             ToolName::SendAgentMessage => Arc::new(tools::SendAgentMessageTool(shared.clone())),
         };
-        toolbox = toolbox.with(tool).map_err(|why| LlmAgentError::Definition { path: definition.folder.clone(), why })?;
+        toolbox =
+            toolbox.with(tool).map_err(|why| LlmAgentError::Definition { path: definition.folder.clone(), why })?;
     }
     let runtime = Arc::new(AgentRuntime::new(setup(toolbox, Some(graph.links().clone()))));
     // Turns may arrive before the loop first runs: the topic they go on must be there.
     runtime.ensure_topic().await?;
     let handler = LlmAgentHandler { runtime: runtime.clone(), caller };
     let extras = AgentExtras { graph: Some(graph), ..AgentExtras::default() };
-    let card = card(definition).map_err(|e| LlmAgentError::Definition { path: definition.folder.clone(), why: e.to_string() })?;
+    let card = card(definition)
+        .map_err(|e| LlmAgentError::Definition { path: definition.folder.clone(), why: e.to_string() })?;
     let app = AgentApp::build_with(agent, card, handler, http, extras).await?;
     Ok(LlmAgent { app, runtime })
 }

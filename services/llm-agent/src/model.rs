@@ -58,4 +58,3 @@ pub enum ModelError {
 pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
     async fn complete(&self, request: ModelRequest) -> Result<ModelReply, ModelError>;
 }
-

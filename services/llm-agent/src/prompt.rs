@@ -114,7 +114,8 @@ impl Prompts {
 
     /// The system prompt for `context`.
     pub fn system(&self, context: &PromptContext<'_>) -> Result<String, LlmAgentError> {
-        let template = self.environment.get_template(SYSTEM_TEMPLATE).map_err(|e| LlmAgentError::Template(e.to_string()))?;
+        let template =
+            self.environment.get_template(SYSTEM_TEMPLATE).map_err(|e| LlmAgentError::Template(e.to_string()))?;
         template.render(minijinja::value::Serde(context)).map_err(|e| LlmAgentError::Template(e.to_string()))
     }
 }

@@ -333,7 +333,13 @@ impl AgentRuntime {
     }
 
     /// One conversation's worker: its records in order, each retried a few times.
-    async fn work(self: Arc<Self>, id: String, mut queued: mpsc::Receiver<Delivered>, busy: Arc<AtomicUsize>, done: Done) {
+    async fn work(
+        self: Arc<Self>,
+        id: String,
+        mut queued: mpsc::Receiver<Delivered>,
+        busy: Arc<AtomicUsize>,
+        done: Done,
+    ) {
         let mut state = None;
         while let Some(delivered) = queued.recv().await {
             let mut attempt = 1;
@@ -357,7 +363,12 @@ impl AgentRuntime {
 
     /// Applies one record and, when it completes someone else's message or a tool round, runs
     /// the round it starts.
-    async fn process(&self, state: &mut Option<ConversationState>, id: &str, record: &BusRecord) -> Result<(), BusError> {
+    async fn process(
+        &self,
+        state: &mut Option<ConversationState>,
+        id: &str,
+        record: &BusRecord,
+    ) -> Result<(), BusError> {
         let docmem = &self.setup.docmem;
         if state.is_none() {
             let root = match docmem.get(id).await {
@@ -416,18 +427,19 @@ impl AgentRuntime {
         let origin = record.headers.get(TURN_ORIGIN_HEADER).cloned().unwrap_or_else(|| trigger.clone());
         let scope = self.scope_of(record, &state.root);
         let started = Instant::now();
-        let root = mesh_telemetry::Root::start(&self.setup.name, mesh_telemetry::extract_fields(&record.headers), || {
-            tracing::info_span!(
-                "llm_round",
-                otel.name = %format!("invoke_agent {}", self.setup.name),
-                otel.kind = "server",
-                a2a.context_id = %record.conversation_id,
-                gen_ai.operation.name = "invoke_agent",
-                gen_ai.agent.name = %self.setup.name,
-                gen_ai.request.model = %self.setup.model_name,
-                mesh.sender = %record.agent_id,
-            )
-        });
+        let root =
+            mesh_telemetry::Root::start(&self.setup.name, mesh_telemetry::extract_fields(&record.headers), || {
+                tracing::info_span!(
+                    "llm_round",
+                    otel.name = %format!("invoke_agent {}", self.setup.name),
+                    otel.kind = "server",
+                    a2a.context_id = %record.conversation_id,
+                    gen_ai.operation.name = "invoke_agent",
+                    gen_ai.agent.name = %self.setup.name,
+                    gen_ai.request.model = %self.setup.model_name,
+                    mesh.sender = %record.agent_id,
+                )
+            });
         let outcome = root.instrument(self.round(state, &trigger, &origin, &scope)).await;
         metrics::histogram!("mesh_llm_agent_round_duration_seconds", "agent" => self.setup.name.clone())
             .record(started.elapsed().as_secs_f64());
@@ -572,7 +584,12 @@ impl AgentRuntime {
 
     /// A tool round: the invoking node with one child per call (one transaction), its record,
     /// then the calls.
-    async fn invoke(&self, state: &mut ConversationState, round: &Round<'_>, reply: ModelReply) -> Result<(), BusError> {
+    async fn invoke(
+        &self,
+        state: &mut ConversationState,
+        round: &Round<'_>,
+        reply: ModelReply,
+    ) -> Result<(), BusError> {
         let me = self.setup.bus_id.as_str();
         let response = round.response.as_str();
         let bound = self.setup.limits.tool_calls_per_round_max;
@@ -723,7 +740,8 @@ impl AgentRuntime {
     fn system_prompt(&self, root: &Node, tools: &[crate::model::ToolSpec]) -> String {
         let name = self.setup.name.as_str();
         let policy = self.setup.links.as_ref().map(|links| links.policy());
-        let can_message = tools.iter().any(|tool| tool.name == mesh_agent_kit::agent_message::SEND_AGENT_MESSAGE_SKILL_ID);
+        let can_message =
+            tools.iter().any(|tool| tool.name == mesh_agent_kit::agent_message::SEND_AGENT_MESSAGE_SKILL_ID);
         let org_context = policy.as_ref().and_then(|policy| OrgContext::of(&policy.org_chart(name), can_message));
         let link_context = root.content.strip_prefix(LINK_CONTEXT_PREFIX).and_then(|link_id| {
             let link = policy.as_ref()?.link(link_id)?.clone();
@@ -736,7 +754,10 @@ impl AgentRuntime {
             role: &self.setup.role,
             org_context,
             link_context,
-            tools: tools.iter().map(|t| PromptTool { name: t.name.clone(), description: t.description.clone() }).collect(),
+            tools: tools
+                .iter()
+                .map(|t| PromptTool { name: t.name.clone(), description: t.description.clone() })
+                .collect(),
         };
         self.setup.prompts.system(&context).unwrap_or_else(|error| {
             // The templates rendered at load; a render failing now keeps the role at least.

@@ -4,12 +4,12 @@
 mod common;
 
 use common::{Backend, Definition, Mesh, text_of};
+use common::{LlmStep, ScriptedLlm};
+use llm_agent::ModelError;
 use mesh_client::ClientError;
 use mesh_protocol::error::FailureStatus;
 use mesh_protocol::graph::GraphMode;
 use mesh_protocol::seed::ResponseStatus;
-use llm_agent::ModelError;
-use common::{LlmStep, ScriptedLlm};
 use std::time::Duration;
 
 /// The agent's own answers in its conversations, as docmem holds them.
@@ -59,9 +59,7 @@ async fn a_slow_model_times_out_into_a_timeout_answer() {
 async fn huge_answers_are_bounded() {
     let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, Backend::Embedded).await;
     let llm = ScriptedLlm::start([LlmStep::huge_text(1_000_000)]).await;
-    let agents = mesh
-        .llm_agents(&[Definition::new("alpha", &[]).limits("answer_bytes_max = 65536")], &llm)
-        .await;
+    let agents = mesh.llm_agents(&[Definition::new("alpha", &[]).limits("answer_bytes_max = 65536")], &llm).await;
     // A megabyte: kept cut to the agent's bound, and said so.
     let answer = mesh.ask(agents.url("alpha"), "talk a lot").await.unwrap();
     assert_eq!(answer.status, ResponseStatus::Partial);

@@ -6,11 +6,11 @@
 mod common;
 
 use common::{Backend, CALL_TIMEOUT, Definition, Mesh, link, text_of};
+use common::{LlmStep, ScriptedLlm};
 use http::{Method, Request};
 use mesh_protocol::call::CallContext;
 use mesh_protocol::graph::{GraphMode, LinkDirection, LinkRelationship};
 use mesh_protocol::seed::{TaskRequest, TaskResponse};
-use common::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
 #[tokio::test]

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Backend, Definition, Echo, Mesh};
-use mesh_protocol::graph::GraphMode;
 use common::{LlmStep, ScriptedLlm};
+use mesh_protocol::graph::GraphMode;
 use serde_json::json;
 
 #[tokio::test]
@@ -48,11 +48,13 @@ async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_too
     assert_eq!(echo.calls(), 1, "the tool did not run again");
     let (_, docmem) = mesh.open().await;
     let mut answers = Vec::new();
-    for record in mesh.records("alpha").await.iter().filter(|d| d.record.agent_id == me && d.record.action == "append") {
+    for record in mesh.records("alpha").await.iter().filter(|d| d.record.agent_id == me && d.record.action == "append")
+    {
         answers.push(docmem.get(&record.record.node_id).await.unwrap().content);
     }
     assert_eq!(answers, ["the answer after the restart"]);
-    let tool_outputs = mesh.records("alpha").await.iter().filter(|d| d.record.agent_id == mesh_bus::TOOL_AGENT_ID).count();
+    let tool_outputs =
+        mesh.records("alpha").await.iter().filter(|d| d.record.agent_id == mesh_bus::TOOL_AGENT_ID).count();
     assert_eq!(tool_outputs, 1);
     agents.stop().await;
 }

@@ -6,9 +6,9 @@
 mod common;
 
 use common::{Backend, Definition, Echo, Mesh, text_of};
+use common::{LlmStep, ScriptedLlm};
 use mesh_bus::TOOL_AGENT_ID;
 use mesh_protocol::graph::GraphMode;
-use common::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
 /// One tool round and a final answer; what the model was sent, and what the topic holds.
@@ -94,7 +94,11 @@ async fn call_agent_resolves_a_capability_and_list_agents_shows_skills() {
     assert!(outputs[0].contains("- echo [healthy]") || outputs[0].contains("- echo ["), "{}", outputs[0]);
     assert!(outputs[0].contains("echoing (echoing things)"), "{}", outputs[0]);
     assert!(outputs[1].contains("echo: by capability"), "{}", outputs[1]);
-    assert!(outputs[2].starts_with("Result of call_agent:\nerror: no agent is registered as \"nobody\""), "{}", outputs[2]);
+    assert!(
+        outputs[2].starts_with("Result of call_agent:\nerror: no agent is registered as \"nobody\""),
+        "{}",
+        outputs[2]
+    );
     assert_eq!(echo.calls(), 1);
     agents.stop().await;
 }

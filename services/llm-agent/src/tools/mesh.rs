@@ -86,14 +86,16 @@ impl Tool for CallAgentTool {
         let answered = match call_agent(caller, scope, input(Some(args.agent_id.clone()), None)).await {
             // Not a registered name: a capability, as seed 000's agent_id may be.
             Err(AgentError::Call { code, .. }) if code == "AGENT_NOT_FOUND" => {
-                call_agent(caller, scope, input(None, Some(args.agent_id.clone()))).await.map_err(|error| match error {
-                    AgentError::Call { code, .. } if code == "AGENT_NOT_FOUND" => format!(
-                        "no agent is registered as {:?}, and none offers it as a capability: list_agents shows \
+                call_agent(caller, scope, input(None, Some(args.agent_id.clone()))).await.map_err(
+                    |error| match error {
+                        AgentError::Call { code, .. } if code == "AGENT_NOT_FOUND" => format!(
+                            "no agent is registered as {:?}, and none offers it as a capability: list_agents shows \
                          who there is",
-                        args.agent_id
-                    ),
-                    other => refused(CALL_AGENT_SKILL_ID, other),
-                })?
+                            args.agent_id
+                        ),
+                        other => refused(CALL_AGENT_SKILL_ID, other),
+                    },
+                )?
             }
             other => other.map_err(|error| refused(CALL_AGENT_SKILL_ID, error))?,
         };
@@ -102,8 +104,10 @@ impl Tool for CallAgentTool {
             ResponseStatus::Success => "SUCCESS",
             ResponseStatus::Partial => "PARTIAL",
         };
-        let confidence =
-            answered.confidence_level.map(|c| format!(", confidence {}", json!(c).as_str().unwrap_or_default())).unwrap_or_default();
+        let confidence = answered
+            .confidence_level
+            .map(|c| format!(", confidence {}", json!(c).as_str().unwrap_or_default()))
+            .unwrap_or_default();
         Ok(format!(
             "{} answered ({status}{confidence}):\n{}",
             args.agent_id,
@@ -172,12 +176,9 @@ impl Tool for ListAgentsTool {
         for agent in agents.iter().take(TOOL_LIST_ENTRIES_MAX) {
             let health = json!(agent.health_status);
             let skills = match discovery.card(agent).await {
-                Ok(card) => card
-                    .skills
-                    .iter()
-                    .map(|s| format!("{} ({})", s.id, s.description))
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                Ok(card) => {
+                    card.skills.iter().map(|s| format!("{} ({})", s.id, s.description)).collect::<Vec<_>>().join("; ")
+                }
                 Err(error) => format!("card unavailable: {error}"),
             };
             lines.push(format!("- {} [{}]: {skills}", agent.name, health.as_str().unwrap_or_default()));
@@ -235,10 +236,9 @@ impl Tool for SendAgentMessageTool {
         let me = scope.agent();
         // The link's existence, its flag and its direction, whatever mode the graph is in.
         let policy = self.0.graph.links().policy();
-        let link = policy
-            .links_of(me)
-            .find(|link| link.joins(me, &args.target))
-            .ok_or_else(|| format!("no link joins you and {:?}: message only the agents of your organisation", args.target))?;
+        let link = policy.links_of(me).find(|link| link.joins(me, &args.target)).ok_or_else(|| {
+            format!("no link joins you and {:?}: message only the agents of your organisation", args.target)
+        })?;
         if !link.enabled {
             return Err(format!("the link {} between you and {} is disabled", link.id, args.target));
         }

@@ -71,10 +71,11 @@ impl Toolbox {
         if !tool.offered(scope.agent()) {
             return ToolOutcome::error(format!("the tool {} is not offered to you now", call.name));
         }
-        let arguments: Value = match serde_json::from_str(if call.arguments.trim().is_empty() { "{}" } else { &call.arguments }) {
-            Ok(arguments) => arguments,
-            Err(error) => return ToolOutcome::error(format!("the arguments are not JSON: {error}")),
-        };
+        let arguments: Value =
+            match serde_json::from_str(if call.arguments.trim().is_empty() { "{}" } else { &call.arguments }) {
+                Ok(arguments) => arguments,
+                Err(error) => return ToolOutcome::error(format!("the arguments are not JSON: {error}")),
+            };
         let errors: Vec<String> =
             validator.iter_errors(&arguments).take(SCHEMA_ERRORS_SHOWN_MAX).map(|e| describe(&e)).collect();
         if !errors.is_empty() {
@@ -139,7 +140,10 @@ mod tests {
     async fn bad_calls_are_tool_errors_the_model_can_read() {
         let tools = Toolbox::default().with(Arc::new(Echo)).unwrap();
         let scope = CallScope::received("me", CallContext::default());
-        assert_eq!(tools.run(&scope, &call("echo", r#"{"text":"hi"}"#)).await, ToolOutcome { text: "hi".into(), failed: false });
+        assert_eq!(
+            tools.run(&scope, &call("echo", r#"{"text":"hi"}"#)).await,
+            ToolOutcome { text: "hi".into(), failed: false }
+        );
         for (name, arguments, expected) in [
             ("shell", "{}", "no tool named \"shell\""),
             ("echo", "{not json", "not JSON"),

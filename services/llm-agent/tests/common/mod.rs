@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use llm_agent::{ChatModel, LlmAgents, LlmAgentsConfig};
-pub use scripted::{LlmStep, ScriptedLlm};
 use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_bus::{BusConfig, Delivered, SharedBus};
 use mesh_client::{ClientError, HttpClient, RegistryClient, send_task};
@@ -21,6 +20,7 @@ use mesh_llm::LlmConfig;
 use mesh_protocol::graph::{GraphMode, LinkDirection, LinkRelationship};
 use mesh_protocol::seed::{Part, TaskRequest, TaskResponse};
 use registry::{Application, LinkDef, RegistryConfig};
+pub use scripted::{LlmStep, ScriptedLlm};
 use serde_json::json;
 use tokio::sync::{Notify, oneshot};
 
@@ -131,7 +131,12 @@ impl Mesh {
             Backend::Kafka(brokers) => {
                 // Topics of their own: the broker outlives the test.
                 let instance = uuid::Uuid::new_v4().simple().to_string();
-                BusConfig { database_url: sqlite, kafka_brokers: Some(brokers), instance_id: instance, ..BusConfig::default() }
+                BusConfig {
+                    database_url: sqlite,
+                    kafka_brokers: Some(brokers),
+                    instance_id: instance,
+                    ..BusConfig::default()
+                }
             }
             Backend::Postgres(url) => BusConfig { database_url: url, ..BusConfig::default() },
         };
