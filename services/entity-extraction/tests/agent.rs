@@ -1,6 +1,6 @@
 //! The entity-extraction agent as a real server on port 0: its rules (against the hand-written
 //! oracle of `mesh_query_analysis::oracle`, never against the rules' own output), its answers to
-//! bad input, its card, and its LLM backend against a fake OpenAI-compatible endpoint that
+//! bad input, its card, and its LLM backend against a scripted OpenAI-compatible server that
 //! answers well, badly, slowly, with an error status, or not at all.
 
 use std::time::{Duration, Instant};
@@ -10,7 +10,8 @@ use http::{Method, StatusCode};
 use mesh_agent_kit::testing::{CALL_TIMEOUT, JSON, RunningAgent, TASKS_PATH, local_agent_config};
 use mesh_client::reply_data;
 use mesh_llm::LlmConfig;
-use mesh_llm::testing::{FakeLlm, LlmBehaviour, assert_rules_fallback_warning, llm_config, refused_base_url};
+use mesh_llm::testing::{TEST_MODEL, assert_rules_fallback_warning, llm_config};
+use mesh_test_support::llm::{LlmStep, SCRIPTED_ERROR_MESSAGE, ScriptedLlm, refused_base_url};
 use mesh_protocol::agents::{Entity, EntityExtraction, EntityType};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
 use mesh_query_analysis::oracle::ENTITY_CASES;
@@ -105,7 +106,7 @@ fn assert_rules_fallback(query: &str, response: &TaskResponse, extraction: &Enti
 
 /// One task answered by an agent backed by a fake LLM.
 struct LlmRun {
-    llm: FakeLlm,
+    llm: ScriptedLlm,
     response: TaskResponse,
     extraction: EntityExtraction,
     /// Time the task took, as the caller saw it.
@@ -113,8 +114,8 @@ struct LlmRun {
 }
 
 /// Starts a fake LLM behaving as given and an agent using it, and sends `query`.
-async fn run_with_llm(behaviour: LlmBehaviour, query: &str) -> LlmRun {
-    let llm = FakeLlm::start(behaviour).await;
+async fn run_with_llm(behaviour: LlmStep, query: &str) -> LlmRun {
+    let llm = ScriptedLlm::repeating(behaviour).await;
     let agent = llm_agent(llm.base_url()).await;
     let started = Instant::now();
     let (response, extraction) = extract(&agent, query).await;
@@ -122,7 +123,7 @@ async fn run_with_llm(behaviour: LlmBehaviour, query: &str) -> LlmRun {
 }
 
 /// [`run_with_llm`], expecting the rules' answer with a warning containing `cause`.
-async fn expect_fallback(behaviour: LlmBehaviour, query: &str, cause: &str) -> LlmRun {
+async fn expect_fallback(behaviour: LlmStep, query: &str, cause: &str) -> LlmRun {
     let run = run_with_llm(behaviour, query).await;
     assert_rules_fallback(query, &run.response, &run.extraction, cause);
     run
@@ -253,7 +254,7 @@ async fn card_names_the_agent_and_its_skill() {
 #[tokio::test]
 async fn llm_answer_is_used_with_offsets_computed_by_the_agent() {
     let answer = json!({"entities": [{"text": "Tokyo", "type": "LOCATION"}]});
-    let LlmRun { llm, response, extraction, .. } = run_with_llm(LlmBehaviour::answer_json(answer), TOKYO_QUERY).await;
+    let LlmRun { llm, response, extraction, .. } = run_with_llm(LlmStep::json(answer), TOKYO_QUERY).await;
     assert_eq!(response.status, ResponseStatus::Success);
     assert!(response.warnings.is_empty());
     let tokyo = Entity {
@@ -275,15 +276,15 @@ async fn llm_answer_is_used_with_offsets_computed_by_the_agent() {
 
     let requests = llm.requests();
     assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0]["model"], "fake");
-    assert_eq!(requests[0]["response_format"]["type"], "json_object");
-    assert_eq!(requests[0]["messages"][1], json!({"role": "user", "content": TOKYO_QUERY}));
+    assert_eq!(requests[0].body["model"], TEST_MODEL);
+    assert_eq!(requests[0].body["response_format"]["type"], "json_object");
+    assert_eq!(requests[0].body["messages"][1], json!({"role": "user", "content": TOKYO_QUERY}));
 }
 
 #[tokio::test]
 async fn llm_offsets_count_characters_and_fenced_json_is_accepted() {
     let answer = json!({"entities": [{"text": "São Paulo", "type": "LOCATION"}, {"text": "Café", "type": "CONCEPT"}]});
-    let fenced = LlmBehaviour::answer(format!("```json\n{answer}\n```"));
+    let fenced = LlmStep::text(format!("```json\n{answer}\n```"));
     let LlmRun { response, extraction, .. } = run_with_llm(fenced, UNICODE_QUERY).await;
     assert_eq!(response.status, ResponseStatus::Success);
     assert_eq!(extraction.method, "llm");
@@ -297,7 +298,7 @@ async fn llm_offsets_count_characters_and_fenced_json_is_accepted() {
 async fn repeated_llm_entities_get_the_offsets_of_each_mention() {
     let query = "robots versus robots";
     let answer = json!({"entities": [{"text": "robots", "type": "CONCEPT"}, {"text": "robots", "type": "CONCEPT"}]});
-    let extraction = run_with_llm(LlmBehaviour::answer_json(answer), query).await.extraction;
+    let extraction = run_with_llm(LlmStep::json(answer), query).await.extraction;
     assert_eq!(extraction.method, "llm");
     let spans: Vec<_> = extraction.entities.iter().map(|e| (e.start, e.end)).collect();
     assert_eq!(spans, [(0, 6), (14, 20)]);
@@ -305,24 +306,24 @@ async fn repeated_llm_entities_get_the_offsets_of_each_mention() {
 
 #[tokio::test]
 async fn malformed_llm_content_falls_back_to_the_rules() {
-    let run = expect_fallback(LlmBehaviour::answer("Tokyo is a LOCATION."), TOKYO_QUERY, "JSON asked for").await;
+    let run = expect_fallback(LlmStep::text("Tokyo is a LOCATION."), TOKYO_QUERY, "JSON asked for").await;
     assert_eq!(run.llm.requests().len(), 1);
     // Valid JSON of the wrong shape is as unusable as prose.
-    let wrong_shape = LlmBehaviour::answer_json(json!({"entities": [{"text": "Tokyo", "type": "CITY"}]}));
+    let wrong_shape = LlmStep::json(json!({"entities": [{"text": "Tokyo", "type": "CITY"}]}));
     expect_fallback(wrong_shape, TOKYO_QUERY, "JSON asked for").await;
 }
 
 #[tokio::test]
 async fn llm_entities_not_in_the_query_are_refused() {
     let invented = json!({"entities": [{"text": "Tokyo", "type": "LOCATION"}, {"text": "Osaka", "type": "LOCATION"}]});
-    expect_fallback(LlmBehaviour::answer_json(invented), TOKYO_QUERY, "\"Osaka\" is not a substring").await;
+    expect_fallback(LlmStep::json(invented), TOKYO_QUERY, "\"Osaka\" is not a substring").await;
     let blank = json!({"entities": [{"text": " ", "type": "CONCEPT"}]});
-    expect_fallback(LlmBehaviour::answer_json(blank), TOKYO_QUERY, "is not a substring").await;
+    expect_fallback(LlmStep::json(blank), TOKYO_QUERY, "is not a substring").await;
 }
 
 #[tokio::test]
 async fn slow_llm_is_given_up_on_within_its_timeout() {
-    let behaviour = LlmBehaviour::answer_json(json!({"entities": []})).delayed(SLOW_LLM_DELAY);
+    let behaviour = LlmStep::json(json!({"entities": []})).delayed(SLOW_LLM_DELAY);
     let run = expect_fallback(behaviour, TOKYO_QUERY, &format!("did not answer within {LLM_TIMEOUT_MS} ms")).await;
     assert!(run.elapsed < SLOW_LLM_TASK_MAX, "the task took {:?}", run.elapsed);
     assert_eq!(run.llm.requests().len(), 1, "the LLM was called");
@@ -330,8 +331,8 @@ async fn slow_llm_is_given_up_on_within_its_timeout() {
 
 #[tokio::test]
 async fn llm_error_status_falls_back_to_the_rules() {
-    let behaviour = LlmBehaviour::error(StatusCode::INTERNAL_SERVER_ERROR);
-    expect_fallback(behaviour, SOCCER_QUERY, "HTTP 500: the fake model is overloaded").await;
+    let behaviour = LlmStep::error(500);
+    expect_fallback(behaviour, SOCCER_QUERY, &format!("HTTP 500: {SCRIPTED_ERROR_MESSAGE}")).await;
 }
 
 #[tokio::test]

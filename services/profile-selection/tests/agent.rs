@@ -1,6 +1,6 @@
 //! The profile-selection agent as a real server on port 0: its rules (against the hand-written
 //! oracle of `mesh_query_analysis::oracle`, never against the rules' own output), its answers to
-//! bad input, its card, and its LLM backend against a fake OpenAI-compatible endpoint that
+//! bad input, its card, and its LLM backend against a scripted OpenAI-compatible server that
 //! answers well, badly, slowly, with an error status, or not at all.
 
 use std::time::{Duration, Instant};
@@ -9,7 +9,8 @@ use http::{Method, StatusCode};
 use mesh_agent_kit::testing::{JSON, RunningAgent, TASKS_PATH, local_agent_config};
 use mesh_client::reply_data;
 use mesh_llm::LlmConfig;
-use mesh_llm::testing::{FakeLlm, LlmBehaviour, assert_rules_fallback_warning, llm_config, refused_base_url};
+use mesh_llm::testing::{TEST_MODEL, assert_rules_fallback_warning, llm_config};
+use mesh_test_support::llm::{LlmStep, SCRIPTED_ERROR_MESSAGE, ScriptedLlm, refused_base_url};
 use mesh_protocol::agents::{Complexity, Modality, ProfileScore, ProfileSelection};
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
@@ -104,7 +105,7 @@ fn assert_rules_fallback(query: &str, response: &TaskResponse, selection: &Profi
 
 /// One task answered by an agent backed by a fake LLM.
 struct LlmRun {
-    llm: FakeLlm,
+    llm: ScriptedLlm,
     response: TaskResponse,
     selection: ProfileSelection,
     /// Time the task took, as the caller saw it.
@@ -112,8 +113,8 @@ struct LlmRun {
 }
 
 /// Starts a fake LLM behaving as given and an agent using it, and sends the soccer query.
-async fn run_with_llm(behaviour: LlmBehaviour) -> LlmRun {
-    let llm = FakeLlm::start(behaviour).await;
+async fn run_with_llm(behaviour: LlmStep) -> LlmRun {
+    let llm = ScriptedLlm::repeating(behaviour).await;
     let agent = llm_agent(llm.base_url()).await;
     let started = Instant::now();
     let (response, selection) = select(&agent, SOCCER_QUERY).await;
@@ -121,7 +122,7 @@ async fn run_with_llm(behaviour: LlmBehaviour) -> LlmRun {
 }
 
 /// [`run_with_llm`], expecting the rules' answer with a warning containing `cause`.
-async fn expect_fallback(behaviour: LlmBehaviour, cause: &str) -> LlmRun {
+async fn expect_fallback(behaviour: LlmStep, cause: &str) -> LlmRun {
     let run = run_with_llm(behaviour).await;
     assert_rules_fallback(SOCCER_QUERY, &run.response, &run.selection, cause);
     run
@@ -258,7 +259,7 @@ async fn card_names_the_agent_and_its_skill() {
 #[tokio::test]
 async fn llm_answer_is_used_when_it_names_a_given_profile() {
     let LlmRun { llm, response, selection, .. } =
-        run_with_llm(LlmBehaviour::answer_json(llm_answer("title", 0.8))).await;
+        run_with_llm(LlmStep::json(llm_answer("title", 0.8))).await;
     assert_eq!(response.status, ResponseStatus::Success);
     assert!(response.warnings.is_empty());
     assert_eq!(
@@ -280,39 +281,39 @@ async fn llm_answer_is_used_when_it_names_a_given_profile() {
 
     let requests = llm.requests();
     assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0]["model"], "fake");
-    let user = requests[0]["messages"][1]["content"].as_str().unwrap();
+    assert_eq!(requests[0].body["model"], TEST_MODEL);
+    let user = requests[0].body["messages"][1]["content"].as_str().unwrap();
     assert!(user.contains(&format!("Query: {SOCCER_QUERY}")), "{user}");
     assert!(["bm25", "title", "tags", "exact_phrase"].iter().all(|word| user.contains(word)), "{user}");
 }
 
 #[tokio::test]
 async fn llm_choosing_an_unknown_profile_falls_back_to_the_rules() {
-    expect_fallback(LlmBehaviour::answer_json(llm_answer("colpali", 0.9)), "\"colpali\" is not an available profile")
+    expect_fallback(LlmStep::json(llm_answer("colpali", 0.9)), "\"colpali\" is not an available profile")
         .await;
     let mut unknown_alternative = llm_answer("title", 0.9);
     unknown_alternative["alternatives"][1]["profile"] = json!("colpali");
-    expect_fallback(LlmBehaviour::answer_json(unknown_alternative), "alternative \"colpali\"").await;
+    expect_fallback(LlmStep::json(unknown_alternative), "alternative \"colpali\"").await;
 }
 
 #[tokio::test]
 async fn llm_confidence_outside_the_unit_range_falls_back_to_the_rules() {
-    expect_fallback(LlmBehaviour::answer_json(llm_answer("title", 1.7)), "confidence 1.7 is outside 0..1").await;
-    expect_fallback(LlmBehaviour::answer_json(llm_answer("title", -0.1)), "outside 0..1").await;
+    expect_fallback(LlmStep::json(llm_answer("title", 1.7)), "confidence 1.7 is outside 0..1").await;
+    expect_fallback(LlmStep::json(llm_answer("title", -0.1)), "outside 0..1").await;
 }
 
 #[tokio::test]
 async fn llm_alternative_scores_outside_the_unit_range_fall_back_to_the_rules() {
     let mut answer = llm_answer("title", 0.8);
     answer["alternatives"][0]["score"] = json!(3.0);
-    expect_fallback(LlmBehaviour::answer_json(answer), "outside 0..1").await;
+    expect_fallback(LlmStep::json(answer), "outside 0..1").await;
 }
 
 #[tokio::test]
 async fn llm_alternatives_are_the_other_profiles_best_first() {
     let mut answer = llm_answer("title", 0.8);
     answer["alternatives"] = json!([{"profile": "bm25", "score": 0.2}, {"profile": "title", "score": 0.9}, {"profile": "tags", "score": 0.6}]);
-    let selection = run_with_llm(LlmBehaviour::answer_json(answer)).await.selection;
+    let selection = run_with_llm(LlmStep::json(answer)).await.selection;
     assert_eq!(selection.method, "llm");
     let alternatives: Vec<&str> = selection.alternatives.iter().map(|a| a.profile.as_str()).collect();
     assert_eq!(alternatives, ["tags", "bm25"]);
@@ -320,16 +321,16 @@ async fn llm_alternatives_are_the_other_profiles_best_first() {
 
 #[tokio::test]
 async fn malformed_llm_content_falls_back_to_the_rules() {
-    let run = expect_fallback(LlmBehaviour::answer("I would pick title."), "JSON asked for").await;
+    let run = expect_fallback(LlmStep::text("I would pick title."), "JSON asked for").await;
     assert_eq!(run.llm.requests().len(), 1);
     let mut wrong_modality = llm_answer("title", 0.8);
     wrong_modality["modality"] = json!("hologram");
-    expect_fallback(LlmBehaviour::answer_json(wrong_modality), "JSON asked for").await;
+    expect_fallback(LlmStep::json(wrong_modality), "JSON asked for").await;
 }
 
 #[tokio::test]
 async fn slow_llm_is_given_up_on_within_its_timeout() {
-    let behaviour = LlmBehaviour::answer_json(llm_answer("title", 0.8)).delayed(SLOW_LLM_DELAY);
+    let behaviour = LlmStep::json(llm_answer("title", 0.8)).delayed(SLOW_LLM_DELAY);
     let run = expect_fallback(behaviour, &format!("did not answer within {LLM_TIMEOUT_MS} ms")).await;
     assert!(run.elapsed < SLOW_LLM_TASK_MAX, "the task took {:?}", run.elapsed);
     assert_eq!(run.llm.requests().len(), 1, "the LLM was called");
@@ -337,8 +338,8 @@ async fn slow_llm_is_given_up_on_within_its_timeout() {
 
 #[tokio::test]
 async fn llm_error_status_falls_back_to_the_rules() {
-    let behaviour = LlmBehaviour::error(StatusCode::INTERNAL_SERVER_ERROR);
-    expect_fallback(behaviour, "HTTP 500: the fake model is overloaded").await;
+    let behaviour = LlmStep::error(500);
+    expect_fallback(behaviour, &format!("HTTP 500: {SCRIPTED_ERROR_MESSAGE}")).await;
 }
 
 #[tokio::test]

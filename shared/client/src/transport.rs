@@ -89,13 +89,17 @@ impl ReqwestTransport {
     /// by `guard` after resolution, redirects are returned rather than followed (a redirect
     /// could lead anywhere), and no proxy is used (the proxy, not the target, would be checked).
     pub fn guarded(guard: OutboundGuard) -> Result<Self, TransportError> {
-        let client = Self::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .dns_resolver(guard.resolver())
+        let client = Self::guarded_builder(&guard)
             .build()
             .map_err(|e| TransportError::Other(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self { client, guard: Some(guard) })
+    }
+
+    /// The reqwest client builder of [`Self::guarded`], for a protocol client that needs reqwest
+    /// itself (the MCP client): addresses checked after resolution, redirects not followed, no
+    /// proxy. A URL with a literal IP host must still be checked with [`OutboundGuard::vet`].
+    pub fn guarded_builder(guard: &OutboundGuard) -> reqwest::ClientBuilder {
+        Self::builder().redirect(reqwest::redirect::Policy::none()).no_proxy().dns_resolver(guard.resolver())
     }
 
     fn builder() -> reqwest::ClientBuilder {

@@ -1,20 +1,27 @@
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use http::{HeaderValue, Method, Request, StatusCode, Uri};
-use mesh_client::{ClientError, HttpClient};
-use serde::Deserialize;
+use async_openai::types::chat::{ChatCompletionStreamOptions, CreateChatCompletionRequest, ResponseFormat};
+use backon::{ExponentialBuilder, Retryable};
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
-use url::Url;
+use tokio::time::Instant;
+use tracing::Instrument;
 
+use crate::chat::{ChatAnswer, ChatMessage, ChatRequest, WireCompletion, wire_messages, wire_tools};
 use crate::config::LlmConfig;
 use crate::error::LlmError;
+use crate::http::{BoundedExchange, EndpointConfig, Failure, classify, http_client};
+use crate::stream::ChatStream;
+use crate::telemetry::CallTelemetry;
 
-/// Longest excerpt of a non-JSON error body kept in [`LlmError::Http`]; proxies can answer with
-/// whole HTML pages, which would drown the log line.
-const ERROR_BODY_EXCERPT_MAX_CHARS: usize = 300;
+/// The chat-completions path under the base URL.
+const CHAT_PATH: &str = "/chat/completions";
+/// First wait before a retry; doubled for each further one, with jitter.
+const RETRY_DELAY_MIN_MS: u64 = 100;
+/// Longest wait between two attempts, a server's `Retry-After` included: a longer wait is no
+/// retry within a call but a failure to report.
+const RETRY_DELAY_MAX_MS: u64 = 5_000;
 /// The Markdown code fence some models wrap JSON in even when asked for a bare JSON object.
 const CODE_FENCE: &str = "```";
 
@@ -24,61 +31,130 @@ pub fn api_key_from_env(config: &LlmConfig) -> Option<String> {
     std::env::var(&config.api_key_env).ok()
 }
 
-/// Calls one OpenAI-compatible chat-completions endpoint for JSON answers. Cheap to clone; the
-/// `Debug` output never shows the API key.
-#[derive(Debug, Clone)]
+/// A client of one OpenAI-compatible chat-completions endpoint (OpenRouter, vLLM, Ollama,
+/// llama.cpp's server, OpenAI), built on async-openai. Every call has the config's timeout
+/// (retries included), retries 429 and 5xx answers with backoff, refuses answers over
+/// `answer_bytes_max`, and is observed as a GenAI span and metrics.
+///
+/// Cheap to clone. The API key is sent only to `base_url` (redirects are not followed) and never
+/// shown: not by `Debug`, not in errors, not in logs.
+#[derive(Clone)]
 pub struct LlmClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     config: LlmConfig,
-    endpoint: Uri,
-    /// `Bearer <key>`, marked sensitive so it is redacted wherever headers are printed.
-    authorization: Option<HeaderValue>,
-    http: HttpClient,
+    /// The `service` label of the metrics: the agent that calls.
+    service: String,
+    endpoint: String,
+    /// Parsed once for the span's `server.address` and `server.port`.
+    server: url::Url,
+    openai: async_openai::Client<EndpointConfig>,
+}
+
+impl fmt::Debug for LlmClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LlmClient")
+            .field("endpoint", &self.inner.endpoint)
+            .field("model", &self.inner.config.model)
+            .field("service", &self.inner.service)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LlmClient {
-    /// A client using the API key from the environment variable named in the config (see
-    /// [`api_key_from_env`]); without one, requests carry no `Authorization` header, which is what
-    /// local OpenAI-compatible servers usually expect.
-    pub fn new(config: LlmConfig, http: HttpClient) -> Result<Self, LlmError> {
+    /// A client for `service` (the label its metrics carry) using the API key from the
+    /// environment variable the config names (see [`api_key_from_env`]); without one, requests
+    /// carry no `Authorization` header, which is what local servers usually expect.
+    pub fn new(config: LlmConfig, service: &str) -> Result<Self, LlmError> {
         let api_key = api_key_from_env(&config);
-        Self::with_api_key(config, http, api_key)
+        Self::with_api_key(config, service, api_key)
     }
 
     /// A client using `api_key` as given; `None` or a blank key sends no `Authorization` header.
     ///
     /// Fails with [`LlmError::NotConfigured`] when `base_url` or `model` is empty, and with
-    /// [`LlmError::InvalidConfig`] when `base_url` is not an http(s) URL, `timeout_ms` is 0 or the
-    /// key cannot be sent in a header.
-    pub fn with_api_key(config: LlmConfig, http: HttpClient, api_key: Option<String>) -> Result<Self, LlmError> {
+    /// [`LlmError::InvalidConfig`] when `base_url` is not an http(s) URL, `timeout_ms` or
+    /// `answer_bytes_max` is 0, or the key cannot be sent in a header.
+    pub fn with_api_key(config: LlmConfig, service: &str, api_key: Option<String>) -> Result<Self, LlmError> {
         if !config.is_configured() {
             return Err(LlmError::NotConfigured);
         }
         if config.timeout_ms == 0 {
-            return Err(LlmError::InvalidConfig(
-                "`timeout_ms` is 0, so every call would time out; set it above 0".into(),
-            ));
+            return Err(LlmError::InvalidConfig("`timeout_ms` is 0, so every call would time out; set it above 0".into()));
         }
-        let endpoint = chat_completions_url(&config.base_url)?;
-        let authorization = match api_key.as_deref().map(str::trim).filter(|key| !key.is_empty()) {
-            Some(key) => {
-                let mut value = HeaderValue::try_from(format!("Bearer {key}")).map_err(|_| {
-                    LlmError::InvalidConfig(format!(
-                        "the API key (environment variable {}) contains characters that cannot be sent in an \
-                         HTTP header",
-                        config.api_key_env
-                    ))
-                })?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-            None => None,
-        };
-        Ok(Self { config, endpoint, authorization, http })
+        if config.answer_bytes_max == 0 {
+            return Err(LlmError::InvalidConfig("`answer_bytes_max` is 0, so every answer would be refused".into()));
+        }
+        let endpoint_config = EndpointConfig::new(&config.base_url, api_key, &config.api_key_env)?;
+        let endpoint = endpoint_config.display_url(CHAT_PATH);
+        let server = url::Url::parse(&endpoint).map_err(|e| LlmError::InvalidConfig(e.to_string()))?;
+        let exchange = BoundedExchange::new(http_client()?, config.answer_bytes_max);
+        let openai = async_openai::Client::with_config(endpoint_config).with_http_service(exchange);
+        Ok(Self { inner: Arc::new(Inner { config, service: service.to_owned(), endpoint, server, openai }) })
     }
 
     /// The full chat-completions URL requests go to.
-    pub fn endpoint(&self) -> &Uri {
-        &self.endpoint
+    pub fn endpoint(&self) -> &str {
+        &self.inner.endpoint
+    }
+
+    pub fn config(&self) -> &LlmConfig {
+        &self.inner.config
+    }
+
+    /// One chat completion: the model's text or tool calls, within the config's timeout.
+    pub async fn chat(&self, request: &ChatRequest) -> Result<ChatAnswer, LlmError> {
+        let telemetry = CallTelemetry::start(&self.inner.service, &self.inner.config.model, &self.inner.server, false);
+        let wire = self.wire_request(request, false);
+        let deadline = self.deadline();
+        let answer = async {
+            let attempt = || async {
+                let completion: WireCompletion = self
+                    .inner
+                    .openai
+                    .chat()
+                    .create_byot(&wire)
+                    .await
+                    .map_err(|e| classify(e, self.inner.config.answer_bytes_max))?;
+                completion.into_answer().map_err(|reason| Failure::from(LlmError::BadResponse(reason)))
+            };
+            self.within_deadline(deadline, self.with_retries(deadline, attempt)).await
+        }
+        .instrument(telemetry.span().clone())
+        .await;
+        telemetry.finish(answer.as_ref());
+        answer
+    }
+
+    /// A streamed chat completion: text and tool-call deltas as they arrive (see [`ChatStream`]),
+    /// assembled into the same [`ChatAnswer`] as [`Self::chat`] gives. The config's timeout covers
+    /// the whole stream; retries happen only before the first byte of an answer.
+    pub async fn chat_stream(&self, request: &ChatRequest) -> Result<ChatStream, LlmError> {
+        let telemetry = CallTelemetry::start(&self.inner.service, &self.inner.config.model, &self.inner.server, true);
+        let wire = self.wire_request(request, true);
+        let deadline = self.deadline();
+        let opened = async {
+            let attempt = || async {
+                self.inner
+                    .openai
+                    .chat()
+                    .create_stream_byot(&wire)
+                    .await
+                    .map_err(|e| classify(e, self.inner.config.answer_bytes_max))
+            };
+            self.within_deadline(deadline, self.with_retries(deadline, attempt)).await
+        }
+        .instrument(telemetry.span().clone())
+        .await;
+        match opened {
+            Ok(events) => Ok(ChatStream::new(events, deadline, &self.inner.config, telemetry)),
+            Err(error) => {
+                telemetry.finish(Err(&error));
+                Err(error)
+            }
+        }
     }
 
     /// Asks the model for a JSON object, given a `system` prompt (the instructions, which should
@@ -92,129 +168,88 @@ impl LlmClient {
         user: &str,
         validate: impl FnOnce(&T) -> Result<(), String>,
     ) -> Result<T, LlmError> {
-        let content = self.chat(system, user).await?;
-        let answer: T = serde_json::from_str(strip_json_fence(&content)).map_err(|e| {
-            tracing::debug!(model = %self.config.model, %content, "the model's content is not the JSON asked for");
+        let request = ChatRequest::new(vec![ChatMessage::system(system), ChatMessage::user(user)]).json_object();
+        let answer = self.chat(&request).await?;
+        let content = answer.text().ok_or_else(|| {
+            LlmError::BadResponse("the model called tools instead of answering with the JSON asked for".into())
+        })?;
+        let parsed: T = serde_json::from_str(strip_json_fence(content)).map_err(|e| {
+            tracing::debug!(model = %self.inner.config.model, %content, "the model's content is not the JSON asked for");
             LlmError::InvalidJson(e.to_string())
         })?;
-        validate(&answer).map_err(LlmError::Rejected)?;
-        Ok(answer)
+        validate(&parsed).map_err(LlmError::Rejected)?;
+        Ok(parsed)
     }
 
-    /// Sends one chat completion asking for a JSON object and returns the first choice's content.
-    async fn chat(&self, system: &str, user: &str) -> Result<String, LlmError> {
-        let body = json!({
-            "model": self.config.model,
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": user},
-            ],
-            "temperature": self.config.temperature,
-            "response_format": {"type": "json_object"},
-        });
-        let mut request = Request::new(Bytes::from(body.to_string()));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = self.endpoint.clone();
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        if let Some(authorization) = &self.authorization {
-            headers.insert(AUTHORIZATION, authorization.clone());
-        }
-
-        let started = Instant::now();
-        let sent = self.http.send(request, Duration::from_millis(self.config.timeout_ms)).await;
-        tracing::debug!(
-            model = %self.config.model,
-            latency_ms = started.elapsed().as_millis(),
-            status = sent.as_ref().ok().map(|response| response.status().as_u16()),
-            "LLM call finished"
-        );
-        let response = sent.map_err(|e| self.transport_error(&e))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(self.http_error(status, response.body()));
-        }
-        first_choice_content(response.body())
-    }
-
-    fn transport_error(&self, error: &ClientError) -> LlmError {
-        if error.is_timeout() {
-            LlmError::Timeout { timeout_ms: self.config.timeout_ms }
-        } else {
-            LlmError::Transport(error.to_string())
+    fn wire_request(&self, request: &ChatRequest, stream: bool) -> CreateChatCompletionRequest {
+        let config = &self.inner.config;
+        CreateChatCompletionRequest {
+            model: config.model.clone(),
+            messages: wire_messages(&request.messages),
+            tools: wire_tools(&request.tools),
+            // f64 in the config (TOML floats), f32 on the wire; the range is 0-2.
+            temperature: Some(config.temperature as f32),
+            max_completion_tokens: config.max_output_tokens,
+            response_format: request.json_object.then_some(ResponseFormat::JsonObject),
+            stream: stream.then_some(true),
+            // The usage of a streamed answer comes in a last chunk, sent only when asked for.
+            stream_options: stream.then_some(ChatCompletionStreamOptions { include_usage: Some(true), ..Default::default() }),
+            ..Default::default()
         }
     }
 
-    fn http_error(&self, status: StatusCode, body: &[u8]) -> LlmError {
-        let mut message = error_body_message(body);
-        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
-            message.push_str(&format!("; check the API key (environment variable {})", self.config.api_key_env));
+    fn deadline(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.inner.config.timeout_ms)
+    }
+
+    async fn within_deadline<T>(
+        &self,
+        deadline: Instant,
+        work: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<T, LlmError> {
+        match tokio::time::timeout_at(deadline, work).await {
+            Ok(done) => done.map_err(|failure| self.explain(failure.error)),
+            Err(_) => Err(LlmError::Timeout { timeout_ms: self.inner.config.timeout_ms }),
         }
-        LlmError::Http { status: status.as_u16(), message }
     }
-}
 
-/// `{base_url}/chat/completions`, whether or not `base_url` ends with `/`; a query (as some
-/// hosted APIs need for versioning) is kept.
-fn chat_completions_url(base_url: &str) -> Result<Uri, LlmError> {
-    let invalid = |reason: String| LlmError::InvalidConfig(format!("`base_url` {base_url:?} {reason}"));
-    let mut url = Url::parse(base_url.trim()).map_err(|e| invalid(format!("is not a URL: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid("is not an http(s) URL".into()));
+    /// Points a refused key at the variable it comes from (never at the key itself).
+    fn explain(&self, error: LlmError) -> LlmError {
+        match error {
+            LlmError::Http { status: status @ (401 | 403), message } => LlmError::Http {
+                status,
+                message: format!("{message}; check the API key (environment variable {})", self.inner.config.api_key_env),
+            },
+            other => other,
+        }
     }
-    url.path_segments_mut()
-        .map_err(|()| invalid("cannot have paths appended".into()))?
-        .pop_if_empty()
-        .extend(["chat", "completions"]);
-    Uri::try_from(url.as_str()).map_err(|e| invalid(format!("is not a valid request URI: {e}")))
-}
 
-/// The part of a chat-completions answer this client reads.
-#[derive(Deserialize)]
-struct ChatCompletion {
-    choices: Vec<Choice>,
-}
-
-#[derive(Deserialize)]
-struct Choice {
-    message: AssistantMessage,
-}
-
-#[derive(Deserialize)]
-struct AssistantMessage {
-    content: Option<String>,
-    /// OpenAI's structured refusal, sent instead of content.
-    refusal: Option<String>,
-}
-
-fn first_choice_content(body: &[u8]) -> Result<String, LlmError> {
-    let completion: ChatCompletion = serde_json::from_slice(body)
-        .map_err(|e| LlmError::BadResponse(format!("the body is not a chat completion ({e})")))?;
-    let message = completion
-        .choices
-        .into_iter()
-        .next()
-        .ok_or_else(|| LlmError::BadResponse("the answer has no choices".into()))?
-        .message;
-    match (message.content, message.refusal) {
-        (Some(content), _) if !content.trim().is_empty() => Ok(content),
-        (_, Some(refusal)) => Err(LlmError::BadResponse(format!("the model refused to answer: {refusal}"))),
-        _ => Err(LlmError::BadResponse("the first choice has no message content".into())),
+    /// Runs `attempt` until it succeeds, fails in a way a retry cannot fix, has been retried
+    /// `retries_max` times, or the next wait would end after `deadline` (then the last failure is
+    /// the answer: more telling than a timeout).
+    async fn with_retries<T, F, Fut>(&self, deadline: Instant, attempt: F) -> Result<T, Failure>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(RETRY_DELAY_MIN_MS))
+            .with_max_delay(Duration::from_millis(RETRY_DELAY_MAX_MS))
+            .with_max_times(self.inner.config.retries_max as usize)
+            .with_jitter();
+        attempt
+            .retry(backoff)
+            .when(|failure: &Failure| failure.error.is_retryable())
+            .adjust(|failure: &Failure, next: Option<Duration>| {
+                let delay = failure.retry_after.unwrap_or(next?);
+                (delay <= Duration::from_millis(RETRY_DELAY_MAX_MS) && Instant::now() + delay < deadline)
+                    .then_some(delay)
+            })
+            .notify(|failure: &Failure, delay: Duration| {
+                tracing::warn!(error = %failure.error, delay_ms = delay.as_millis(), "LLM call failed; retrying");
+            })
+            .await
     }
-}
-
-/// The error text of a non-2xx answer: OpenAI's `{"error": {"message": ...}}`, the
-/// `{"error": "..."}` some local servers send, or else the start of the raw body.
-fn error_body_message(body: &[u8]) -> String {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let error = parsed.as_ref().map(|value| &value["error"]);
-    if let Some(message) = error.and_then(|e| e["message"].as_str().or_else(|| e.as_str())) {
-        return message.to_owned();
-    }
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() { "(empty body)".to_owned() } else { text.chars().take(ERROR_BODY_EXCERPT_MAX_CHARS).collect() }
 }
 
 /// The JSON inside a Markdown code fence (```` ```json ... ``` ````), which some models add even
@@ -248,29 +283,28 @@ mod tests {
     }
 
     #[test]
-    fn chat_completions_is_appended_to_the_base_path() {
-        for base in ["http://h:1/v1", "http://h:1/v1/", " http://h:1/v1 "] {
-            assert_eq!(chat_completions_url(base).unwrap(), "http://h:1/v1/chat/completions", "{base}");
-        }
-        assert_eq!(chat_completions_url("http://h:1/").unwrap(), "http://h:1/chat/completions");
-        assert_eq!(
-            chat_completions_url("https://h/openai/v1?api-version=2").unwrap(),
-            "https://h/openai/v1/chat/completions?api-version=2"
-        );
-        for bad in ["not a url", "ftp://h/v1", "mailto:someone@example.com"] {
-            assert!(matches!(chat_completions_url(bad), Err(LlmError::InvalidConfig(_))), "{bad}");
+    fn an_unset_or_unusable_config_fails_at_construction() {
+        let config = |base_url: &str, timeout_ms| LlmConfig {
+            base_url: base_url.into(),
+            model: "m".into(),
+            timeout_ms,
+            ..LlmConfig::default()
+        };
+        let build = |config: LlmConfig| LlmClient::with_api_key(config, "test", None).map(|_| ());
+        assert_eq!(build(LlmConfig::default()), Err(LlmError::NotConfigured));
+        assert_eq!(build(LlmConfig { model: String::new(), ..config("http://h/v1", 1) }), Err(LlmError::NotConfigured));
+        let no_answer = LlmConfig { answer_bytes_max: 0, ..config("http://h/v1", 1) };
+        for bad in [config("not a url", 1), config("ftp://h/v1", 1), config("http://h/v1", 0), no_answer] {
+            assert!(matches!(build(bad.clone()), Err(LlmError::InvalidConfig(_))), "{bad:?}");
         }
     }
 
     #[test]
-    fn error_bodies_yield_their_message() {
-        assert_eq!(
-            error_body_message(br#"{"error": {"message": "model overloaded", "type": "server"}}"#),
-            "model overloaded"
-        );
-        assert_eq!(error_body_message(br#"{"error": "model not found"}"#), "model not found");
-        assert_eq!(error_body_message(b"  Bad Gateway\n"), "Bad Gateway");
-        assert_eq!(error_body_message(b""), "(empty body)");
-        assert_eq!(error_body_message(&[b'x'; 1000]).len(), ERROR_BODY_EXCERPT_MAX_CHARS);
+    fn debug_shows_the_endpoint_and_never_the_key() {
+        let config = LlmConfig { base_url: "http://h:1/v1/".into(), model: "m".into(), ..LlmConfig::default() };
+        let client = LlmClient::with_api_key(config, "test", Some("sk-very-secret".into())).unwrap();
+        let printed = format!("{client:?}");
+        assert!(printed.contains("http://h:1/v1/chat/completions") && !printed.contains("sk-very-secret"), "{printed}");
+        assert_eq!(client.endpoint(), "http://h:1/v1/chat/completions");
     }
 }

@@ -2,6 +2,9 @@ use std::future::Future;
 
 use crate::error::LlmError;
 
+/// Words every warning from [`llm_or_rules`] carries after a failed LLM attempt.
+pub const FALLBACK_WARNING: &str = "answered with the rules";
+
 /// Runs the LLM `attempt` when there is one, and the `rules` when there is none or it fails.
 /// Returns the answer, whether the LLM gave it, and, after a failed attempt, a warning saying
 /// the rules answered instead (so the caller can mark its answer partial).
@@ -16,7 +19,7 @@ where
         Ok(answer) => (answer, true, None),
         Err(error) => {
             tracing::warn!(%error, "LLM backend failed; answering with the rules");
-            (rules(), false, Some(format!("LLM backend failed ({error}); answered with the rules")))
+            (rules(), false, Some(format!("LLM backend failed ({error}); {FALLBACK_WARNING}")))
         }
     }
 }

@@ -4,6 +4,7 @@
 use mesh_agent_kit::{AgentApp, AgentConfig, AgentHandler, KitError};
 use mesh_client::HttpClient;
 use mesh_llm::{LlmClient, LlmConfig, LlmError};
+use mesh_protocol::a2a::v1::AgentCard;
 use serde::Deserialize;
 
 /// A planner's configuration: the agent keys, and an `[llm]` section (environment
@@ -34,8 +35,10 @@ pub async fn build<H: AgentHandler>(
     handler: impl FnOnce(Option<LlmClient>) -> H,
     http: HttpClient,
 ) -> Result<AgentApp, StartError> {
-    let llm = if config.llm.is_configured() { Some(LlmClient::new(config.llm.clone(), http.clone())?) } else { None };
-    let card = serde_json::from_str(card_json)?;
+    let card: AgentCard = serde_json::from_str(card_json)?;
+    // The agent's metrics carry its name: the configured one, or the card's.
+    let service = config.agent.name.as_deref().unwrap_or(&card.name);
+    let llm = if config.llm.is_configured() { Some(LlmClient::new(config.llm.clone(), service)?) } else { None };
     tracing::info!(method = if llm.is_some() { "llm" } else { "rules" }, "planner ready");
     Ok(AgentApp::build(&config.agent, card, handler(llm), http).await?)
 }

@@ -3,8 +3,13 @@
 //! developer's machine the test says what is missing and passes without it; under CI it fails,
 //! naming the part, because there a missing part means a broken install step, and a test that
 //! skipped would hide it behind a green run.
+//!
+//! Also the test doubles tests share: [`llm::ScriptedLlm`], an OpenAI-compatible server that
+//! answers from a script and records what it was asked.
 
 use std::fmt::Display;
+
+pub mod llm;
 
 /// Whether this is a CI run: `CI` set to anything but empty, `0` or `false` (`.ci/run` and the
 /// usual CI services set `CI=true`).
