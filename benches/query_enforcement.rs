@@ -13,10 +13,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use a2a_mesh::{RunningSuite, SuiteConfig, start};
-use mesh_agent_kit::HealthReport;
 use mesh_client::{HttpClient, RegistryClient, send_task};
 use mesh_protocol::graph::GraphMode;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
+use mesh_server::HealthReport;
 use support::{Samples, arg};
 
 const QUERIES: &[&str] = &[

@@ -5,7 +5,7 @@
 # junitreport.xml, by scripts/tck/report.py), and, over every variant together, each requirement
 # that no variant ran on a transport, with the kit's reason for skipping it.
 # The kit runs its tests of a capability only when the card declares it, so each variant of the
-# agent (examples/tck_agent.rs --variant) shows it one more:
+# agent (shared/tck-agent --variant) shows it one more:
 #   standard            streams, push notifications, no extended card, no required extension
 #   extended-card       an authenticated extended card, opened by a token: the kit has no option
 #                       for credentials, so scripts/tck/tck_bearer.py (a pytest plugin) makes
@@ -28,8 +28,8 @@
 #   TCK_AGENT_URL      an agent already running (also the first argument): nothing is started,
 #                      and it is run as the one variant it is (TCK_VARIANTS is not read)
 #   TCK_AGENT_CMD      the command that starts the agent, `{port}` replaced by TCK_PORT and
-#                      `{variant}` by the variant (default: cargo run --release -p mesh-agent-kit
-#                      --example tck_agent -- --port {port} --variant {variant})
+#                      `{variant}` by the variant (default: cargo run --release -p mesh-tck-agent --
+#                      --port {port} --variant {variant})
 #   TCK_VARIANTS       the variants to run, each against its own agent ("standard"; all of them:
 #                      "standard extended-card required-extension no-streaming
 #                      no-push-notifications")
@@ -104,7 +104,7 @@ trap 'exit 130' INT TERM
 start_agent() {
     local variant=$1
     url="http://127.0.0.1:$port"
-    local default_cmd='cargo run --release -p mesh-agent-kit --example tck_agent -- --port {port} --variant {variant}'
+    local default_cmd='cargo run --release -p mesh-tck-agent -- --port {port} --variant {variant}'
     local cmd=${TCK_AGENT_CMD:-$default_cmd}
     cmd=${cmd//"{port}"/$port}
     cmd=${cmd//"{variant}"/$variant}

@@ -18,11 +18,11 @@ use clap::{Parser, Subcommand};
 use http::Method;
 use indicatif::{ProgressBar, ProgressStyle};
 use mesh_agent_kit::AgentArgs;
-use mesh_agent_kit::http::shutdown_signal;
 use mesh_auth::Role;
 use mesh_client::{ClientError, HttpClient, reply_data, send_task};
 use mesh_protocol::agents::{QueryAnswer, QueryOptions};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
+use mesh_server::http::shutdown_signal;
 use search::eval::{RETRIEVED_PER_QUERY, eval_data_dir, evaluate, index_collection, load_beir};
 use search::{
     DENSE_PROFILE, DenseStatus, IngestAnswer, IngestReport, SearchConfig, SearchIndex, open_index, read_corpus,

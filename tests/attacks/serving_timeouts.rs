@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use mesh_agent_kit::AgentConfig;
-use mesh_agent_kit::http::ServeConfig;
+use mesh_server::http::ServeConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

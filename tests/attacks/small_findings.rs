@@ -139,7 +139,7 @@ async fn the_suites_agents_present_short_lived_tokens_and_renew_them() {
     for (ttl_s, renewals) in [(auth.credential_self_issued_ttl_s.unwrap(), 0), (2, 1)] {
         auth.credential_self_issued_ttl_s = Some(ttl_s);
         seen.lock().unwrap().clear();
-        let http = mesh_agent_kit::with_own_credential(&HttpClient::with_reqwest().unwrap(), &auth, "search").unwrap();
+        let http = mesh_server::with_own_credential(&HttpClient::with_reqwest().unwrap(), &auth, "search").unwrap();
         let get = || http.send(axum::http::Request::get(&url).body(bytes::Bytes::new()).unwrap(), WAIT_DEADLINE);
         get().await.unwrap();
         let first = seen.lock().unwrap()[0].clone();

@@ -35,6 +35,8 @@ pub enum StartError {
     Card(#[from] serde_json::Error),
     #[error("{0}")]
     Auth(#[from] mesh_auth::AuthError),
+    #[error("{0}")]
+    Server(#[from] mesh_server::ServerError),
 }
 
 pub fn card() -> Result<AgentCard, serde_json::Error> {
@@ -47,7 +49,7 @@ pub async fn build(config: &OrchestratorConfig, http: HttpClient) -> Result<Agen
     // Its calls into the mesh carry its own credential.
     let mut card = card()?;
     let name = config.agent.name.clone().unwrap_or_else(|| card.name.clone());
-    let http = mesh_agent_kit::with_own_credential(&http, &config.agent.auth, &name)?;
+    let http = mesh_server::with_own_credential(&http, &config.agent.auth, &name)?;
     let registry = RegistryClient::new(registry_url, http.clone())?;
     let discovery =
         Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));

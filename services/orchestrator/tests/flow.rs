@@ -467,7 +467,7 @@ async fn a_dead_search_replica_is_retried_elsewhere_its_circuit_opens_and_the_re
     }
     assert!(used.iter().all(|agent| agent == "search"), "every query answered by the live replica: {used:?}");
 
-    let health: mesh_agent_kit::HealthReport =
+    let health: mesh_server::HealthReport =
         mesh.http.get_json(&format!("{orchestrator}/health"), Duration::from_secs(5)).await.unwrap();
     let circuit = health.circuits.iter().find(|c| c.agent == "search-2").expect("a circuit for search-2");
     assert_eq!(circuit.state, mesh_client::CircuitWord::Open, "{:?}", health.circuits);

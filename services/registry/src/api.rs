@@ -9,9 +9,6 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use mesh_agent_kit::ServiceMetrics;
-use mesh_agent_kit::auth::{AGENT_ROLES, ANY_ROLE, RequestCaller, require};
-use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams, health_route};
 use mesh_client::HttpClient;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::graph::{
@@ -23,6 +20,9 @@ use mesh_protocol::registry::{
     AgentList, AgentPick, AgentRecord, AgentSummary, CapabilityAgents, HealthStatus, Registration, RegistryStats,
     StatusMessage, Success,
 };
+use mesh_server::ServiceMetrics;
+use mesh_server::auth::{AGENT_ROLES, ANY_ROLE, RequestCaller, require};
+use mesh_server::http::{JsonBody, PathParam, QueryParams, health_route};
 use serde::Deserialize;
 use tracing::Instrument;
 use utoipa::{IntoParams, OpenApi};
@@ -163,7 +163,7 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
     let api = agents
         .merge(reads)
         .merge(graph_api::routes())
-        .route_layer(mesh_agent_kit::http::track_requests(metrics.clone()))
+        .route_layer(mesh_server::http::track_requests(metrics.clone()))
         .with_state(state);
     let docs = Router::new().route(
         "/openapi.json",

@@ -2,11 +2,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mesh_agent_kit::auth::AccessControl;
-use mesh_agent_kit::http::{HttpLimits, reachable_url, serve_draining, turn_unready};
-use mesh_agent_kit::observe::with_observed_layers;
-use mesh_agent_kit::{DatabaseProbe, ServiceMetrics};
 use mesh_client::{AddressPolicy, HttpClient, OutboundGuard, SystemLookup};
+use mesh_server::auth::AccessControl;
+use mesh_server::http::{HttpLimits, reachable_url, serve_draining, turn_unready};
+use mesh_server::observe::with_observed_layers;
+use mesh_server::{DatabaseProbe, ServiceMetrics};
 use tokio::net::TcpListener;
 
 use crate::api::{RegistryState, router};
@@ -40,7 +40,7 @@ pub struct RegistryService {
     version: i64,
     shutdown_drain: Duration,
     shutdown_unready: Duration,
-    serve: mesh_agent_kit::http::ServeConfig,
+    serve: mesh_server::http::ServeConfig,
     /// Whether the database answers, for `/health`.
     database: DatabaseProbe,
     /// What `/health` reports; shutdown marks it draining.

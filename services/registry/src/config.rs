@@ -80,7 +80,7 @@ pub struct RegistryConfig {
     /// How callers authenticate (see the README's "Authentication"); open when empty.
     pub auth: mesh_auth::AuthConfig,
     /// How connections are timed and capped, and the hosts an open registry answers to.
-    pub serve: mesh_agent_kit::http::ServeConfig,
+    pub serve: mesh_server::http::ServeConfig,
 }
 
 impl Default for RegistryConfig {
@@ -95,8 +95,8 @@ impl Default for RegistryConfig {
             sync_interval_ms: SYNC_INTERVAL_MS_DEFAULT,
             verify_registrations: true,
             card_fetch_timeout_ms: CARD_FETCH_TIMEOUT_MS_DEFAULT,
-            request_timeout_ms: mesh_agent_kit::http::REQUEST_TIMEOUT_MS_DEFAULT,
-            body_limit_bytes: mesh_agent_kit::http::BODY_LIMIT_BYTES_DEFAULT,
+            request_timeout_ms: mesh_server::http::REQUEST_TIMEOUT_MS_DEFAULT,
+            body_limit_bytes: mesh_server::http::BODY_LIMIT_BYTES_DEFAULT,
             graph_mode: GraphMode::Open,
             links: Vec::new(),
             events_buffered: EVENTS_BUFFERED_DEFAULT,
@@ -107,13 +107,13 @@ impl Default for RegistryConfig {
             registrations_per_identity_max: REGISTRATIONS_PER_IDENTITY_MAX_DEFAULT,
             trusted_card_keys: Vec::new(),
             require_signed_cards: false,
-            concurrency_max: mesh_agent_kit::http::CONCURRENCY_MAX_DEFAULT,
-            rate_limit_per_s: mesh_agent_kit::http::RATE_LIMIT_PER_S_DEFAULT,
-            rate_limit_burst: mesh_agent_kit::http::RATE_LIMIT_BURST_DEFAULT,
-            shutdown_drain_ms: mesh_agent_kit::http::SHUTDOWN_DRAIN_MS_DEFAULT,
-            shutdown_unready_ms: mesh_agent_kit::http::SHUTDOWN_UNREADY_MS_DEFAULT,
+            concurrency_max: mesh_server::http::CONCURRENCY_MAX_DEFAULT,
+            rate_limit_per_s: mesh_server::http::RATE_LIMIT_PER_S_DEFAULT,
+            rate_limit_burst: mesh_server::http::RATE_LIMIT_BURST_DEFAULT,
+            shutdown_drain_ms: mesh_server::http::SHUTDOWN_DRAIN_MS_DEFAULT,
+            shutdown_unready_ms: mesh_server::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             auth: mesh_auth::AuthConfig::default(),
-            serve: mesh_agent_kit::http::ServeConfig::default(),
+            serve: mesh_server::http::ServeConfig::default(),
         }
     }
 }

@@ -12,8 +12,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use mesh_agent_kit::ErrorResponse;
-use mesh_agent_kit::http::PathParam;
+use mesh_server::ErrorResponse;
+use mesh_server::http::PathParam;
 
 use crate::api::RegistryState;
 
@@ -60,7 +60,7 @@ pub fn routes(state: Arc<RegistryState>) -> Router {
         .route("/dashboard", get(index))
         .route("/dashboard/", get(index))
         .route("/dashboard/assets/{*path}", get(asset))
-        .merge(mesh_agent_kit::auth::require(relays, mesh_agent_kit::auth::ANY_ROLE))
+        .merge(mesh_server::auth::require(relays, mesh_server::auth::ANY_ROLE))
         .with_state(state)
 }
 

@@ -1,6 +1,6 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use mesh_agent_kit::ErrorResponse;
+use mesh_server::ErrorResponse;
 use mesh_storage::StorageError;
 
 /// Everything the registry can fail with; each maps to one status and error code.

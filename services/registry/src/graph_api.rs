@@ -13,13 +13,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures::StreamExt;
-use mesh_agent_kit::auth::{ADMIN_ROLES, AGENT_ROLES, ANY_ROLE, RequestCaller, require};
-use mesh_agent_kit::http::{JsonBody, PathParam, QueryParams};
 use mesh_protocol::graph::{
     CallReports, CallReportsAccepted, EventBody, EventStats, GraphPolicy, Link, LinkList, LinkMessage, LinkMessages,
     LinkSource, LinkUpdate, NewLink, NewLinkMessage, OrgChart, Topology, TopologyAgent, TopologyLink,
 };
 use mesh_protocol::registry::StatusMessage;
+use mesh_server::auth::{ADMIN_ROLES, AGENT_ROLES, ANY_ROLE, RequestCaller, require};
+use mesh_server::http::{JsonBody, PathParam, QueryParams};
 use serde::Deserialize;
 use utoipa::IntoParams;
 

@@ -1,5 +1,5 @@
 use clap::Parser;
-use mesh_agent_kit::http::shutdown_signal;
+use mesh_server::http::shutdown_signal;
 use registry::{Application, RegistryCli};
 
 #[tokio::main]

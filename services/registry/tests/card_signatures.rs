@@ -103,7 +103,7 @@ fn signer(kid: &str, algorithm: KeyAlgorithm, file: &str) -> CardSigner {
 /// Signs `card` as this project's agents do (`auth.card_signing_key`).
 fn signed_here(card: Value, signer: &CardSigner) -> Value {
     let card: AgentCard = serde_json::from_value(card).unwrap();
-    serde_json::to_value(mesh_agent_kit::sign_card(card, signer).unwrap()).unwrap()
+    serde_json::to_value(mesh_a2a_server::sign_card(card, signer).unwrap()).unwrap()
 }
 
 #[tokio::test]

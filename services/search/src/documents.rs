@@ -26,10 +26,11 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use mesh_agent_kit::auth::{ADMIN_ROLES, ANY_ROLE, RequestCaller, auth_error_response, require};
-use mesh_agent_kit::http::{PathParam, QueryParams};
-use mesh_agent_kit::{AgentError, ErrorResponse};
+use mesh_agent_kit::AgentError;
 use mesh_protocol::call::validate_tenant_id;
+use mesh_server::ErrorResponse;
+use mesh_server::auth::{ADMIN_ROLES, ANY_ROLE, RequestCaller, auth_error_response, require};
+use mesh_server::http::{PathParam, QueryParams};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{Document, read_jsonl};

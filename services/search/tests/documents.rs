@@ -163,7 +163,7 @@ async fn bad_documents_are_refused_with_json_errors_and_change_nothing() {
 async fn a_body_over_the_limit_is_refused_with_413() {
     let data = tempfile::tempdir().unwrap();
     let agent = agent(&data).await;
-    let text = "x".repeat(mesh_agent_kit::http::BODY_LIMIT_BYTES_DEFAULT);
+    let text = "x".repeat(mesh_server::http::BODY_LIMIT_BYTES_DEFAULT);
     let body = json!({"documents": [{"_id": "huge", "text": text}]}).to_string();
     let request = agent.request(Method::POST, "/documents", JSON, body);
     agent.expect_error(request, StatusCode::PAYLOAD_TOO_LARGE, "REQUEST_BODY_TOO_LARGE").await;

@@ -46,7 +46,7 @@ impl Admission {
             Some(url) => {
                 let client = |e: &dyn std::fmt::Display| UiError::Config(format!("registry client: {e}"));
                 let http = HttpClient::with_reqwest().map_err(|e| client(&e))?;
-                let http = mesh_agent_kit::with_own_credential(&http, &config.auth, crate::UI_AGENT_TYPE)
+                let http = mesh_server::with_own_credential(&http, &config.auth, crate::UI_AGENT_TYPE)
                     .map_err(|e| client(&e))?;
                 let registry = RegistryClient::new(url, http.clone()).map_err(|e| client(&e))?;
                 Some(Discovery::new(registry, http, Duration::from_millis(AGENT_LOOKUP_TTL_MS)))

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use mesh_agent_kit::auth::RequestCaller;
-use mesh_agent_kit::http::{PathParam, QueryParams};
 use mesh_bus::{ChatMessage, Conversations, message_list};
 use mesh_docmem::DocmemError;
+use mesh_server::auth::RequestCaller;
+use mesh_server::http::{PathParam, QueryParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

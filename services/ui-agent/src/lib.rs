@@ -29,15 +29,15 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use mesh_agent_kit::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
-use mesh_agent_kit::http::{
-    HttpLimits, SHUTDOWN_DRAIN_MS_DEFAULT, ServeConfig, health_route, reachable_url, serve_draining, turn_unready,
-};
-use mesh_agent_kit::observe::with_observed_layers;
-use mesh_agent_kit::{DatabaseProbe, ErrorResponse, ServiceMetrics};
 use mesh_auth::Caller;
 use mesh_bus::{BusConfig, BusError, ConversationBus};
 use mesh_docmem::{Docmem, DocmemError, Node};
+use mesh_server::auth::{ADMIN_ROLES, AccessControl, TASK_ROLES, require};
+use mesh_server::http::{
+    HttpLimits, SHUTDOWN_DRAIN_MS_DEFAULT, ServeConfig, health_route, reachable_url, serve_draining, turn_unready,
+};
+use mesh_server::observe::with_observed_layers;
+use mesh_server::{DatabaseProbe, ErrorResponse, ServiceMetrics};
 use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -117,7 +117,7 @@ impl Default for UiAgentConfig {
             bus: BusConfig::default(),
             retention_days: None,
             auth: mesh_auth::AuthConfig::default(),
-            shutdown_unready_ms: mesh_agent_kit::http::SHUTDOWN_UNREADY_MS_DEFAULT,
+            shutdown_unready_ms: mesh_server::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             registry_url: None,
             ws_allowed_origins: Vec::new(),
             ws_sockets_max: WS_SOCKETS_MAX_DEFAULT,
@@ -162,7 +162,7 @@ pub enum UiError {
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         let (status, code) = match &self {
-            Self::Auth(error) => return mesh_agent_kit::auth::auth_error_response(error).into_response(),
+            Self::Auth(error) => return mesh_server::auth::auth_error_response(error).into_response(),
             Self::Docmem(DocmemError::NotFound(_)) => (StatusCode::NOT_FOUND, "CONVERSATION_NOT_FOUND"),
             Self::Docmem(DocmemError::Conflict { .. }) => (StatusCode::CONFLICT, "VERSION_CONFLICT"),
             Self::Docmem(DocmemError::Invalid(_))

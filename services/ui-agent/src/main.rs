@@ -20,6 +20,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         ConfigLoader::new(ENV_PREFIX, cli.server.config.as_deref()).server_args(&cli.server).load()?;
     let agent = UiAgent::build(&config).await?;
     tracing::info!(url = agent.url(), agent_id = agent.agent_id(), "ui agent listening");
-    agent.run_until_stopped(mesh_agent_kit::http::shutdown_signal()).await?;
+    agent.run_until_stopped(mesh_server::http::shutdown_signal()).await?;
     Ok(())
 }

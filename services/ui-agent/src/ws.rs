@@ -14,11 +14,11 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use mesh_agent_kit::auth::RequestCaller;
-use mesh_agent_kit::http::QueryParams;
 use mesh_bus::{ACTION_APPEND, ACTION_CREATE, BusRecord};
 use mesh_docmem::Context;
 use mesh_protocol::call::validate_tenant_id;
+use mesh_server::auth::RequestCaller;
+use mesh_server::http::QueryParams;
 use serde::Deserialize;
 
 use crate::sockets::SocketSlot;

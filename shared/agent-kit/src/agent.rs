@@ -13,14 +13,19 @@ use mesh_protocol::seed::{
 };
 use serde_json::{Map, Value};
 
-use crate::a2a::{EngineSettings, Inbound, SeedTasks, Surface, TaskEngine, TaskHandler, a2a_router, seed::seed_task};
-use crate::call_safety::AdmitCalls;
-use crate::card::CardDocument;
-use crate::error::{AgentError, ErrorResponse};
-use crate::http::{JsonBody, REQUEST_ID_HEADER};
-use crate::metrics::{ServiceMetrics, TrackRequests};
-use crate::middleware::layer;
+use mesh_a2a_server::{EngineSettings, Inbound, Surface, TaskEngine, TaskHandler, a2a_router};
+
+use crate::seed::{SeedTasks, seed_task};
+use mesh_a2a_server::card::CardDocument;
+use mesh_server::ErrorResponse;
+use mesh_server::call_safety::AdmitCalls;
+
+use crate::error::AgentError;
 use mesh_protocol::a2a::v1::Task;
+use mesh_server::http::track_requests;
+use mesh_server::http::{JsonBody, REQUEST_ID_HEADER};
+use mesh_server::metrics::ServiceMetrics;
+use mesh_server::middleware::layer;
 use mesh_tasks::TaskStore;
 
 /// A task as a handler sees it: the query text and data of the last user message, already
@@ -100,7 +105,7 @@ impl<H: AgentHandler> AgentState<H> {
 /// same handler and the same task store, the card and `/health`. `surface` is the public card
 /// (a [`CardDocument`] alone) or a [`Surface`] with an extended card. With `join`, A2A turns in a
 /// conversation of the agent's bus topic share its history. Add
-/// [`crate::http::with_common_layers`] around it to serve it.
+/// [`mesh_server::http::with_common_layers`] around it to serve it.
 pub fn agent_router<H: AgentHandler>(
     surface: impl Into<Surface>,
     handler: H,
@@ -139,8 +144,8 @@ pub fn task_agent_router<T: TaskHandler>(
 /// depth, deadline) and counted.
 fn task_routes(routes: Router, card: &CardDocument, metrics: Arc<ServiceMetrics>) -> Router {
     let name: Arc<str> = Arc::from(card.card().name.as_str());
-    let routes = routes.route_layer(layer(AdmitCalls(name))).route_layer(layer(TrackRequests(metrics)));
-    crate::auth::require(routes, crate::auth::TASK_ROLES)
+    let routes = routes.route_layer(layer(AdmitCalls(name))).route_layer(track_requests(metrics));
+    mesh_server::auth::require(routes, mesh_server::auth::TASK_ROLES)
 }
 
 fn card_and_health_routes(card: Arc<CardDocument>, metrics: Arc<ServiceMetrics>) -> Router {
@@ -152,7 +157,7 @@ fn card_and_health_routes(card: Arc<CardDocument>, metrics: Arc<ServiceMetrics>)
     Router::new()
         .route("/.well-known/agent-card.json", get(serve_card.clone()))
         .route("/agent.json", get(serve_card))
-        .merge(crate::http::health_route(metrics))
+        .merge(mesh_server::http::health_route(metrics))
 }
 
 async fn send_task<H: AgentHandler>(
@@ -165,7 +170,7 @@ async fn send_task<H: AgentHandler>(
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let fail = |e: ErrorResponse| e.with_request_id(request_id.clone());
     // The task's record lives in the caller's tenant: a user's own, an agent's forwarded one.
-    let tenant = inbound.caller_tenant("").map_err(|e| fail(crate::auth::auth_error_response(&e)))?;
+    let tenant = inbound.caller_tenant("").map_err(|e| fail(mesh_server::auth::auth_error_response(&e)))?;
     let message = task
         .last_user_message()
         .map_err(|e| fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", e.to_string())))?;
@@ -194,7 +199,7 @@ async fn send_task<H: AgentHandler>(
         // Agent messages travel as A2A messages, whose metadata names their link; a seed task has none.
         link: None,
     };
-    crate::observe::record_task(&task_id, context_id.as_deref());
+    mesh_server::observe::record_task(&task_id, context_id.as_deref());
     let outcome = state.handler.handle(input).await.map_err(|e: AgentError| fail(e.into()));
     let record = seed_task(&task_id, &record_context, &task.messages, Some(outcome.as_ref()));
     if let Err(error) = state.engine.record(&tenant, record).await {

@@ -16,26 +16,26 @@ use tokio::net::TcpListener;
 
 use mesh_tasks::{Lease, Retention, TaskStore};
 
-use crate::a2a::push::{
+use crate::agent::{AgentHandler, agent_router, task_agent_router};
+use crate::graph::AgentGraph;
+use crate::registration::{deregister, register_until_accepted};
+use mesh_a2a_server::card::{CardDocument, extended_card, sign_card};
+use mesh_a2a_server::push::{
     PUSH_CIRCUIT_FAILURES_DEFAULT, PUSH_CIRCUIT_OPEN_MS_DEFAULT, PUSH_DELIVERIES_MAX_DEFAULT,
     PUSH_DELIVERIES_PER_TENANT_MAX_DEFAULT, PUSH_DELIVERY_ATTEMPTS_MAX_DEFAULT, PUSH_DELIVERY_TIMEOUT_MS_DEFAULT,
     PUSH_RETRY_DELAY_MAX_MS_DEFAULT, PUSH_RETRY_DELAY_MIN_MS_DEFAULT, PushDelivery, PushSettings,
 };
-use crate::a2a::{
+use mesh_a2a_server::{
     EngineSettings, Surface, TaskHandler, TaskLimits, describe_extended_card_token, describe_interfaces,
     describe_security,
 };
-use crate::agent::{AgentHandler, agent_router, task_agent_router};
-use crate::auth::AccessControl;
-use crate::card::{CardDocument, extended_card, sign_card};
-use crate::graph::AgentGraph;
-use crate::http::{
+use mesh_server::auth::AccessControl;
+use mesh_server::http::{
     BODY_LIMIT_BYTES_DEFAULT, HttpLimits, REQUEST_TIMEOUT_MS_DEFAULT, ServeConfig, reachable_url, serve_draining,
     turn_unready,
 };
-use crate::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics};
-use crate::observe::with_observed_layers;
-use crate::registration::{deregister, register_until_accepted};
+use mesh_server::metrics::{DatabaseProbe, RegistrationState, ServiceMetrics};
+use mesh_server::observe::with_observed_layers;
 
 /// Why a task left submitted or working by a previous run is failed at start.
 const INTERRUPTED_TASK_REASON: &str =
@@ -137,10 +137,10 @@ pub struct AgentConfig {
     /// taken for dead (its running tasks are then failed), and between two renewals.
     pub task_lease_ttl_ms: u64,
     pub task_lease_renew_ms: u64,
-    /// How callers authenticate, and the credential this agent presents (see [`crate::auth`]).
+    /// How callers authenticate, and the credential this agent presents (see [`mesh_server::auth`]).
     pub auth: mesh_auth::AuthConfig,
     /// Offer A2A push notifications (webhooks clients set on their tasks; see
-    /// [`crate::a2a::push`]): on by default, and the card says so.
+    /// [`mesh_a2a_server::push`]): on by default, and the card says so.
     pub push_notifications: bool,
     /// The non-public networks (CIDR) webhooks may be in besides the public internet: private,
     /// loopback, shared (CGNAT) and reserved addresses are refused unless listed here (e.g.
@@ -240,18 +240,18 @@ impl Default for AgentConfig {
             call_report_batch_max: CALL_REPORT_BATCH_MAX_DEFAULT,
             call_report_flush_ms: CALL_REPORT_FLUSH_MS_DEFAULT,
             bus: None,
-            concurrency_max: crate::http::CONCURRENCY_MAX_DEFAULT,
-            rate_limit_per_s: crate::http::RATE_LIMIT_PER_S_DEFAULT,
-            rate_limit_burst: crate::http::RATE_LIMIT_BURST_DEFAULT,
-            shutdown_drain_ms: crate::http::SHUTDOWN_DRAIN_MS_DEFAULT,
+            concurrency_max: mesh_server::http::CONCURRENCY_MAX_DEFAULT,
+            rate_limit_per_s: mesh_server::http::RATE_LIMIT_PER_S_DEFAULT,
+            rate_limit_burst: mesh_server::http::RATE_LIMIT_BURST_DEFAULT,
+            shutdown_drain_ms: mesh_server::http::SHUTDOWN_DRAIN_MS_DEFAULT,
             serve: ServeConfig::default(),
-            shutdown_unready_ms: crate::http::SHUTDOWN_UNREADY_MS_DEFAULT,
+            shutdown_unready_ms: mesh_server::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             finished_task_ttl_ms: mesh_tasks::FINISHED_TASK_TTL_MS_DEFAULT,
             task_purge_interval_ms: mesh_tasks::TASK_PURGE_INTERVAL_MS_DEFAULT,
-            live_tasks_max: crate::a2a::LIVE_TASKS_MAX_DEFAULT,
-            live_task_ttl_ms: crate::a2a::LIVE_TASK_TTL_MS_DEFAULT,
-            task_subscribers_max: crate::a2a::TASK_SUBSCRIBERS_MAX_DEFAULT,
-            task_artifact_bytes_max: crate::a2a::TASK_ARTIFACT_BYTES_MAX_DEFAULT,
+            live_tasks_max: mesh_a2a_server::LIVE_TASKS_MAX_DEFAULT,
+            live_task_ttl_ms: mesh_a2a_server::LIVE_TASK_TTL_MS_DEFAULT,
+            task_subscribers_max: mesh_a2a_server::TASK_SUBSCRIBERS_MAX_DEFAULT,
+            task_artifact_bytes_max: mesh_a2a_server::TASK_ARTIFACT_BYTES_MAX_DEFAULT,
             fail_interrupted_tasks_at_start: true,
             task_lease_ttl_ms: mesh_tasks::TASK_LEASE_TTL_MS_DEFAULT,
             task_lease_renew_ms: mesh_tasks::TASK_LEASE_RENEW_MS_DEFAULT,
@@ -293,6 +293,8 @@ pub enum KitError {
     Bus(#[from] mesh_bus::BusError),
     #[error("{0}")]
     Auth(#[from] mesh_auth::AuthError),
+    #[error("{0}")]
+    Server(#[from] mesh_server::ServerError),
     #[error("push_allowed_networks: {0}")]
     PushNetworks(#[from] mesh_client::address_policy::InvalidNetwork),
     #[error("cannot build the push notification client: {0}")]
@@ -402,8 +404,7 @@ impl AgentApp {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
         // Calls to the registry and to other agents carry this agent's own credential.
-        let http =
-            crate::credential::with_own_credential(&http, &config.auth, config.name.as_deref().unwrap_or(&card.name))?;
+        let http = mesh_server::with_own_credential(&http, &config.auth, config.name.as_deref().unwrap_or(&card.name))?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr).await.map_err(|source| KitError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(KitError::Serve)?;
@@ -517,7 +518,7 @@ impl AgentApp {
         }
         let mut router = routes(surface, metrics.clone(), store.clone(), engine);
         if extras.routes.has_routes() {
-            router = router.merge(extras.routes.route_layer(crate::http::track_requests(metrics.clone())));
+            router = router.merge(extras.routes.route_layer(mesh_server::http::track_requests(metrics.clone())));
         }
         if let Some(graph) = &graph {
             // The admission layer of the task routes finds the link cache here.
@@ -561,7 +562,7 @@ impl AgentApp {
     /// Serves until Ctrl-C or SIGTERM: the end of every agent binary's `main`.
     pub async fn run_until_signalled(self) -> Result<(), KitError> {
         tracing::info!(url = self.url(), "agent listening");
-        self.run_until_stopped(crate::http::shutdown_signal()).await
+        self.run_until_stopped(mesh_server::http::shutdown_signal()).await
     }
 
     /// Serves until `shutdown` resolves. Registration runs beside serving, so an agent answers

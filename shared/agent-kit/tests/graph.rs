@@ -15,10 +15,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use mesh_agent_kit::agent_message::{SentAgentMessage, WithAgentMessages};
 use mesh_agent_kit::call_agent::WithCallAgent;
-use mesh_agent_kit::graph::{AgentGraph, LINK_DENIED_JSONRPC_CODE};
-use mesh_agent_kit::{
-    AgentApp, AgentConfig, AgentError, AgentExtras, AgentHandler, AgentReply, HealthReport, TaskInput,
-};
+use mesh_agent_kit::graph::AgentGraph;
+use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentExtras, AgentHandler, AgentReply, TaskInput};
 use mesh_client::{CallerSettings, Discovery, HttpClient, MeshCaller, RegistryClient};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::call::CALL_CHAIN_HEADER;
@@ -27,6 +25,8 @@ use mesh_protocol::graph::{
 };
 use mesh_protocol::registry::Registration;
 use mesh_protocol::seed::{Part, TaskResponse};
+use mesh_server::HealthReport;
+use mesh_server::links::LINK_DENIED_JSONRPC_CODE;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;

@@ -5,11 +5,11 @@
 
 use futures::StreamExt;
 use mesh_a2a_grpc::{GrpcClient, a2a_error};
-use mesh_agent_kit::conformance::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent, Variant};
 use mesh_agent_kit::{AgentApp, AgentConfig, TaskEvents, TaskHandler, Turn};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, TaskState};
 use mesh_protocol::jsonrpc::A2aErrorCode;
+use mesh_tck_agent::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent, Variant};
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -291,7 +291,7 @@ async fn with_access_control_a_call_needs_a_credential() {
 
 /// The conformance agent as `variant`, on `config`.
 async fn variant(variant: Variant, mut config: AgentConfig) -> Served {
-    let mut card = mesh_agent_kit::conformance::card().unwrap();
+    let mut card = mesh_tck_agent::card().unwrap();
     variant.apply(&mut card, &mut config);
     Served::serve(AgentApp::build_tasks(&config, card, TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap())
 }

@@ -7,14 +7,13 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::routing::{delete, post};
 use axum::{Json, Router};
-use mesh_agent_kit::{
-    AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, HealthReport, KitError, RegistrationState, TaskInput,
-};
+use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, KitError, TaskInput};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::error::{ErrorBody, FailureStatus};
 use mesh_protocol::registry::Registration;
 use mesh_protocol::seed::{Message, Part, ResponseStatus, Role, TaskResponse};
+use mesh_server::{HealthReport, RegistrationState};
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LAST_MODIFIED};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
@@ -264,7 +263,7 @@ async fn reply_with_warnings_is_partial() {
 async fn card_is_served_at_both_paths_with_validators_and_revalidated_with_304() {
     let agent = Agent::with_defaults().await;
     let mut expected = card();
-    mesh_agent_kit::a2a::describe_interfaces(&mut expected, &agent.url, true);
+    mesh_a2a_server::describe_interfaces(&mut expected, &agent.url, true);
     expected.capabilities.push_notifications = Some(true);
     let mut etags = Vec::new();
     for path in CARD_PATHS {

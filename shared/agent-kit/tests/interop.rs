@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mesh_agent_kit::conformance::{TCK_EXTENDED_SKILL_ID, TckAgent, Variant, card};
 use mesh_agent_kit::{AgentApp, AgentConfig};
 use mesh_client::HttpClient;
+use mesh_tck_agent::{TCK_EXTENDED_SKILL_ID, TckAgent, Variant, card};
 
 /// Longest one run of the checks may take (the SDK client starts in about a second).
 const CHECKS_TIMEOUT_S: u64 = 120;

@@ -2,9 +2,9 @@
 //! extended card (with a token, and behind the trust layer), required extensions, and agents that
 //! do not stream; in JSON-RPC and HTTP+JSON, 1.0 and 0.3.
 
-use mesh_agent_kit::conformance::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent, Variant, card};
 use mesh_agent_kit::{AgentApp, AgentConfig, KitError};
 use mesh_client::HttpClient;
+use mesh_tck_agent::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent, Variant, card};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -16,8 +16,8 @@ use common::Served;
 const TOKEN: &str = "extended-card-token-for-tests";
 /// The HS256 secret of the agents behind the trust layer.
 const SECRET: &str = "surface-test-secret-of-32-bytes-at-least";
-/// JSON-RPC code of a request without valid credentials (`mesh_agent_kit::auth`).
-const AUTH_REQUIRED: i64 = mesh_agent_kit::auth::AUTH_REQUIRED_JSONRPC_CODE;
+/// JSON-RPC code of a request without valid credentials (`mesh_server::auth`).
+const AUTH_REQUIRED: i64 = mesh_server::auth::AUTH_REQUIRED_JSONRPC_CODE;
 
 fn config() -> AgentConfig {
     AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() }

@@ -12,15 +12,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request};
+use mesh_a2a_server::CardDocument;
 use mesh_agent_kit::call_agent::{WithCallAgent, call_agent_skill};
-use mesh_agent_kit::http::{HttpLimits, ServeConfig, with_common_layers};
-use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, CardDocument, ServiceMetrics, TaskInput, agent_router};
+use mesh_agent_kit::{AgentError, AgentHandler, AgentReply, TaskInput, agent_router};
 use mesh_client::{CallerSettings, CircuitSettings, Discovery, HttpClient, MeshCaller, RegistryClient, json_request};
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::call::{CALL_CHAIN_HEADER, CALL_DEADLINE_MS_HEADER};
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::registry::Registration;
 use mesh_protocol::seed::{Part, TaskRequest, TaskResponse};
+use mesh_server::ServiceMetrics;
+use mesh_server::http::{HttpLimits, ServeConfig, with_common_layers};
 use mesh_simulation::{SimTransport, serve};
 use registry::{RegistryConfig, RegistryService};
 use serde_json::{Value, json};
@@ -452,7 +454,7 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
                     metrics,
                     tasks,
                     None,
-                    mesh_agent_kit::a2a::TaskLimits::default(),
+                    mesh_a2a_server::TaskLimits::default(),
                 );
                 let limits = HttpLimits { allowed_hosts: simulated_hosts().allowed_hosts, ..HttpLimits::default() };
                 serve(PORT, with_common_layers(router, limits)).await?;

@@ -20,10 +20,10 @@ use mesh_protocol::jsonrpc::{A2aErrorCode, RestErrorBody};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::engine::{Follow, TaskEngine, TaskHandler};
-use super::surface::{ActivatedExtensions, CardRefusal, Surface};
-use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking, sse, until_final};
-use crate::http::no_route;
+use crate::engine::{Follow, TaskEngine, TaskHandler};
+use crate::surface::{ActivatedExtensions, CardRefusal, Surface};
+use crate::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking, sse, until_final};
+use mesh_server::http::no_route;
 
 #[derive(Debug)]
 struct Rest<H> {
@@ -129,7 +129,7 @@ async fn send_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
-    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_MESSAGE);
+    mesh_server::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_MESSAGE);
     let activated = rest.admit(&headers, Version::V1, false)?;
     let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
     Ok(echoed(&activated, json(send_blocking(&rest.engine, &tenant, request, inbound.scope()).await?)))
@@ -162,7 +162,7 @@ async fn stream_v1<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
-    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_STREAMING_MESSAGE);
+    mesh_server::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v1::SEND_STREAMING_MESSAGE);
     let activated = rest.admit(&headers, Version::V1, true)?;
     let (tenant, request) = send_request(&path, &headers, &bytes, &inbound)?;
     let events = rest.engine.start(&tenant, request, inbound.scope(), Follow::Events).await?;
@@ -428,7 +428,7 @@ fn extended_card<H: TaskHandler>(rest: &Rest<H>, inbound: &Inbound, headers: &He
     match rest.surface.extended_card(headers, inbound) {
         Ok(card) => echoed(&activated, card.respond(headers)),
         Err(CardRefusal::Failure(failure)) => failure.into_response(),
-        Err(CardRefusal::Unauthenticated(error)) => crate::auth::credential_refusal(&error, None),
+        Err(CardRefusal::Unauthenticated(error)) => mesh_server::auth::credential_refusal(&error, None),
     }
 }
 
@@ -442,7 +442,7 @@ async fn send_v03<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
-    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_SEND);
+    mesh_server::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_SEND);
     let activated = rest.admit(&headers, Version::V03, false)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let answer = send_blocking(&rest.engine, &inbound.tenant(None)?, request.into(), inbound.scope()).await?;
@@ -455,7 +455,7 @@ async fn stream_v03<H: TaskHandler>(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Failure> {
-    crate::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_STREAM);
+    mesh_server::observe::record_a2a_method(mesh_protocol::jsonrpc::method::v03::MESSAGE_STREAM);
     let activated = rest.admit(&headers, Version::V03, true)?;
     let request: v03_rest::SendMessageRequest = body(&headers, &bytes)?;
     let events = rest.engine.start(&inbound.tenant(None)?, request.into(), inbound.scope(), Follow::Events).await?;

@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::engine::{Follow, TaskEngine, TaskHandler};
-use super::methods::{Answering, METHODS_V1, call_v1, params};
-use super::surface::{ActivatedExtensions, CardRefusal, Surface};
-use super::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking as send, sse, until_final};
+use crate::engine::{Follow, TaskEngine, TaskHandler};
+use crate::methods::{Answering, METHODS_V1, call_v1, params};
+use crate::surface::{ActivatedExtensions, CardRefusal, Surface};
+use crate::{Failure, Inbound, StreamEnd, Version, require_json, send_blocking as send, sse, until_final};
 
 #[derive(Debug)]
 struct Rpc<H> {
@@ -215,7 +215,7 @@ async fn dispatch<H: TaskHandler>(
     use method::{v1, v03 as m03};
     let engine = &rpc.engine;
     let Call { id, version, method, params: raw } = call;
-    crate::observe::record_a2a_method(&method);
+    mesh_server::observe::record_a2a_method(&method);
     // The extended card is the binding's to answer (below): a refusal for want of credentials
     // takes the trust layer's JSON-RPC shape.
     if version == Version::V1 && method != v1::GET_EXTENDED_AGENT_CARD {
@@ -287,7 +287,7 @@ async fn dispatch<H: TaskHandler>(
         _ => match rpc.surface.extended_card(headers, inbound) {
             Ok(card) => Ok(reply(id, card.card())),
             Err(CardRefusal::Failure(failure)) => Err(failure),
-            Err(CardRefusal::Unauthenticated(error)) => Ok(crate::auth::credential_refusal(&error, Some(id))),
+            Err(CardRefusal::Unauthenticated(error)) => Ok(mesh_server::auth::credential_refusal(&error, Some(id))),
         },
     }
 }

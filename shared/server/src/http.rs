@@ -177,7 +177,7 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
                 .layer(DefaultBodyLimit::max(limits.body_limit_bytes)),
         )
         // Outermost: whatever refuses a gRPC call on the way in answers it as gRPC.
-        .layer(layer(crate::a2a::GrpcRefusals))
+        .layer(layer(crate::grpc_refusals::GrpcRefusals))
 }
 
 /// Counts the requests of the routes it wraps in `metrics` (served, errors, in flight), for
@@ -198,7 +198,7 @@ async fn route_not_found(request: Request) -> ErrorResponse {
 
 /// The 404 of a path no route serves, also for routes that match only some of the paths their
 /// pattern covers (`/tasks/{id}:cancel` but not `/tasks/{anything}` on POST).
-pub(crate) fn no_route(method: &Method, path: &str) -> ErrorResponse {
+pub fn no_route(method: &Method, path: &str) -> ErrorResponse {
     ErrorResponse::new(StatusCode::NOT_FOUND, "ROUTE_NOT_FOUND", format!("no route for {method} {path}"))
 }
 

@@ -24,8 +24,8 @@ use mesh_auth::{AuthError, Caller};
 use mesh_protocol::a2a::{EXTENSIONS_HEADER, EXTENSIONS_HEADER_0_3};
 use mesh_protocol::jsonrpc::A2aErrorCode;
 
-use super::{Failure, Inbound};
 use crate::card::CardDocument;
+use crate::{Failure, Inbound};
 
 /// The official SDK's message for a streaming call to an agent that does not stream.
 const STREAMING_UNSUPPORTED_MESSAGE: &str = "Streaming is not supported by the agent";
@@ -57,7 +57,7 @@ struct ExtendedCard {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum CardRefusal {
     /// The caller did not prove who it is: answered as the trust layer answers (HTTP 401, JSON-RPC
-    /// `AUTH_REQUIRED_JSONRPC_CODE`; gRPC `UNAUTHENTICATED`), see [`crate::auth::credential_refusal`].
+    /// `AUTH_REQUIRED_JSONRPC_CODE`; gRPC `UNAUTHENTICATED`), see [`mesh_server::auth::credential_refusal`].
     Unauthenticated(AuthError),
     /// An A2A error, in the binding's shape.
     Failure(Failure),
@@ -231,7 +231,7 @@ mod tests {
     }
 
     fn inbound(caller: Caller) -> Inbound {
-        Inbound { scope: super::super::seed::unscoped_call(), caller }
+        Inbound { scope: crate::unscoped_call(), caller }
     }
 
     #[test]

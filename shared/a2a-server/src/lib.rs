@@ -7,6 +7,7 @@
 //! 0.3 under `/v1/`. A request in the other version's form is answered `VersionNotSupported`
 //! (-32009), as the official SDK does.
 
+pub mod card;
 pub mod engine;
 mod grpc;
 mod jsonrpc;
@@ -14,7 +15,6 @@ mod methods;
 pub mod push;
 mod push_configs;
 mod rest;
-pub(crate) mod seed;
 mod surface;
 
 use std::convert::Infallible;
@@ -31,18 +31,18 @@ use mesh_auth::Caller;
 use mesh_client::CallScope;
 use mesh_protocol::a2a::v1::{AgentCard, AgentInterface, SendMessageRequest, SendMessageResponse, StreamResponse};
 use mesh_protocol::a2a::{PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERSION_HEADER, binding, v03};
+use mesh_protocol::call::CallContext;
 use mesh_protocol::jsonrpc::{A2aErrorCode, version_not_supported_message};
 use mesh_tasks::TaskError;
 use serde::Serialize;
 
+pub use card::{CardDocument, extended_card, sign_card};
 pub use engine::{
     Answer, EngineSettings, Follow, LIVE_TASK_TTL_MS_DEFAULT, LIVE_TASKS_MAX_DEFAULT, TASK_ARTIFACT_BYTES_MAX_DEFAULT,
     TASK_SUBSCRIBERS_MAX_DEFAULT, TaskClosed, TaskEngine, TaskEvents, TaskHandler, TaskLimits, TaskUpdate, Turn,
     TurnEvents, answer,
 };
-pub(crate) use grpc::GrpcRefusals;
 pub use push::{PushDelivery, PushSettings};
-pub use seed::SeedTasks;
 pub use surface::Surface;
 
 /// Seconds between SSE keep-alive comments, so proxies do not close a quiet stream.
@@ -180,9 +180,14 @@ fn tenant(requested: Option<&str>) -> Result<String, Failure> {
     }
 }
 
+/// A call that arrived without the kit's admission layer: no chain, no deadline.
+pub fn unscoped_call() -> CallScope {
+    CallScope::received("", CallContext::default())
+}
+
 /// What the layers learned of a request: the call it belongs to, and who sent it.
 #[derive(Debug, Clone)]
-pub(crate) struct Inbound {
+pub struct Inbound {
     scope: CallScope,
     caller: Caller,
 }
@@ -191,7 +196,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Inbound {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
-        let scope = parts.extensions.get::<CallScope>().cloned().unwrap_or_else(seed::unscoped_call);
+        let scope = parts.extensions.get::<CallScope>().cloned().unwrap_or_else(unscoped_call);
         // Without the trust layer in front there is no caller, and tasks are refused below.
         let caller = parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anonymous);
         Ok(Self { scope, caller })
@@ -208,11 +213,11 @@ impl Inbound {
     }
 
     /// The tenant of a request naming `requested` (checked already), by the caller's credentials.
-    pub(crate) fn caller_tenant(&self, requested: &str) -> Result<String, mesh_auth::AuthError> {
+    pub fn caller_tenant(&self, requested: &str) -> Result<String, mesh_auth::AuthError> {
         self.caller.tenant(requested, self.scope.context().tenant.as_deref())
     }
 
-    pub(crate) fn scope(&self) -> CallScope {
+    pub fn scope(&self) -> CallScope {
         self.scope.clone()
     }
 }

@@ -5,24 +5,19 @@
 use std::sync::Arc;
 
 use mesh_bus::{ConversationJoin, JoinedTurn};
-use mesh_client::CallScope;
 use mesh_protocol::a2a::v1::{self, Artifact, JsonObject, Task, TaskState, TaskStatus};
-use mesh_protocol::call::CallContext;
 use mesh_protocol::seed::{self, ResponseStatus};
 use serde_json::{Value, json};
 
-use super::engine::{TaskEvents, TaskHandler, Turn};
 use crate::agent::{AgentHandler, AgentReply, TaskInput};
-use crate::error::{AgentError, ErrorResponse};
+use mesh_a2a_server::{TaskEvents, TaskHandler, Turn};
+use mesh_server::ErrorResponse;
+
+use crate::error::AgentError;
 use crate::graph::inbound_link;
 
 /// Name of the artifact holding a seed handler's reply.
 const REPLY_ARTIFACT_NAME: &str = "result";
-
-/// A call that arrived without the kit's admission layer: no chain, no deadline.
-pub(crate) fn unscoped_call() -> CallScope {
-    CallScope::received("", CallContext::default())
-}
 
 /// Runs a seed [`AgentHandler`] as an A2A task handler: the message's text and data become the
 /// task input, the reply one artifact, and a handler error a failed task whose status message

@@ -9,8 +9,8 @@ use mesh_protocol::a2a::v1::{
 };
 use mesh_tasks::TaskError;
 
-use super::engine::{TaskEngine, TaskHandler};
-use super::push::PushDelivery;
+use crate::engine::{TaskEngine, TaskHandler};
+use crate::push::PushDelivery;
 
 impl<H: TaskHandler> TaskEngine<H> {
     /// The delivery, once the tenant's task is known to exist.

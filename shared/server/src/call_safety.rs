@@ -1,7 +1,7 @@
 //! The receiving side of call safety (seed 000): every task call is admitted or refused from its
 //! call context before any work — a cycle (this agent already in the chain), a call at the depth
 //! limit, or a malformed context each get their own JSON error naming the chain, and a call no
-//! link allows (when the agent has a link cache, see [`crate::graph`]) its `403 LINK_DENIED` —
+//! link allows (when the agent has a link cache, see [`crate::links`]) its `403 LINK_DENIED` —
 //! and an admitted call runs no longer than its caller waits.
 
 use std::future::Future;
@@ -17,7 +17,7 @@ use mesh_graph::LinkCache;
 use mesh_protocol::call::{CallContext, CallRejection};
 
 use crate::error::ErrorResponse;
-use crate::graph::{self, AuthenticatedAgent};
+use crate::links::{self, AuthenticatedAgent};
 use crate::middleware::{Middleware, Refusal, refuse_now};
 
 /// The HTTP status of a call refused or failed for a call-safety reason, by error code.
@@ -89,9 +89,9 @@ impl Middleware for AdmitCalls {
         }
         let scope = CallScope::received(agent.as_ref(), context);
         if let Some(links) = request.extensions().get::<Arc<LinkCache>>() {
-            if let Err(denial) = graph::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>()) {
+            if let Err(denial) = links::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>()) {
                 tracing::warn!(agent = %agent, %denial, "call refused");
-                return Err(graph::denied(std::mem::take(request), &denial));
+                return Err(links::denied(std::mem::take(request), &denial));
             }
         }
         let left = scope.time_left();

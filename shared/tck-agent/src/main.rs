@@ -1,13 +1,13 @@
-//! Serves the conformance kit's example agent ([`mesh_agent_kit::conformance`]).
+//! Serves the conformance kit's example agent ([`mesh_tck_agent`]).
 //!
-//! `cargo run --release -p mesh-agent-kit --example tck_agent -- --port 9999`, then
+//! `cargo run --release -p mesh-tck-agent -- --port 9999`, then
 //! `scripts/tck.sh` runs the kit against it. `--variant` serves one of the agents that show the
 //! kit a capability the standard one lacks (`extended-card` also needs
 //! `MESH_TCK_EXTENDED_CARD_TOKEN`, the token that opens the extended card).
 
 use clap::Parser;
-use mesh_agent_kit::conformance::{TckAgent, Variant, card};
 use mesh_agent_kit::{AgentApp, AgentArgs, AgentConfig, MainError};
+use mesh_tck_agent::{TckAgent, Variant, card};
 
 /// Port the agent listens on unless configured otherwise.
 const TCK_PORT_DEFAULT: u16 = 9999;

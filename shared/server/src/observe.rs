@@ -282,14 +282,14 @@ impl http_body::Body for InSpan {
 }
 
 /// Names the A2A method (`SendMessage`, `message/send`, ...) a request calls on its server span.
-pub(crate) fn record_a2a_method(method: &str) {
+pub fn record_a2a_method(method: &str) {
     let span = tracing::Span::current();
     span.record("a2a.method", method);
     span.record("gen_ai.operation.name", "invoke_agent");
 }
 
 /// Names the task (and its conversation) a request works on, on its server span.
-pub(crate) fn record_task(task_id: &str, context_id: Option<&str>) {
+pub fn record_task(task_id: &str, context_id: Option<&str>) {
     let span = tracing::Span::current();
     span.record("a2a.task_id", task_id);
     if let Some(context_id) = context_id {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use mesh_auth::{AuthConfig, AuthError, Role};
 use mesh_client::{HttpClient, RenewableBearer, WeakBearer};
 
-use crate::app::KitError;
+use crate::error::ServerError;
 
 /// Milliseconds between two reads of a credential file.
 const CREDENTIAL_FILE_RECHECK_MS: u64 = 30_000;
@@ -22,7 +22,7 @@ type NextCredential = Box<dyn Fn() -> Result<Option<String>, AuthError> + Send>;
 /// itself (`credential_self_issued_ttl_s`), renewed halfway through its life; the contents of
 /// `credential_file`, re-read every [`CREDENTIAL_FILE_RECHECK_MS`]; or the fixed `credential`.
 /// The renewal stops once no client presents the credential any more.
-pub fn with_own_credential(http: &HttpClient, auth: &AuthConfig, name: &str) -> Result<HttpClient, KitError> {
+pub fn with_own_credential(http: &HttpClient, auth: &AuthConfig, name: &str) -> Result<HttpClient, ServerError> {
     let (credential, renew_every, next): (_, _, NextCredential) =
         match (auth.credential_self_issued_ttl_s, &auth.credential_file) {
             (Some(ttl_s), _) => {

@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::engine::{Follow, TaskEngine, TaskHandler};
-use super::{Failure, Inbound, StreamEnd, send_blocking, until_final};
+use crate::engine::{Follow, TaskEngine, TaskHandler};
+use crate::{Failure, Inbound, StreamEnd, send_blocking, until_final};
 
 /// Every A2A 1.0 method, as JSON-RPC names it and as gRPC names it in its paths.
 pub(super) const METHODS_V1: [&str; 11] = [

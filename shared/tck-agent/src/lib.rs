@@ -2,17 +2,17 @@
 //! does depends on the prefix of the message id (`tck-complete-task-...`,
 //! `tck-input-required-...`, ...). Any other message is echoed (`echo: <text>` as an artifact),
 //! and `interop-long-running-...` keeps working until the task is canceled, for the official SDK's
-//! interop checks. Served by `examples/tck_agent.rs`; `scripts/tck.sh` runs the kit against it,
+//! interop checks. Served by this crate's binary (`src/main.rs`); `scripts/tck.sh` runs the kit against it,
 //! and against each [`Variant`], which shows the kit a capability the standard agent lacks so that
 //! its tests of that capability run.
 
 use std::time::Duration;
 
+use mesh_agent_kit::AgentConfig;
 use mesh_protocol::a2a::v1::{AgentCard, AgentExtension, AgentSkill, Artifact, Part, PartContent, TaskState};
 use serde_json::json;
 
-use crate::AgentConfig;
-use crate::a2a::{TaskClosed, TaskEvents, TaskHandler, Turn};
+use mesh_a2a_server::{TaskClosed, TaskEvents, TaskHandler, Turn};
 
 /// The extension the kit's required-extension tests look for on the card (CORE-CAP-004).
 pub const TCK_REQUIRED_EXTENSION_URI: &str = "urn:a2a:tck:required-extension";

@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::push::PushDelivery;
+use crate::push::PushDelivery;
 
 /// Tasks kept in memory at once (running, or waiting for the user) by default.
 pub const LIVE_TASKS_MAX_DEFAULT: usize = 10_000;
@@ -603,7 +603,7 @@ impl<H: TaskHandler> TaskEngine<H> {
             state.push |= webhook.is_some();
             (state.task.id.clone(), state.task.context_id.clone(), state.turn)
         };
-        crate::observe::record_task(&task_id, Some(&context_id));
+        mesh_server::observe::record_task(&task_id, Some(&context_id));
         let (sender, events) = mpsc::unbounded_channel();
         let previous_is_none = previous.is_none();
         let turn = Turn {

@@ -22,7 +22,7 @@ use mesh_protocol::jsonrpc::{ErrorObject, Id, Response as RpcResponse};
 use serde_json::Value;
 
 use crate::error::ErrorResponse;
-use crate::graph::AuthenticatedAgent;
+use crate::links::AuthenticatedAgent;
 use crate::middleware::{Middleware, Refusal, layer};
 
 /// JSON-RPC code of a request without valid credentials (HTTP 401); in JSON-RPC's server-error
@@ -211,7 +211,7 @@ fn refuse(request: &mut Request, error: AuthError) -> Refusal {
 /// the JSON-RPC route (`jsonrpc_id`, the request's id) a JSON-RPC error, elsewhere the mesh error
 /// body; `401` with its `WWW-Authenticate` challenge, or `403`. The A2A bindings answer a caller
 /// refused the extended agent card with it too, so a client sees one refusal whichever refuses.
-pub(crate) fn credential_refusal(error: &AuthError, jsonrpc_id: Option<Id>) -> Response {
+pub fn credential_refusal(error: &AuthError, jsonrpc_id: Option<Id>) -> Response {
     let answer = auth_error_response(error);
     let jsonrpc_code = if answer.status == StatusCode::UNAUTHORIZED {
         AUTH_REQUIRED_JSONRPC_CODE
@@ -236,7 +236,7 @@ pub(crate) fn credential_refusal(error: &AuthError, jsonrpc_id: Option<Id>) -> R
 
 /// A refusal in the request's binding: a JSON-RPC error on the JSON-RPC route (`POST /`, its
 /// request id echoed), the mesh error body elsewhere; the HTTP status is `error`'s either way.
-pub(crate) async fn refusal(request: Request, error: ErrorResponse, jsonrpc_code: i64) -> Response {
+pub async fn refusal(request: Request, error: ErrorResponse, jsonrpc_code: i64) -> Response {
     if !is_jsonrpc_route(&request) {
         return error.into_response();
     }
