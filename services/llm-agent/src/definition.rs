@@ -34,8 +34,6 @@ pub const TURN_TIMEOUT_MS_DEFAULT: u64 = 120_000;
 pub const TOOL_OUTPUT_BYTES_MAX_DEFAULT: usize = 16 * 1024;
 /// Largest answer kept from the model; the rest is cut with a note.
 pub const ANSWER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
-/// Time one MCP tool call may take.
-pub const MCP_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
 /// The tools an agent may be given. There is no shell tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -69,20 +67,6 @@ pub struct SkillDefinition {
     pub examples: Vec<String>,
 }
 
-/// An MCP server (streamable HTTP) whose tools the agent may use.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpServerDefinition {
-    pub name: String,
-    pub url: String,
-    /// The server's tools the agent may call; all of them when empty.
-    #[serde(default)]
-    pub tools: Vec<String>,
-    /// The environment variable holding a bearer token for the server, if it needs one.
-    #[serde(default)]
-    pub bearer_token_env: Option<String>,
-}
-
 /// The bounds of one agent's turns.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -94,7 +78,6 @@ pub struct Limits {
     pub turn_timeout_ms: u64,
     pub tool_output_bytes_max: usize,
     pub answer_bytes_max: usize,
-    pub mcp_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -107,7 +90,6 @@ impl Default for Limits {
             turn_timeout_ms: TURN_TIMEOUT_MS_DEFAULT,
             tool_output_bytes_max: TOOL_OUTPUT_BYTES_MAX_DEFAULT,
             answer_bytes_max: ANSWER_BYTES_MAX_DEFAULT,
-            mcp_timeout_ms: MCP_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -128,8 +110,6 @@ pub struct AgentFile {
     pub port: Option<u16>,
     #[serde(default)]
     pub tools: Vec<ToolName>,
-    #[serde(default)]
-    pub mcp_servers: Vec<McpServerDefinition>,
     #[serde(default)]
     pub limits: Limits,
 }
@@ -211,15 +191,9 @@ impl AgentFile {
             ("turn_timeout_ms", limits.turn_timeout_ms),
             ("tool_output_bytes_max", limits.tool_output_bytes_max as u64),
             ("answer_bytes_max", limits.answer_bytes_max as u64),
-            ("mcp_timeout_ms", limits.mcp_timeout_ms),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(format!("limits.{key} must be above 0"));
-        }
-        for server in &self.mcp_servers {
-            if server.name.trim().is_empty() || !server.url.starts_with("http") {
-                return Err(format!("MCP server {:?} needs a name and an http(s) url", server.name));
-            }
         }
         Ok(())
     }

@@ -27,6 +27,8 @@ pub enum LlmAgentError {
     Client(#[from] mesh_client::ClientError),
     #[error(transparent)]
     Auth(#[from] mesh_auth::AuthError),
+    #[error(transparent)]
+    Server(#[from] mesh_server::ServerError),
     #[error("{0}")]
     Config(#[from] mesh_config::ConfigError),
 }

@@ -7,7 +7,7 @@
 pub mod definition;
 mod error;
 pub mod model;
-// TEMP mod openai;
+mod openai;
 pub mod prompt;
 pub mod runtime;
 pub mod tools;
@@ -28,8 +28,8 @@ use tokio::sync::watch;
 
 pub use definition::{AgentDefinition, ToolName};
 pub use error::{LlmAgentError, TurnError};
-// TEMP pub use openai::{OpenAiModel, openai_model};
 pub use model::{ChatModel, ModelError, ModelReply, ModelRequest, ToolCall, ToolSpec};
+pub use openai::{OpenAiModel, openai_model};
 pub use runtime::{AgentRuntime, AgentSetup};
 pub use waiters::Answer;
 
@@ -221,7 +221,7 @@ async fn build_agent(
     let name = definition.file.name.as_str();
     let registry_url = agent.registry_url.as_deref().ok_or(LlmAgentError::NoRegistry)?;
     // Its calls into the mesh carry its own credential.
-    let http = mesh_agent_kit::with_own_credential(&http, &agent.auth, name)?;
+    let http = mesh_server::with_own_credential(&http, &agent.auth, name)?;
     let registry = RegistryClient::new(registry_url, http.clone())?;
     let discovery =
         Discovery::new(registry.clone(), http.clone(), Duration::from_millis(config.discovery_cache_ttl_ms));

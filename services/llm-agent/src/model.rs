@@ -1,6 +1,6 @@
 //! What the loop needs from a language model: one chat completion over a system prompt, the
 //! role-relative message list and the tools offered, answered with text or tool calls. The
-//! OpenAI-compatible client of `mesh-llm` is one ([`crate::openai::OpenAiModel`]); tests and the benchmark use
+//! OpenAI-compatible client of `mesh-llm` is one ([`crate::OpenAiModel`]); the tests use
 //! the scripted server of `mesh-test-support` through that same client.
 
 use mesh_bus::ChatMessage;

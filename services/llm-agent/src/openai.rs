@@ -23,13 +23,18 @@ impl ChatModel for OpenAiModel {
         let tools = request
             .tools
             .into_iter()
-            .map(|tool| mesh_llm::ToolSpec { name: tool.name, description: tool.description, parameters: tool.parameters })
+            .map(|tool| mesh_llm::ToolSpec {
+                name: tool.name,
+                description: tool.description,
+                parameters: tool.parameters,
+            })
             .collect();
         let answer = self.0.chat(&ChatRequest::new(messages).with_tools(tools)).await.map_err(|error| match error {
             LlmError::Timeout { timeout_ms } => ModelError::Timeout { timeout_ms },
-            LlmError::AnswerTooLarge { .. } | LlmError::BadResponse(_) | LlmError::InvalidJson(_) | LlmError::Rejected(_) => {
-                ModelError::Invalid(error.to_string())
-            }
+            LlmError::AnswerTooLarge { .. }
+            | LlmError::BadResponse(_)
+            | LlmError::InvalidJson(_)
+            | LlmError::Rejected(_) => ModelError::Invalid(error.to_string()),
             other => ModelError::Unavailable(other.to_string()),
         })?;
         Ok(ModelReply {
@@ -49,4 +54,3 @@ pub fn openai_model(llm: &mesh_llm::LlmConfig, agent: &str, model: &str) -> Resu
     let client = mesh_llm::LlmClient::new(config, agent).map_err(|e| LlmAgentError::Model(e.to_string()))?;
     Ok(Arc::new(OpenAiModel(client)))
 }
-

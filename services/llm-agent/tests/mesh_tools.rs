@@ -6,11 +6,11 @@
 mod common;
 
 use common::{Backend, CALL_TIMEOUT, Definition, Mesh, link, text_of};
-use common::{LlmStep, ScriptedLlm};
 use http::{Method, Request};
 use mesh_protocol::call::CallContext;
 use mesh_protocol::graph::{GraphMode, LinkDirection, LinkRelationship};
 use mesh_protocol::seed::{TaskRequest, TaskResponse};
+use mesh_test_support::llm::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
 #[tokio::test]
@@ -24,7 +24,10 @@ async fn a_cycle_is_refused_and_reported_to_the_model() {
     ])
     .await;
     let agents = mesh
-        .llm_agents(&[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])], &llm)
+        .llm_agents(
+            &[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])],
+            llm.base_url(),
+        )
         .await;
     let answer = mesh.ask(agents.url("alpha"), "start").await.unwrap();
     assert_eq!(text_of(&answer), "alpha is done");
@@ -46,7 +49,10 @@ async fn a_call_past_the_depth_limit_is_refused_and_reported_to_the_model() {
     ])
     .await;
     let agents = mesh
-        .llm_agents(&[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])], &llm)
+        .llm_agents(
+            &[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])],
+            llm.base_url(),
+        )
         .await;
     // Four hops already: alpha's call to beta would be the fifth.
     let chain: Vec<String> = ["u1", "u2", "u3", "u4"].map(String::from).to_vec();
@@ -82,7 +88,8 @@ async fn a_link_message_is_answered_with_the_link_context_and_a_one_way_link_is_
     ])
     .await;
     let tools: &[&str] = &["send_agent_message", "call_agent"];
-    let agents = mesh.llm_agents(&[Definition::new("boss", tools), Definition::new("worker", tools)], &llm).await;
+    let agents =
+        mesh.llm_agents(&[Definition::new("boss", tools), Definition::new("worker", tools)], llm.base_url()).await;
     mesh.policy_loaded(agents.url("boss"), 1).await;
     mesh.policy_loaded(agents.url("worker"), 1).await;
 

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Backend, Definition, Echo, Mesh};
-use common::{LlmStep, ScriptedLlm};
 use mesh_protocol::graph::GraphMode;
+use mesh_test_support::llm::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
 #[tokio::test]
@@ -24,7 +24,7 @@ async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_too
     ])
     .await;
     let definitions = [Definition::new("alpha", &["call_agent"])];
-    let agents = mesh.llm_agents(&definitions, &llm).await;
+    let agents = mesh.llm_agents(&definitions, llm.base_url()).await;
     let url = agents.url("alpha").to_owned();
     let http = mesh.http.clone();
     let asked = tokio::spawn(async move {
@@ -37,7 +37,7 @@ async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_too
     agents.stop().await;
     let _ = asked.await;
 
-    let agents = mesh.llm_agents(&definitions, &llm).await;
+    let agents = mesh.llm_agents(&definitions, llm.base_url()).await;
     let requests = llm.wait_for_requests(3, common::DEADLINE).await;
     assert_eq!(requests[2].messages(), requests[1].messages(), "the same round, asked again");
     let me = mesh.bus_id("alpha");

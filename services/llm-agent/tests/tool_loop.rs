@@ -6,9 +6,9 @@
 mod common;
 
 use common::{Backend, Definition, Echo, Mesh, text_of};
-use common::{LlmStep, ScriptedLlm};
 use mesh_bus::TOOL_AGENT_ID;
 use mesh_protocol::graph::GraphMode;
+use mesh_test_support::llm::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
 /// One tool round and a final answer; what the model was sent, and what the topic holds.
@@ -20,7 +20,7 @@ async fn a_tool_round_trip(backend: Backend) {
         LlmStep::text("The echo agent said ping back."),
     ])
     .await;
-    let agents = mesh.llm_agents(&[Definition::new("alpha", &["call_agent", "list_agents"])], &llm).await;
+    let agents = mesh.llm_agents(&[Definition::new("alpha", &["call_agent", "list_agents"])], llm.base_url()).await;
 
     let answer = mesh.ask(agents.url("alpha"), "Is the echo agent there?").await.unwrap();
     assert_eq!(text_of(&answer), "The echo agent said ping back.");
@@ -86,7 +86,7 @@ async fn call_agent_resolves_a_capability_and_list_agents_shows_skills() {
         LlmStep::text("done"),
     ])
     .await;
-    let agents = mesh.llm_agents(&[Definition::new("alpha", &["call_agent", "list_agents"])], &llm).await;
+    let agents = mesh.llm_agents(&[Definition::new("alpha", &["call_agent", "list_agents"])], llm.base_url()).await;
     mesh.ask(agents.url("alpha"), "go").await.unwrap();
     let requests = llm.requests();
     let messages = requests[1].messages();
@@ -116,7 +116,7 @@ async fn malformed_and_unknown_tool_calls_answer_the_model_with_tool_errors() {
         LlmStep::text("I could not call anything."),
     ])
     .await;
-    let agents = mesh.llm_agents(&[Definition::new("alpha", &["call_agent"])], &llm).await;
+    let agents = mesh.llm_agents(&[Definition::new("alpha", &["call_agent"])], llm.base_url()).await;
     let answer = mesh.ask(agents.url("alpha"), "go").await.unwrap();
     assert_eq!(text_of(&answer), "I could not call anything.");
     let requests = llm.requests();
@@ -137,7 +137,7 @@ async fn fifty_tool_calls_run_at_most_the_bound_and_rounds_end_with_an_answer() 
     let agents = mesh
         .llm_agents(
             &[Definition::new("alpha", &["list_agents"]).limits("tool_rounds_max = 2\ntool_calls_per_round_max = 4")],
-            &llm,
+            llm.base_url(),
         )
         .await;
     let answer = mesh.ask(agents.url("alpha"), "go").await.unwrap();

@@ -3,15 +3,13 @@
 //! OpenAI-compatible server, kit agents to call, and the bus and docmem to look into.
 #![allow(dead_code)]
 
-pub mod scripted;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use llm_agent::{ChatModel, LlmAgents, LlmAgentsConfig};
+use llm_agent::{LlmAgents, LlmAgentsConfig, openai_model};
 use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskInput};
 use mesh_bus::{BusConfig, Delivered, SharedBus};
 use mesh_client::{ClientError, HttpClient, RegistryClient, send_task};
@@ -20,7 +18,6 @@ use mesh_llm::LlmConfig;
 use mesh_protocol::graph::{GraphMode, LinkDirection, LinkRelationship};
 use mesh_protocol::seed::{Part, TaskRequest, TaskResponse};
 use registry::{Application, LinkDef, RegistryConfig};
-pub use scripted::{LlmStep, ScriptedLlm};
 use serde_json::json;
 use tokio::sync::{Notify, oneshot};
 
@@ -177,17 +174,23 @@ impl Mesh {
         folder
     }
 
-    /// Runs the LLM agents of `definitions` on the scripted model, once each is registered.
-    pub async fn llm_agents(&mut self, definitions: &[Definition], llm: &ScriptedLlm) -> RunningLlmAgents {
+    /// Runs the LLM agents of `definitions` on the OpenAI-compatible endpoint at `llm_base_url`
+    /// (the scripted server), once each is registered.
+    pub async fn llm_agents(&mut self, definitions: &[Definition], llm_base_url: &str) -> RunningLlmAgents {
         let folder = self.define(definitions);
+        let llm = LlmConfig {
+            base_url: llm_base_url.into(),
+            model: "scripted".into(),
+            retries_max: 0,
+            ..LlmConfig::default()
+        };
         let config = LlmAgentsConfig {
             agent: AgentConfig { bus: Some(self.bus.clone()), ..self.agent_config() },
             definitions_dir: folder,
-            llm: LlmConfig { model: "scripted".into(), ..LlmConfig::default() },
+            llm: llm.clone(),
             ..LlmAgentsConfig::default()
         };
-        let model: Arc<dyn ChatModel> = Arc::new(llm.clone());
-        let models = |_: &str, _: &str| Ok(model.clone());
+        let models = |agent: &str, model: &str| openai_model(&llm, agent, model);
         let agents = LlmAgents::build(&config, self.http.clone(), &models).await.unwrap();
         let urls: HashMap<String, String> =
             agents.agents.iter().map(|a| (a.runtime.name().to_owned(), a.app.url().to_owned())).collect();
