@@ -13,6 +13,12 @@ use mesh_protocol::seed::{TaskRequest, TaskResponse};
 use mesh_test_support::llm::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
+/// Two LLM agents that may call any agent.
+async fn alpha_and_beta(mesh: &mut Mesh, llm: &ScriptedLlm) -> common::RunningLlmAgents {
+    let definitions = [Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])];
+    mesh.llm_agents(&definitions, llm.base_url()).await
+}
+
 #[tokio::test]
 async fn a_cycle_is_refused_and_reported_to_the_model() {
     let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, Backend::Embedded).await;
@@ -23,12 +29,7 @@ async fn a_cycle_is_refused_and_reported_to_the_model() {
         LlmStep::text("alpha is done"),
     ])
     .await;
-    let agents = mesh
-        .llm_agents(
-            &[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])],
-            llm.base_url(),
-        )
-        .await;
+    let agents = alpha_and_beta(&mut mesh, &llm).await;
     let answer = mesh.ask(agents.url("alpha"), "start").await.unwrap();
     assert_eq!(text_of(&answer), "alpha is done");
     let requests = llm.requests();
@@ -48,12 +49,7 @@ async fn a_call_past_the_depth_limit_is_refused_and_reported_to_the_model() {
         LlmStep::text("too deep"),
     ])
     .await;
-    let agents = mesh
-        .llm_agents(
-            &[Definition::new("alpha", &["call_agent"]), Definition::new("beta", &["call_agent"])],
-            llm.base_url(),
-        )
-        .await;
+    let agents = alpha_and_beta(&mut mesh, &llm).await;
     // Four hops already: alpha's call to beta would be the fifth.
     let chain: Vec<String> = ["u1", "u2", "u3", "u4"].map(String::from).to_vec();
     let context = CallContext { chain, depth: 4, ..CallContext::default() };
