@@ -10,6 +10,7 @@ use std::future::Future;
 use std::path::Path;
 
 use entity_extraction::EntityExtractionConfig;
+use llm_agent::{LlmAgents, LlmAgentsConfig};
 use mesh_agent_kit::{AgentArgs, AgentConfig};
 use mesh_auth::AuthConfig;
 use mesh_bus::BusConfig;
@@ -35,7 +36,21 @@ pub struct SuiteConfig {
     pub entity_extraction: EntityExtractionConfig,
     pub profile_selection: ProfileSelectionConfig,
     pub ui_agent: UiAgentConfig,
+    /// The example organisation of LLM agents (`deploy/llm-agents/`): run only when a model is
+    /// configured ([`LLM_BASE_URL_ENV`] and [`LLM_MODEL_ENV`]).
+    pub llm_agents: Option<LlmAgentsConfig>,
 }
+
+/// The OpenAI-compatible endpoint `up` gives its LLM agents, e.g. `https://openrouter.ai/api/v1`
+/// or `http://127.0.0.1:11434/v1` (Ollama).
+pub const LLM_BASE_URL_ENV: &str = "MESH_LLM_BASE_URL";
+/// The model they ask.
+pub const LLM_MODEL_ENV: &str = "MESH_LLM_MODEL";
+/// The API key, when the endpoint needs one; sent to that endpoint only.
+pub const LLM_API_KEY_ENV: &str = "MESH_LLM_API_KEY";
+/// What `up` prints when no model is configured.
+pub const LLM_AGENTS_OFF_HINT: &str = "LLM agents (concierge, analyst) are off: set MESH_LLM_BASE_URL and MESH_LLM_MODEL \
+     (MESH_LLM_API_KEY if the endpoint needs one) to run them";
 
 impl SuiteConfig {
     /// Every service on a free port (port 0), the registry's SQLite file, the agents' task store
@@ -64,6 +79,7 @@ impl SuiteConfig {
             entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
             profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
             ui_agent: UiAgentConfig { port: 0, bus, ..UiAgentConfig::default() },
+            llm_agents: None,
         }
     }
 
@@ -84,6 +100,7 @@ impl SuiteConfig {
             profile_selection: agent
                 .load(profile_selection::ENV_PREFIX, profile_selection::PROFILE_SELECTION_PORT_DEFAULT)?,
             ui_agent: mesh_config::ConfigLoader::new(ui_agent::ENV_PREFIX, None).load()?,
+            llm_agents: llm_agents_from_env(&agent)?,
         };
         for agent in suite.agents_mut() {
             agent.bus.get_or_insert_with(|| bus.clone());
@@ -119,12 +136,14 @@ impl SuiteConfig {
         if ui.credential.is_none() && ui.credential_file.is_none() && mints {
             ui.credential_self_issued_ttl_s = Some(SUITE_AGENT_TOKEN_TTL_S);
         }
-        for (name, agent) in [
+        let mut agents = vec![
             ("orchestrator", &mut self.orchestrator.agent),
             ("search", &mut self.search.agent),
             ("entity_extraction", &mut self.entity_extraction.agent),
             ("profile_selection", &mut self.profile_selection.agent),
-        ] {
+        ];
+        agents.extend(self.llm_agents.as_mut().map(|llm| ("llm_agents", &mut llm.agent)));
+        for (name, agent) in agents {
             let has_credential = agent.auth.credential.is_some() || agent.auth.credential_file.is_some();
             if !agent.auth.verifies_callers() {
                 agent.auth = AuthConfig {
@@ -165,15 +184,36 @@ impl SuiteConfig {
         Ok(())
     }
 
-    fn agents_mut(&mut self) -> [&mut AgentConfig; 4] {
-        [
+    fn agents_mut(&mut self) -> Vec<&mut AgentConfig> {
+        let mut agents = vec![
             &mut self.orchestrator.agent,
             &mut self.search.agent,
             &mut self.entity_extraction.agent,
             &mut self.profile_selection.agent,
-        ]
+        ];
+        agents.extend(self.llm_agents.as_mut().map(|llm| &mut llm.agent));
+        agents
     }
 }
+
+/// The LLM agents' configuration when [`LLM_BASE_URL_ENV`] and [`LLM_MODEL_ENV`] are set (their
+/// own `MESH_LLM_AGENT_*` variables apply too); `None` otherwise.
+fn llm_agents_from_env(agent: &AgentArgs) -> anyhow::Result<Option<LlmAgentsConfig>> {
+    let set = |name: &str| std::env::var(name).ok().filter(|value| !value.trim().is_empty());
+    let (Some(base_url), Some(model)) = (set(LLM_BASE_URL_ENV), set(LLM_MODEL_ENV)) else { return Ok(None) };
+    let mut config: LlmAgentsConfig = agent.load(llm_agent::ENV_PREFIX, llm_agent::LLM_AGENT_PORT_DEFAULT)?;
+    config.llm = mesh_llm::LlmConfig {
+        base_url,
+        model,
+        api_key_env: LLM_API_KEY_ENV.into(),
+        timeout_ms: config.llm.timeout_ms.max(LLM_AGENT_LLM_TIMEOUT_MS),
+        ..config.llm
+    };
+    Ok(Some(config))
+}
+
+/// Time one model call of `up`'s LLM agents may take: they talk at length, unlike the planners.
+const LLM_AGENT_LLM_TIMEOUT_MS: u64 = 60_000;
 
 /// Where `up --auth` keeps the keys it generates, and where the command line finds them: beside
 /// the services' other data (`data/`, relative to where `up` runs).
@@ -207,6 +247,8 @@ pub struct SuiteUrls {
     pub entity_extraction: String,
     pub profile_selection: String,
     pub ui_agent: String,
+    /// Each LLM agent's name and URL (none when they are off).
+    pub llm_agents: Vec<(String, String)>,
 }
 
 /// A running suite; [`RunningSuite::stop`] shuts it down in order.
@@ -239,7 +281,16 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
     let orchestrator = orchestrator::build(&config.orchestrator, http.clone()).await?;
     let search = search::build(&config.search, http.clone()).await?;
     let entity_extraction = entity_extraction::build(&config.entity_extraction, http.clone()).await?;
-    let profile_selection = profile_selection::build(&config.profile_selection, http).await?;
+    let profile_selection = profile_selection::build(&config.profile_selection, http.clone()).await?;
+    let llm_agents = match &mut config.llm_agents {
+        Some(llm) => {
+            llm.agent.registry_url.get_or_insert_with(|| registry_url.clone());
+            let endpoint = llm.llm.clone();
+            let models = |agent: &str, model: &str| llm_agent::openai_model(&endpoint, agent, model);
+            Some(LlmAgents::build(llm, http, &models).await?)
+        }
+        None => None,
+    };
     // The UI agent's sockets name agents registered here, and the registry's dashboard is a page
     // of the suite that may open them.
     config.ui_agent.registry_url.get_or_insert_with(|| registry_url.clone());
@@ -252,6 +303,11 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
         entity_extraction: entity_extraction.url().to_owned(),
         profile_selection: profile_selection.url().to_owned(),
         ui_agent: ui_agent.url().to_owned(),
+        llm_agents: llm_agents
+            .iter()
+            .flat_map(|llm| &llm.agents)
+            .map(|agent| (agent.runtime.name().to_owned(), agent.app.url().to_owned()))
+            .collect(),
     };
 
     let (stop_registry, registry_stopped) = watch::channel(false);
@@ -261,6 +317,10 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
     for app in [orchestrator, search, entity_extraction, profile_selection] {
         let stopped = agents_stopped.clone();
         agents.spawn(async move { Ok(app.run_until_stopped(signalled(stopped)).await?) });
+    }
+    if let Some(llm_agents) = llm_agents {
+        let stopped = agents_stopped.clone();
+        agents.spawn(async move { Ok(llm_agents.run_until_stopped(signalled(stopped)).await?) });
     }
     agents.spawn(async move { Ok(ui_agent.run_until_stopped(signalled(agents_stopped)).await?) });
     Ok(RunningSuite { urls, stop_agents, stop_registry, agents, registry })

@@ -396,6 +396,12 @@ async fn up(auth: bool) -> anyhow::Result<()> {
     println!("  profile-selection  {}", urls.profile_selection);
     let socket = urls.ui_agent.replacen("http://", "ws://", 1);
     println!("  ui-agent           {}   (WebSocket {socket}/ws?agent=orchestrator)", urls.ui_agent);
+    for (name, url) in &urls.llm_agents {
+        println!("  {name:<18} {url}   (LLM agent)");
+    }
+    if urls.llm_agents.is_empty() {
+        println!("{}", a2a_mesh::LLM_AGENTS_OFF_HINT);
+    }
     println!();
     println!("Try:");
     println!("  cargo run --release -- ask \"show me robots playing soccer\"");
@@ -405,6 +411,9 @@ async fn up(auth: bool) -> anyhow::Result<()> {
     );
     println!("  curl -s {}/capabilities/search", urls.registry);
     println!("  cargo run --release -- chat orchestrator    (then type a query)");
+    if !urls.llm_agents.is_empty() {
+        println!("  cargo run --release -- chat concierge       (a conversation with the LLM concierge)");
+    }
     if auth {
         let admin = mint(&local_subject(), "", &[Role::Admin], CLI_TOKEN_TTL)?.unwrap_or_default();
         println!();

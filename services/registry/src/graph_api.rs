@@ -15,7 +15,7 @@ use axum::{Json, Router};
 use futures::StreamExt;
 use mesh_protocol::graph::{
     CallReports, CallReportsAccepted, EventBody, EventStats, GraphPolicy, Link, LinkList, LinkMessage, LinkMessages,
-    LinkRelationship, LinkSource, LinkUpdate, NewLink, NewLinkMessage, OrgChart, Topology, TopologyAgent, TopologyLink,
+    LinkSource, LinkUpdate, NewLink, NewLinkMessage, OrgChart, Topology, TopologyAgent, TopologyLink,
 };
 use mesh_protocol::registry::StatusMessage;
 use mesh_server::auth::{ADMIN_ROLES, AGENT_ROLES, ANY_ROLE, RequestCaller, require};
@@ -177,24 +177,7 @@ pub(crate) async fn org_chart(
 }
 
 fn org_of(agent: &str, links: &[Link]) -> OrgChart {
-    let mut chart =
-        OrgChart { agent_id: agent.to_owned(), superiors: Vec::new(), subordinates: Vec::new(), peers: Vec::new() };
-    for link in links.iter().filter(|l| l.enabled) {
-        let other = if link.from_agent_id == agent { &link.to_agent_id } else { &link.from_agent_id };
-        let list = match link.relationship_of(agent) {
-            Some(LinkRelationship::Superior) => &mut chart.subordinates,
-            Some(LinkRelationship::Subordinate) => &mut chart.superiors,
-            Some(LinkRelationship::Peer) => &mut chart.peers,
-            None => continue,
-        };
-        if !list.contains(other) {
-            list.push(other.clone());
-        }
-    }
-    for list in [&mut chart.superiors, &mut chart.subordinates, &mut chart.peers] {
-        list.sort();
-    }
-    chart
+    OrgChart::of(agent, links)
 }
 
 /// The whole graph: agents with their health and capabilities, and the links.
@@ -456,7 +439,7 @@ pub async fn sync_config_links(state: &RegistryState, defs: &[LinkDef]) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mesh_protocol::graph::LinkDirection;
+    use mesh_protocol::graph::{LinkDirection, LinkRelationship};
 
     fn link(from: &str, to: &str, relationship: LinkRelationship, enabled: bool) -> Link {
         Link {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ConstantBuilder, Retryable};
-use mesh_bus::{ACTION_APPEND, ACTION_CREATE, BusError, consumer_group};
+use mesh_bus::{ACTION_APPEND, ACTION_CREATE, BusError, TOOL_AGENT_ID, consumer_group};
 use mesh_docmem::Node;
 use mesh_telemetry::SERVICE_LABEL;
 use tokio::sync::{mpsc, oneshot};
@@ -144,7 +144,9 @@ async fn forward(state: &UiState, topic: &str) -> Result<Infallible, BusError> {
             batch
                 .iter()
                 .map(|delivered| &delivered.record)
-                .filter(|r| r.agent_id != state.agent_id && (r.action == ACTION_CREATE || r.action == ACTION_APPEND))
+                // Tool outputs are an agent's working material, not its answer to the person.
+                .filter(|r| r.agent_id != state.agent_id && r.agent_id != TOOL_AGENT_ID)
+                .filter(|r| r.action == ACTION_CREATE || r.action == ACTION_APPEND)
                 .filter_map(|r| sessions.get(&r.conversation_id).map(|socket| (r.node_id.clone(), socket.clone())))
                 .collect()
         };

@@ -140,7 +140,7 @@ pub(crate) fn seed_message(message: ChatMessage) -> seed::Message {
 
 /// Docmem content is plain text: text parts as they are, data parts as their JSON text, and
 /// warnings of a partial answer after them.
-pub(crate) fn plain_text(parts: &[Part], warnings: &[String]) -> String {
+pub fn plain_text(parts: &[Part], warnings: &[String]) -> String {
     let mut lines: Vec<String> = parts
         .iter()
         .map(|part| match part {

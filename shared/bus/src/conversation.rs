@@ -46,12 +46,12 @@ pub fn message_list(nodes: &[Node], me: &str) -> Vec<ChatMessage> {
         .collect()
 }
 
-/// One cached message: who sent it, and what.
+/// One cached message: its node, who sent it, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct CachedMessage {
-    node_id: String,
-    sender: String,
-    content: String,
+pub struct CachedMessage {
+    pub node_id: String,
+    pub sender: String,
+    pub content: String,
 }
 
 /// The materialized view of one conversation, in bus (offset) order.
@@ -97,6 +97,12 @@ impl ConversationCache {
 
     pub fn contains(&self, node_id: &str) -> bool {
         self.node_ids.contains(node_id)
+    }
+
+    /// The messages in bus order, with their nodes and senders (for agents that read more than
+    /// the role-relative list: whose turn it is, which of their own messages came since).
+    pub fn messages(&self) -> &[CachedMessage] {
+        &self.messages
     }
 
     pub fn len(&self) -> usize {

@@ -22,7 +22,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 pub use config::{BusConfig, open_bus};
-pub use conversation::{ChatMessage, ConversationCache, Conversations, Role, message_list};
+pub use conversation::{CachedMessage, ChatMessage, ConversationCache, Conversations, Role, message_list};
 pub use error::BusError;
 pub use join::{ConversationJoin, JoinedTurn, conversation_root_context, conversation_topic};
 pub use kafka::KafkaBus;

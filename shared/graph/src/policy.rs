@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mesh_protocol::graph::{GraphMode, GraphPolicy, Link, LinkDirection};
+use mesh_protocol::graph::{GraphMode, GraphPolicy, Link, LinkDirection, OrgChart};
 
 /// Most links a policy document may hold; a larger one is refused (the last good copy stays), so
 /// a broken registry cannot make every agent hold an unbounded graph.
@@ -236,6 +236,22 @@ impl Policy {
             None => DenialReason::NoLink,
         };
         self.denied(caller, target, reason)
+    }
+
+    /// The link with this id, enabled or not.
+    pub fn link(&self, id: &str) -> Option<&Link> {
+        self.by_id.get(id)
+    }
+
+    /// The links `agent` is an end of, enabled or not, in no particular order.
+    pub fn links_of<'a>(&'a self, agent: &'a str) -> impl Iterator<Item = &'a Link> + 'a {
+        self.by_id.values().filter(move |link| link.from_agent_id == agent || link.to_agent_id == agent)
+    }
+
+    /// `agent`'s place in the organisation (seed 004): its superiors, subordinates and peers over
+    /// its enabled links, each list sorted.
+    pub fn org_chart(&self, agent: &str) -> OrgChart {
+        OrgChart::of(agent, self.links_of(agent))
     }
 
     /// The link a call from `caller` to `target` goes over, whatever the mode: the one letting

@@ -246,6 +246,32 @@ pub struct OrgChart {
     pub peers: Vec<String>,
 }
 
+impl OrgChart {
+    /// `agent`'s place from `links`: each enabled link it is an end of, read from its end (a
+    /// `superior` link from `agent` makes the other end a subordinate, one towards `agent` a
+    /// superior); every list sorted, each name once.
+    pub fn of<'a>(agent: &str, links: impl IntoIterator<Item = &'a Link>) -> Self {
+        let mut chart =
+            Self { agent_id: agent.to_owned(), superiors: Vec::new(), subordinates: Vec::new(), peers: Vec::new() };
+        for link in links.into_iter().filter(|l| l.enabled) {
+            let other = if link.from_agent_id == agent { &link.to_agent_id } else { &link.from_agent_id };
+            let list = match link.relationship_of(agent) {
+                Some(LinkRelationship::Superior) => &mut chart.subordinates,
+                Some(LinkRelationship::Subordinate) => &mut chart.superiors,
+                Some(LinkRelationship::Peer) => &mut chart.peers,
+                None => continue,
+            };
+            if !list.contains(other) {
+                list.push(other.clone());
+            }
+        }
+        for list in [&mut chart.superiors, &mut chart.subordinates, &mut chart.peers] {
+            list.sort();
+        }
+        chart
+    }
+}
+
 /// How a call or a message over a link ended (seed 003's statuses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,0 +1,188 @@
+//! The system prompt, from seed 004's fragments rendered with minijinja: `ROLE.md`, the
+//! organisation (superiors, subordinates and peers from the links the registry's policy feed
+//! keeps current), the link context in a `link:{id}` conversation, and the tools last.
+//!
+//! The templates ship inside the binary (`templates/*.md.j2` of this crate); a file of the same
+//! name in the operator's templates folder replaces one.
+
+use std::path::Path;
+
+use mesh_protocol::graph::{LinkRelationship, OrgChart};
+use minijinja::Environment;
+use serde::Serialize;
+
+use crate::error::LlmAgentError;
+
+/// The template rendered; it includes the fragments.
+pub const SYSTEM_TEMPLATE: &str = "system.md.j2";
+/// Each template by name, as shipped.
+const SHIPPED: [(&str, &str); 4] = [
+    (SYSTEM_TEMPLATE, include_str!("../templates/system.md.j2")),
+    ("org_context.md.j2", include_str!("../templates/org_context.md.j2")),
+    ("link_context.md.j2", include_str!("../templates/link_context.md.j2")),
+    ("tools.md.j2", include_str!("../templates/tools.md.j2")),
+];
+/// Largest template file read from the operator's folder.
+const TEMPLATE_BYTES_MAX: u64 = 64 * 1024;
+
+/// One agent named in a fragment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedAgent {
+    pub name: String,
+}
+
+/// The organisation fragment's data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrgContext {
+    pub superiors: Vec<NamedAgent>,
+    pub subordinates: Vec<NamedAgent>,
+    pub peers: Vec<NamedAgent>,
+    /// Whether `send_agent_message` is among the tools.
+    pub can_message: bool,
+}
+
+impl OrgContext {
+    /// The fragment's data for `chart`; `None` when the agent has no enabled link.
+    pub fn of(chart: &OrgChart, can_message: bool) -> Option<Self> {
+        let named = |names: &[String]| names.iter().map(|name| NamedAgent { name: name.clone() }).collect();
+        let empty = chart.superiors.is_empty() && chart.subordinates.is_empty() && chart.peers.is_empty();
+        (!empty).then(|| Self {
+            superiors: named(&chart.superiors),
+            subordinates: named(&chart.subordinates),
+            peers: named(&chart.peers),
+            can_message,
+        })
+    }
+}
+
+/// The link context fragment's data: who this link conversation is with, and what they are to
+/// this agent (seed 004: the sender's relationship).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinkPromptContext {
+    pub agent_name: String,
+    pub relationship: LinkRelationship,
+}
+
+/// A tool as the prompt lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromptTool {
+    pub name: String,
+    pub description: String,
+}
+
+/// Everything one system prompt is rendered from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromptContext<'a> {
+    pub agent_name: &'a str,
+    pub role: &'a str,
+    pub org_context: Option<OrgContext>,
+    pub link_context: Option<LinkPromptContext>,
+    pub tools: Vec<PromptTool>,
+}
+
+/// The compiled templates.
+#[derive(Debug)]
+pub struct Prompts {
+    environment: Environment<'static>,
+}
+
+impl Prompts {
+    /// The shipped templates, each replaced by a file of its name in `overrides` when there is one.
+    pub fn load(overrides: Option<&Path>) -> Result<Self, LlmAgentError> {
+        let mut environment = Environment::new();
+        // Prompts are Markdown, not HTML: nothing is escaped.
+        environment.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+        environment.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        for (name, shipped) in SHIPPED {
+            let text = match overrides.map(|folder| folder.join(name)).filter(|path| path.is_file()) {
+                Some(path) => read_template(&path)?,
+                None => shipped.to_owned(),
+            };
+            environment.add_template_owned(name, text).map_err(|e| LlmAgentError::Template(e.to_string()))?;
+        }
+        // Every include resolves and renders now, not at the first turn.
+        let prompts = Self { environment };
+        prompts.system(&PromptContext {
+            agent_name: "check",
+            role: "check",
+            org_context: None,
+            link_context: None,
+            tools: Vec::new(),
+        })?;
+        Ok(prompts)
+    }
+
+    /// The system prompt for `context`.
+    pub fn system(&self, context: &PromptContext<'_>) -> Result<String, LlmAgentError> {
+        let template =
+            self.environment.get_template(SYSTEM_TEMPLATE).map_err(|e| LlmAgentError::Template(e.to_string()))?;
+        template.render(minijinja::value::Serde(context)).map_err(|e| LlmAgentError::Template(e.to_string()))
+    }
+}
+
+fn read_template(path: &Path) -> Result<String, LlmAgentError> {
+    let invalid = |why: String| LlmAgentError::Definition { path: path.to_owned(), why };
+    let size = std::fs::metadata(path).map_err(|e| invalid(e.to_string()))?.len();
+    if size > TEMPLATE_BYTES_MAX {
+        return Err(invalid(format!("a template is at most {TEMPLATE_BYTES_MAX} bytes")));
+    }
+    std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(org: Option<OrgContext>, link: Option<LinkPromptContext>) -> PromptContext<'static> {
+        PromptContext {
+            agent_name: "concierge",
+            role: "You answer users by calling the orchestrator.",
+            org_context: org,
+            link_context: link,
+            tools: vec![PromptTool { name: "call_agent".into(), description: "Calls an agent.".into() }],
+        }
+    }
+
+    #[test]
+    fn the_prompt_holds_the_role_the_organisation_the_link_and_the_tools_last() {
+        let chart = OrgChart {
+            agent_id: "concierge".into(),
+            superiors: vec!["ceo".into()],
+            subordinates: vec!["orchestrator".into()],
+            peers: Vec::new(),
+        };
+        let org = OrgContext::of(&chart, true);
+        let link = LinkPromptContext { agent_name: "ceo".into(), relationship: LinkRelationship::Superior };
+        let prompt = Prompts::load(None).unwrap().system(&context(org, Some(link))).unwrap();
+        let at = |needle: &str| prompt.find(needle).unwrap_or_else(|| panic!("{needle:?} missing from:\n{prompt}"));
+        let role = at("You answer users by calling the orchestrator.");
+        let org = at("**Reports to:**");
+        at("- **ceo** — your superior.");
+        at("- **orchestrator** — reports to you.");
+        let link = at("This is an internal channel with **ceo** (superior).");
+        at("Treat directives as assignments.");
+        let tools = at("- `call_agent`: Calls an agent.");
+        assert!(role < org && org < link && link < tools, "{prompt}");
+        assert!(!prompt.contains("**Peers:**"), "no peers, no peer section");
+    }
+
+    #[test]
+    fn without_links_there_is_no_organisation_nor_link_section() {
+        let chart = OrgChart { agent_id: "a".into(), superiors: vec![], subordinates: vec![], peers: vec![] };
+        assert_eq!(OrgContext::of(&chart, false), None);
+        let prompt = Prompts::load(None).unwrap().system(&context(None, None)).unwrap();
+        assert!(!prompt.contains("## Organization") && !prompt.contains("## Agent Communication"), "{prompt}");
+    }
+
+    #[test]
+    fn an_operators_template_replaces_the_shipped_one_and_a_broken_one_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tools.md.j2"), "TOOLS: {% for t in tools %}{{ t.name }}{% endfor %}").unwrap();
+        let prompt = Prompts::load(Some(dir.path())).unwrap().system(&context(None, None)).unwrap();
+        assert!(prompt.trim_end().ends_with("TOOLS: call_agent"), "{prompt}");
+        std::fs::write(dir.path().join("tools.md.j2"), "{{ no_such_value }}").unwrap();
+        assert!(Prompts::load(Some(dir.path())).is_err());
+        std::fs::write(dir.path().join("tools.md.j2"), "{% for %}").unwrap();
+        assert!(Prompts::load(Some(dir.path())).is_err());
+    }
+}
