@@ -387,6 +387,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for SharedBuffer {
 
 // --- telemetry ---
 
+/// A metric's name, its labels (sorted) and its value.
+type Reading = (String, Vec<(String, String)>, metrics_util::debugging::DebugValue);
+
 #[test]
 fn token_usage_and_durations_are_recorded_by_model_and_type() {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -408,7 +411,7 @@ fn token_usage_and_durations_are_recorded_by_model_and_type() {
             client.chat(&first_turn()).await.unwrap_err();
         });
     });
-    let readings: Vec<(String, Vec<(String, String)>, DebugValue)> = snapshotter
+    let readings: Vec<Reading> = snapshotter
         .snapshot()
         .into_vec()
         .into_iter()
