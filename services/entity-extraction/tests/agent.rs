@@ -11,10 +11,10 @@ use mesh_agent_kit::testing::{CALL_TIMEOUT, JSON, RunningAgent, TASKS_PATH, loca
 use mesh_client::reply_data;
 use mesh_llm::LlmConfig;
 use mesh_llm::testing::{TEST_MODEL, assert_rules_fallback_warning, llm_config};
-use mesh_test_support::llm::{LlmStep, SCRIPTED_ERROR_MESSAGE, ScriptedLlm, refused_base_url};
 use mesh_protocol::agents::{Entity, EntityExtraction, EntityType};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
 use mesh_query_analysis::oracle::ENTITY_CASES;
+use mesh_test_support::llm::{LlmStep, SCRIPTED_ERROR_MESSAGE, ScriptedLlm, refused_base_url};
 use serde_json::{Value, json};
 
 /// The LLM timeout the agents under test use: short, so a slow LLM is given up on quickly.

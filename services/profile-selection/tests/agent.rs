@@ -10,11 +10,11 @@ use mesh_agent_kit::testing::{JSON, RunningAgent, TASKS_PATH, local_agent_config
 use mesh_client::reply_data;
 use mesh_llm::LlmConfig;
 use mesh_llm::testing::{TEST_MODEL, assert_rules_fallback_warning, llm_config};
-use mesh_test_support::llm::{LlmStep, SCRIPTED_ERROR_MESSAGE, ScriptedLlm, refused_base_url};
 use mesh_protocol::agents::{Complexity, Modality, ProfileScore, ProfileSelection};
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
 use mesh_query_analysis::oracle::{PROFILE_CASES, example_profiles as profiles};
+use mesh_test_support::llm::{LlmStep, SCRIPTED_ERROR_MESSAGE, ScriptedLlm, refused_base_url};
 use profile_selection::ProfileSelectionConfig;
 use serde_json::{Value, json};
 
@@ -258,8 +258,7 @@ async fn card_names_the_agent_and_its_skill() {
 
 #[tokio::test]
 async fn llm_answer_is_used_when_it_names_a_given_profile() {
-    let LlmRun { llm, response, selection, .. } =
-        run_with_llm(LlmStep::json(llm_answer("title", 0.8))).await;
+    let LlmRun { llm, response, selection, .. } = run_with_llm(LlmStep::json(llm_answer("title", 0.8))).await;
     assert_eq!(response.status, ResponseStatus::Success);
     assert!(response.warnings.is_empty());
     assert_eq!(
@@ -289,8 +288,7 @@ async fn llm_answer_is_used_when_it_names_a_given_profile() {
 
 #[tokio::test]
 async fn llm_choosing_an_unknown_profile_falls_back_to_the_rules() {
-    expect_fallback(LlmStep::json(llm_answer("colpali", 0.9)), "\"colpali\" is not an available profile")
-        .await;
+    expect_fallback(LlmStep::json(llm_answer("colpali", 0.9)), "\"colpali\" is not an available profile").await;
     let mut unknown_alternative = llm_answer("title", 0.9);
     unknown_alternative["alternatives"][1]["profile"] = json!("colpali");
     expect_fallback(LlmStep::json(unknown_alternative), "alternative \"colpali\"").await;

@@ -180,10 +180,11 @@ fn store<T>(cache: &Mutex<HashMap<String, Cached<T>>>, key: &str, value: T) {
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     let keep = Duration::from_millis(CACHE_STALE_KEEP_MS);
     cache.retain(|_, cached| cached.fetched.elapsed() < keep);
-    if cache.len() >= DISCOVERY_CACHE_ENTRIES_MAX && !cache.contains_key(key) {
-        if let Some(oldest) = cache.iter().min_by_key(|(_, cached)| cached.fetched).map(|(key, _)| key.clone()) {
-            cache.remove(&oldest);
-        }
+    if cache.len() >= DISCOVERY_CACHE_ENTRIES_MAX
+        && !cache.contains_key(key)
+        && let Some(oldest) = cache.iter().min_by_key(|(_, cached)| cached.fetched).map(|(key, _)| key.clone())
+    {
+        cache.remove(&oldest);
     }
     cache.insert(key.to_owned(), Cached { fetched: Instant::now(), value });
 }

@@ -111,7 +111,9 @@ impl ToolCall {
         let text = if self.arguments.trim().is_empty() { "{}" } else { self.arguments.as_str() };
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(object)) => Ok(object),
-            Ok(other) => Err(format!("the arguments of `{}` must be a JSON object, not {}", self.name, kind_of(&other))),
+            Ok(other) => {
+                Err(format!("the arguments of `{}` must be a JSON object, not {}", self.name, kind_of(&other)))
+            }
             Err(error) => Err(format!("the arguments of `{}` are not valid JSON: {error}", self.name)),
         }
     }
@@ -299,7 +301,11 @@ impl WireCompletion {
         let tool_calls: Vec<ToolCall> = message
             .tool_calls
             .into_iter()
-            .map(|call| ToolCall { id: call.id, name: call.function.name, arguments: raw_arguments(call.function.arguments) })
+            .map(|call| ToolCall {
+                id: call.id,
+                name: call.function.name,
+                arguments: raw_arguments(call.function.arguments),
+            })
             .collect();
         let has_text = message.content.as_deref().is_some_and(|text| !text.trim().is_empty());
         if !has_text && tool_calls.is_empty() {
@@ -308,7 +314,13 @@ impl WireCompletion {
                 None => "the first choice has neither content nor tool calls".to_owned(),
             });
         }
-        Ok(ChatAnswer { content: message.content, tool_calls, finish_reason: choice.finish_reason, usage, model: self.model })
+        Ok(ChatAnswer {
+            content: message.content,
+            tool_calls,
+            finish_reason: choice.finish_reason,
+            usage,
+            model: self.model,
+        })
     }
 }
 
@@ -320,7 +332,8 @@ mod tests {
 
     #[test]
     fn messages_take_the_wire_shape_of_their_role() {
-        let call = ToolCall { id: "call_1".into(), name: "list_agents".into(), arguments: r#"{"capability":"x"}"#.into() };
+        let call =
+            ToolCall { id: "call_1".into(), name: "list_agents".into(), arguments: r#"{"capability":"x"}"#.into() };
         let messages = vec![
             ChatMessage::system("be brief"),
             ChatMessage::user("hello"),
@@ -349,7 +362,8 @@ mod tests {
     fn tools_are_functions_with_their_schema() {
         assert_eq!(wire_tools(&[]), None);
         let schema = json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
-        let tools = wire_tools(&[ToolSpec { name: "search".into(), description: "finds".into(), parameters: schema.clone() }]);
+        let tools =
+            wire_tools(&[ToolSpec { name: "search".into(), description: "finds".into(), parameters: schema.clone() }]);
         assert_eq!(
             serde_json::to_value(tools).unwrap(),
             json!([{"type": "function", "function": {"name": "search", "description": "finds", "parameters": schema}}])

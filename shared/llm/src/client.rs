@@ -82,7 +82,9 @@ impl LlmClient {
             return Err(LlmError::NotConfigured);
         }
         if config.timeout_ms == 0 {
-            return Err(LlmError::InvalidConfig("`timeout_ms` is 0, so every call would time out; set it above 0".into()));
+            return Err(LlmError::InvalidConfig(
+                "`timeout_ms` is 0, so every call would time out; set it above 0".into(),
+            ));
         }
         if config.answer_bytes_max == 0 {
             return Err(LlmError::InvalidConfig("`answer_bytes_max` is 0, so every answer would be refused".into()));
@@ -193,7 +195,8 @@ impl LlmClient {
             response_format: request.json_object.then_some(ResponseFormat::JsonObject),
             stream: stream.then_some(true),
             // The usage of a streamed answer comes in a last chunk, sent only when asked for.
-            stream_options: stream.then_some(ChatCompletionStreamOptions { include_usage: Some(true), ..Default::default() }),
+            stream_options: stream
+                .then_some(ChatCompletionStreamOptions { include_usage: Some(true), ..Default::default() }),
             ..Default::default()
         }
     }
@@ -218,7 +221,10 @@ impl LlmClient {
         match error {
             LlmError::Http { status: status @ (401 | 403), message } => LlmError::Http {
                 status,
-                message: format!("{message}; check the API key (environment variable {})", self.inner.config.api_key_env),
+                message: format!(
+                    "{message}; check the API key (environment variable {})",
+                    self.inner.config.api_key_env
+                ),
             },
             other => other,
         }

@@ -146,7 +146,11 @@ async fn a_slow_endpoint_times_out_promptly_and_is_not_retried() {
 
     for streaming in [false, true] {
         let started = Instant::now();
-        let error = if streaming { client.chat_stream(&first_turn()).await.unwrap_err() } else { client.chat(&first_turn()).await.unwrap_err() };
+        let error = if streaming {
+            client.chat_stream(&first_turn()).await.unwrap_err()
+        } else {
+            client.chat(&first_turn()).await.unwrap_err()
+        };
         assert_eq!(error, LlmError::Timeout { timeout_ms: SHORT_TIMEOUT_MS }, "streaming: {streaming}");
         assert!(started.elapsed() < GIVE_UP_MAX, "took {:?}", started.elapsed());
     }
@@ -176,7 +180,13 @@ async fn a_one_megabyte_answer_is_refused_whole_or_streamed() {
     let client = client(&llm);
     let too_large = LlmError::AnswerTooLarge { bytes_max: LLM_ANSWER_BYTES_MAX_DEFAULT };
 
-    assert_eq!(client.chat(&first_turn()).await.unwrap_err(), too_large);
+    assert_eq!(client.chat(&first_turn()).await.unwrap_err(), too_large, "refused by its declared length");
+    let unannounced = ScriptedLlm::repeating(LlmStep::huge_text(ONE_MB).without_length()).await;
+    assert_eq!(
+        client_with(config(unannounced.base_url())).chat(&first_turn()).await.unwrap_err(),
+        too_large,
+        "cut while read"
+    );
     let mut stream = client.chat_stream(&first_turn()).await.expect("the stream opens");
     let mut text_bytes = 0;
     let error = loop {
@@ -198,7 +208,10 @@ async fn a_one_megabyte_answer_is_refused_whole_or_streamed() {
 #[tokio::test]
 async fn a_streamed_answer_assembles_into_the_whole_answer() {
     let text = "Robots playing soccer: three agents found matching videos.";
-    let calls = [("list_agents", json!({"capability": "search"})), ("call_agent", json!({"agent_id": "search", "message": "soccer robots"}))];
+    let calls = [
+        ("list_agents", json!({"capability": "search"})),
+        ("call_agent", json!({"agent_id": "search", "message": "soccer robots"})),
+    ];
     let llm = ScriptedLlm::start([
         LlmStep::text(text).with_usage(40, 9),
         LlmStep::text(text).with_usage(40, 9),
@@ -251,7 +264,11 @@ async fn answers_without_usable_content_are_bad_responses() {
     let bodies = [
         LlmStep::raw(200, "application/json", json!({"object": "chat.completion", "choices": []}).to_string()),
         LlmStep::raw(200, "application/json", json!({"choices": [{"message": {"content": null}}]}).to_string()),
-        LlmStep::raw(200, "application/json", json!({"choices": [{"message": {"refusal": "I can't help"}}]}).to_string()),
+        LlmStep::raw(
+            200,
+            "application/json",
+            json!({"choices": [{"message": {"refusal": "I can't help"}}]}).to_string(),
+        ),
         LlmStep::raw(200, "text/html", "<html>welcome to nginx</html>"),
         LlmStep::text("   "),
     ];
@@ -370,6 +387,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for SharedBuffer {
 
 // --- telemetry ---
 
+/// A metric's name, its labels (sorted) and its value.
+type Reading = (String, Vec<(String, String)>, metrics_util::debugging::DebugValue);
+
 #[test]
 fn token_usage_and_durations_are_recorded_by_model_and_type() {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -391,7 +411,7 @@ fn token_usage_and_durations_are_recorded_by_model_and_type() {
             client.chat(&first_turn()).await.unwrap_err();
         });
     });
-    let readings: Vec<(String, Vec<(String, String)>, DebugValue)> = snapshotter
+    let readings: Vec<Reading> = snapshotter
         .snapshot()
         .into_vec()
         .into_iter()
@@ -403,11 +423,12 @@ fn token_usage_and_durations_are_recorded_by_model_and_type() {
         })
         .collect();
     let find = |name: &str, extra: &[(&str, &str)]| {
-        let mut wanted: Vec<(String, String)> = [("service", SERVICE), ("gen_ai_operation_name", "chat"), ("gen_ai_request_model", MODEL)]
-            .iter()
-            .chain(extra)
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
+        let mut wanted: Vec<(String, String)> =
+            [("service", SERVICE), ("gen_ai_operation_name", "chat"), ("gen_ai_request_model", MODEL)]
+                .iter()
+                .chain(extra)
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
         wanted.sort_unstable();
         readings.iter().find(|(n, labels, _)| n == name && *labels == wanted).map(|(.., value)| value)
     };
@@ -435,7 +456,11 @@ async fn plan_from(llm: &ScriptedLlm) -> Result<Plan, LlmError> {
 
 #[tokio::test]
 async fn a_json_answer_is_parsed_from_a_json_object_request() {
-    let llm = ScriptedLlm::start([LlmStep::json(json!({"agents": ["weather", "geo"]})), LlmStep::text("```json\n{\"agents\": []}\n```")]).await;
+    let llm = ScriptedLlm::start([
+        LlmStep::json(json!({"agents": ["weather", "geo"]})),
+        LlmStep::text("```json\n{\"agents\": []}\n```"),
+    ])
+    .await;
 
     assert_eq!(plan_from(&llm).await.unwrap(), Plan { agents: vec!["weather".into(), "geo".into()] });
     assert_eq!(plan_from(&llm).await.unwrap(), Plan { agents: vec![] }, "a fenced answer is accepted");

@@ -237,7 +237,9 @@ impl McpClient {
         match tokio::time::timeout(Duration::from_millis(self.config.timeout_ms), work).await {
             Err(_) => Err(McpError::Timeout { server, timeout_ms: self.config.timeout_ms }),
             Ok(Ok(done)) => Ok(done),
-            Ok(Err(rmcp::ServiceError::McpError(error))) => Err(McpError::Protocol { server, reason: error.message.into_owned() }),
+            Ok(Err(rmcp::ServiceError::McpError(error))) => {
+                Err(McpError::Protocol { server, reason: error.message.into_owned() })
+            }
             Ok(Err(error @ (rmcp::ServiceError::TransportSend(_) | rmcp::ServiceError::TransportClosed))) => {
                 Err(McpError::Unreachable { server, reason: error.to_string() })
             }
@@ -254,10 +256,10 @@ impl McpClient {
 fn tool_output(result: CallToolResult, bytes_max: usize) -> McpToolOutput {
     let parts: Vec<String> = result.content.iter().map(content_text).collect();
     let mut text = parts.join("\n");
-    if text.trim().is_empty() {
-        if let Some(structured) = &result.structured_content {
-            text = structured.to_string();
-        }
+    if text.trim().is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        text = structured.to_string();
     }
     let truncated = text.len() > bytes_max;
     if truncated {

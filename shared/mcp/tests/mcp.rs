@@ -132,7 +132,10 @@ async fn tools_are_listed_with_their_schema_and_called_with_json_arguments() {
     assert_eq!(failed.text, "the city is unknown");
 
     let unknown = client.call_tool("teleport", Map::new()).await.unwrap_err();
-    assert!(matches!(&unknown, McpError::Protocol { reason, .. } if reason.contains("no tool teleport")), "{unknown:?}");
+    assert!(
+        matches!(&unknown, McpError::Protocol { reason, .. } if reason.contains("no tool teleport")),
+        "{unknown:?}"
+    );
     client.close().await;
 }
 
@@ -199,7 +202,10 @@ async fn an_unreachable_server_or_an_unusable_config_fails_clearly() {
     for config in [
         McpServerConfig { timeout_ms: 0, ..McpServerConfig::new("tools", &server.url) },
         McpServerConfig { output_bytes_max: 0, ..McpServerConfig::new("tools", &server.url) },
-        McpServerConfig { bearer_token_env: Some("MESH_MCP_TEST_TOKEN_NEVER_SET".into()), ..McpServerConfig::new("tools", &server.url) },
+        McpServerConfig {
+            bearer_token_env: Some("MESH_MCP_TEST_TOKEN_NEVER_SET".into()),
+            ..McpServerConfig::new("tools", &server.url)
+        },
     ] {
         let error = McpClient::connect(config.clone(), &loopback_guard()).await.unwrap_err();
         assert!(matches!(error, McpError::InvalidConfig { .. }), "{config:?}: {error:?}");

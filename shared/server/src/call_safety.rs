@@ -88,11 +88,11 @@ impl Middleware for AdmitCalls {
             context.tenant = Some(principal.tenant.clone()).filter(|tenant| !tenant.is_empty());
         }
         let scope = CallScope::received(agent.as_ref(), context);
-        if let Some(links) = request.extensions().get::<Arc<LinkCache>>() {
-            if let Err(denial) = links::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>()) {
-                tracing::warn!(agent = %agent, %denial, "call refused");
-                return Err(links::denied(std::mem::take(request), &denial));
-            }
+        if let Some(links) = request.extensions().get::<Arc<LinkCache>>()
+            && let Err(denial) = links::admit(links, &scope, request.extensions().get::<AuthenticatedAgent>())
+        {
+            tracing::warn!(agent = %agent, %denial, "call refused");
+            return Err(links::denied(std::mem::take(request), &denial));
         }
         let left = scope.time_left();
         request.extensions_mut().insert(scope);

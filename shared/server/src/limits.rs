@@ -169,7 +169,7 @@ impl TenantRateLimit {
 
     /// `Err` with the seconds to wait when `key` is over its rate.
     fn check(&self, key: &RateLimitKey) -> Result<(), u64> {
-        if self.requests.fetch_add(1, Ordering::Relaxed) % RATE_LIMIT_SWEEP_EVERY_REQUESTS == 0 {
+        if self.requests.fetch_add(1, Ordering::Relaxed).is_multiple_of(RATE_LIMIT_SWEEP_EVERY_REQUESTS) {
             // Buckets that refilled completely hold nothing worth keeping.
             self.tenants.retain_recent();
         }

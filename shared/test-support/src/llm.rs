@@ -32,6 +32,8 @@ pub const MALFORMED_ARGUMENTS: &str = "{\"query\": \"robots";
 const STREAM_TEXT_CHUNK_CHARS: usize = 8;
 const STREAM_SMALL_TEXT_CHARS_MAX: usize = 4096;
 const STREAM_LARGE_CHUNK_CHARS: usize = 4096;
+/// Bytes per piece of a whole answer sent without a `Content-Length`.
+const UNANNOUNCED_PIECE_BYTES: usize = 16 * 1024;
 /// Characters of tool-call arguments per event of a streamed answer.
 const STREAM_ARGUMENTS_CHUNK_CHARS: usize = 6;
 
@@ -41,6 +43,8 @@ pub struct LlmStep {
     reply: Reply,
     delay: Duration,
     usage: Option<(u64, u64)>,
+    /// A whole answer sent in pieces with no `Content-Length`.
+    unannounced: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -53,7 +57,7 @@ enum Reply {
 
 impl LlmStep {
     fn new(reply: Reply) -> Self {
-        Self { reply, delay: Duration::ZERO, usage: None }
+        Self { reply, delay: Duration::ZERO, usage: None, unannounced: false }
     }
 
     /// A final answer: `text` as the assistant's content.
@@ -116,6 +120,12 @@ impl LlmStep {
     /// The same answer, sent only after `delay`.
     pub fn delayed(self, delay: Duration) -> Self {
         Self { delay, ..self }
+    }
+
+    /// A whole answer sent in pieces without a `Content-Length`, as some proxies send them: a
+    /// client cannot refuse it by its declared size and must bound it while reading.
+    pub fn without_length(self) -> Self {
+        Self { unannounced: true, ..self }
     }
 
     /// The token usage reported (by default, a quarter of the bytes asked and answered).
@@ -291,7 +301,7 @@ async fn answer(State(state): State<Arc<ScriptState>>, uri: Uri, headers: Header
     tokio::time::sleep(step.delay).await;
     let model = request.body["model"].as_str().unwrap_or("scripted").to_owned();
     let input_tokens = u64::try_from(body.len() / 4).unwrap_or(u64::MAX);
-    let completion = Completion { number, model, input_tokens, usage: step.usage };
+    let completion = Completion { number, model, input_tokens, usage: step.usage, unannounced: step.unannounced };
     match step.reply {
         Reply::Error { status, retry_after_s } => error_response(status, SCRIPTED_ERROR_MESSAGE, retry_after_s),
         Reply::Raw { status, headers, body } => {
@@ -331,6 +341,7 @@ fn error_response(status: StatusCode, message: &str, retry_after_s: Option<u64>)
 
 /// What an answer to request `number` is made of.
 struct Completion {
+    unannounced: bool,
     number: usize,
     model: String,
     input_tokens: u64,
@@ -373,7 +384,17 @@ impl Completion {
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(calls)}],
             "usage": self.usage(output_bytes),
         });
-        (StatusCode::OK, [(CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        let body = body.to_string();
+        if self.unannounced {
+            let pieces: Vec<Result<Bytes, Infallible>> = body
+                .into_bytes()
+                .chunks(UNANNOUNCED_PIECE_BYTES)
+                .map(|piece| Ok(Bytes::copy_from_slice(piece)))
+                .collect();
+            let streamed = axum::body::Body::from_stream(futures::stream::iter(pieces));
+            return (StatusCode::OK, [(CONTENT_TYPE, "application/json")], streamed).into_response();
+        }
+        (StatusCode::OK, [(CONTENT_TYPE, "application/json")], body).into_response()
     }
 
     fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
@@ -391,7 +412,11 @@ impl Completion {
     fn stream(&self, text: Option<&str>, calls: &[(String, String)], request: &RecordedRequest) -> Response {
         let mut chunks = vec![self.chunk(json!({"role": "assistant", "content": ""}), None)];
         if let Some(text) = text {
-            let size = if text.len() <= STREAM_SMALL_TEXT_CHARS_MAX { STREAM_TEXT_CHUNK_CHARS } else { STREAM_LARGE_CHUNK_CHARS };
+            let size = if text.len() <= STREAM_SMALL_TEXT_CHARS_MAX {
+                STREAM_TEXT_CHUNK_CHARS
+            } else {
+                STREAM_LARGE_CHUNK_CHARS
+            };
             for piece in pieces(text, size) {
                 chunks.push(self.chunk(json!({"content": piece}), None));
             }
