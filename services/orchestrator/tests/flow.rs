@@ -168,10 +168,10 @@ impl Mesh {
     async fn wait_healthy(&self, name: &str) -> usize {
         let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
         loop {
-            if let Ok(agent) = self.registry.agent(name).await {
-                if agent.health_status == mesh_protocol::registry::HealthStatus::Healthy {
-                    return self.servers.len() - 1;
-                }
+            if let Ok(agent) = self.registry.agent(name).await
+                && agent.health_status == mesh_protocol::registry::HealthStatus::Healthy
+            {
+                return self.servers.len() - 1;
             }
             assert!(Instant::now() < deadline, "{name} never became healthy");
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -209,7 +209,7 @@ fn capability(index: usize) -> String {
 /// polling order.
 fn is_hanging(args: &Args, index: usize) -> bool {
     let hanging_every = args.agents.checked_div(args.hanging).unwrap_or(usize::MAX);
-    index % hanging_every == 0 && index / hanging_every < args.hanging
+    index.is_multiple_of(hanging_every) && index / hanging_every < args.hanging
 }
 
 /// A registry child process, killed when dropped.

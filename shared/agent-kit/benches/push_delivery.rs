@@ -65,10 +65,10 @@ async fn receive(State(received): State<Shared>, headers: axum::http::HeaderMap,
         received.wrong_token += 1;
     }
     let update = &document["statusUpdate"];
-    if update["status"]["state"] == "TASK_STATE_COMPLETED" {
-        if let Some(task_id) = update["taskId"].as_str() {
-            received.completed_at.insert(task_id.to_owned(), now);
-        }
+    if update["status"]["state"] == "TASK_STATE_COMPLETED"
+        && let Some(task_id) = update["taskId"].as_str()
+    {
+        received.completed_at.insert(task_id.to_owned(), now);
     }
 }
 

@@ -28,9 +28,9 @@ pub mod testing;
 pub use agent::{AgentHandler, AgentReply, TaskInput, agent_router, task_agent_router};
 pub use app::{AgentApp, AgentConfig, AgentExtras, KitError, TaskDurability};
 pub use bus::plain_text;
-pub use seed::A2A_CLIENT_SENDER;
 pub use cli::{AgentArgs, MainError};
 pub use error::AgentError;
 /// What a task agent implements ([`AgentApp::build_tasks`]).
 pub use mesh_a2a_server::{TaskEvents, TaskHandler, Turn};
 pub use registration::{deregister, register_until_accepted};
+pub use seed::A2A_CLIENT_SENDER;

@@ -92,10 +92,10 @@ async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: us
                 }
                 let question = record.correlation_id.unwrap_or_default();
                 let started = waiting.lock().unwrap().remove(&question);
-                if let Some(started) = started {
-                    if answered_tx.send(started.elapsed().as_secs_f64() * 1e3).await.is_err() {
-                        return;
-                    }
+                if let Some(started) = started
+                    && answered_tx.send(started.elapsed().as_secs_f64() * 1e3).await.is_err()
+                {
+                    return;
                 }
             }
         }

@@ -69,8 +69,9 @@ fn main() {
     let open = LinkCache::new(GraphMode::Open, CONVERSATIONS_MAX);
     open.load(&document(GraphMode::Open), None).expect("policy");
     // Agents whose first two links are enabled (every 97th link is not): the calls go from them.
-    let callers: Vec<usize> =
-        (0..AGENTS).filter(|i| (i * LINKS_PER_AGENT) % 97 != 0 && (i * LINKS_PER_AGENT + 1) % 97 != 0).collect();
+    let callers: Vec<usize> = (0..AGENTS)
+        .filter(|i| !(i * LINKS_PER_AGENT).is_multiple_of(97) && !(i * LINKS_PER_AGENT + 1).is_multiple_of(97))
+        .collect();
     // The conversations the superiors started, as the subordinates' admission recorded them.
     let contexts: Vec<String> = (0..AGENTS).map(|i| format!("ctx-{i}")).collect();
     for &i in &callers {
