@@ -87,8 +87,14 @@ async function screenshot(page, name) {
 }
 
 const sortBy = (key) => (a, b) => String(a[key]).localeCompare(String(b[key]));
-const nodesOf = (topology) =>
-  topology.agents.map((a) => ({ id: a.id, health: ['healthy', 'unhealthy', 'unreachable'].includes(a.health_status) ? a.health_status : 'unknown' })).sort(sortBy('id'));
+// The agents, and every end of a link that has not registered (drawn as `unregistered`).
+const nodesOf = (topology) => {
+  const nodes = topology.agents.map((a) => ({ id: a.id, health: ['healthy', 'unhealthy', 'unreachable'].includes(a.health_status) ? a.health_status : 'unknown' }));
+  for (const end of topology.links.flatMap((l) => [l.from, l.to])) {
+    if (!nodes.some((n) => n.id === end)) nodes.push({ id: end, health: 'unregistered' });
+  }
+  return nodes.sort(sortBy('id'));
+};
 const edgesOf = (topology) =>
   topology.links.map((l) => ({ id: l.id, from: l.from, to: l.to, direction: l.direction, relationship: l.relationship, enabled: Boolean(l.enabled) })).sort(sortBy('id'));
 

@@ -36,7 +36,7 @@ pub use waiters::Answer;
 /// Prefix of the environment variables the service reads (`MESH_LLM_AGENT_DEFINITIONS_DIR`...).
 pub const ENV_PREFIX: &str = "MESH_LLM_AGENT";
 /// Port of the first agent when the configuration sets one; the others follow it.
-pub const LLM_AGENT_PORT_DEFAULT: u16 = 8030;
+pub const LLM_AGENT_PORT_DEFAULT: u16 = 8040;
 /// The folder of definitions when none is configured.
 pub const DEFINITIONS_DIR_DEFAULT: &str = "deploy/llm-agents";
 /// How long discovered agents and fetched cards are reused.

@@ -231,7 +231,14 @@ function facts(list, pairs) {
 
 function renderAgentBasics(id) {
   const agent = agentById(id);
-  if (!agent) return;
+  if (!agent) {
+    // A link's end that has not registered: the org chart and links still load below.
+    $('agent-title').textContent = id;
+    facts($('agent-facts'), [['Health', 'not registered']]);
+    $('agent-capabilities').replaceChildren();
+    renderHealthHistory(id);
+    return;
+  }
   $('agent-title').textContent = agent.name || agent.id;
   facts($('agent-facts'), [
     ['Health', healthWord(agent.health_status)],

@@ -9,6 +9,7 @@ const COLOURS = {
   unhealthy: '#e0a100',
   unreachable: '#d0342c',
   unknown: '#9aa0a6',
+  unregistered: '#ffffff',
   superior: '#1a5fb4',
   subordinate: '#8f5bd6',
   peer: '#6b7280',
@@ -22,6 +23,23 @@ const FLASH_MS = 1600;
 
 const HEALTH_WORDS = ['healthy', 'unhealthy', 'unreachable', 'unknown'];
 export const healthWord = (value) => (HEALTH_WORDS.includes(value) ? value : 'unknown');
+
+// A link may name an agent that has not registered (yet): links come from configuration, and
+// `up` configures links to the LLM agents it runs only when an LLM endpoint is set. Both views
+// draw such an end as an `unregistered` node, so every link shows and no edge lacks an end.
+export const UNREGISTERED = 'unregistered';
+export function graphNodes(topology) {
+  const nodes = topology.agents.map((agent) => ({ id: agent.id, label: agent.name || agent.id, health: healthWord(agent.health_status) }));
+  const known = new Set(nodes.map((node) => node.id));
+  for (const link of topology.links) {
+    for (const end of [link.from, link.to]) {
+      if (known.has(end)) continue;
+      known.add(end);
+      nodes.push({ id: end, label: `${end} (not registered)`, health: UNREGISTERED });
+    }
+  }
+  return nodes;
+}
 
 function lineColour(relationship) {
   return COLOURS[relationship] || COLOURS.peer;
@@ -52,6 +70,10 @@ const baseStyle = [
     selector: `node[health = "${word}"]`,
     style: { 'background-color': COLOURS[word] },
   })),
+  {
+    selector: `node[health = "${UNREGISTERED}"]`,
+    style: { 'background-color': COLOURS.unregistered, 'border-color': COLOURS.unknown, 'border-style': 'dashed' },
+  },
   { selector: 'node:selected', style: { 'border-color': COLOURS.selected, 'border-width': 5 } },
   {
     selector: 'node.active',
@@ -134,12 +156,7 @@ export class TopologyGraph {
   sync(topology) {
     const cy = this.cy;
     const wanted = new Map();
-    for (const agent of topology.agents) {
-      wanted.set(agent.id, {
-        group: 'nodes',
-        data: { id: agent.id, label: agent.name || agent.id, health: healthWord(agent.health_status) },
-      });
-    }
+    for (const node of graphNodes(topology)) wanted.set(node.id, { group: 'nodes', data: node });
     for (const link of topology.links) {
       wanted.set(link.id, {
         group: 'edges',
@@ -266,7 +283,7 @@ export class OrgChart {
     const cy = this.cy;
     cy.batch(() => {
       cy.elements().remove();
-      cy.add(topology.agents.map((agent) => ({ group: 'nodes', data: { id: agent.id, label: agent.name || agent.id, health: healthWord(agent.health_status) } })));
+      cy.add(graphNodes(topology).map((node) => ({ group: 'nodes', data: node })));
       cy.add(
         orgEdges(topology.links).map((edge) => ({
           group: 'edges',
