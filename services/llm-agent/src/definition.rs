@@ -78,6 +78,9 @@ pub struct Limits {
     pub turn_timeout_ms: u64,
     pub tool_output_bytes_max: usize,
     pub answer_bytes_max: usize,
+    /// Whether the messages that no longer fit `history_tokens_max` are summarised by the model
+    /// (a `summary` node, one extra completion each time the window moves) or only dropped.
+    pub summarise_history: bool,
 }
 
 impl Default for Limits {
@@ -90,6 +93,7 @@ impl Default for Limits {
             turn_timeout_ms: TURN_TIMEOUT_MS_DEFAULT,
             tool_output_bytes_max: TOOL_OUTPUT_BYTES_MAX_DEFAULT,
             answer_bytes_max: ANSWER_BYTES_MAX_DEFAULT,
+            summarise_history: true,
         }
     }
 }
@@ -110,6 +114,10 @@ pub struct AgentFile {
     pub port: Option<u16>,
     #[serde(default)]
     pub tools: Vec<ToolName>,
+    /// MCP servers (streamable HTTP) whose tools the agent may use, offered to the model as
+    /// `{server}__{tool}`.
+    #[serde(default)]
+    pub mcp_servers: Vec<mesh_mcp::McpServerConfig>,
     #[serde(default)]
     pub limits: Limits,
 }
@@ -171,13 +179,35 @@ impl AgentDefinition {
     }
 }
 
+/// Longest MCP server name: it prefixes the names of its tools, which models take up to 64
+/// characters long.
+pub const MCP_SERVER_NAME_CHARS_MAX: usize = 16;
+/// Most MCP servers one agent may use.
+pub const MCP_SERVERS_MAX: usize = 8;
+
+/// 1 to `max` ASCII letters, digits, '_' or '-': safe in URLs, topic names and tool names.
+fn plain_name(name: &str, max: usize) -> bool {
+    !name.is_empty() && name.len() <= max && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 impl AgentFile {
     fn check(&self) -> Result<(), String> {
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 64
-            && self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !name_ok {
+        if !plain_name(&self.name, 64) {
             return Err(format!("name {:?}: 1 to 64 ASCII letters, digits, '_' or '-'", self.name));
+        }
+        if self.mcp_servers.len() > MCP_SERVERS_MAX {
+            return Err(format!("{} MCP servers, more than {MCP_SERVERS_MAX}", self.mcp_servers.len()));
+        }
+        for (i, server) in self.mcp_servers.iter().enumerate() {
+            if !plain_name(&server.name, MCP_SERVER_NAME_CHARS_MAX) {
+                return Err(format!(
+                    "mcp_servers name {:?}: 1 to {MCP_SERVER_NAME_CHARS_MAX} ASCII letters, digits, '_' or '-'",
+                    server.name
+                ));
+            }
+            if self.mcp_servers[..i].iter().any(|other| other.name == server.name) {
+                return Err(format!("two MCP servers are named {:?}", server.name));
+            }
         }
         if self.description.trim().is_empty() {
             return Err("description is empty".into());
@@ -216,7 +246,8 @@ mod tests {
         write(
             dir.path(),
             "b",
-            "name = \"bob\"\ndescription = \"d\"\ntools = [\"call_agent\"]\n[limits]\ntool_rounds_max = 2\n",
+            "name = \"bob\"\ndescription = \"d\"\ntools = [\"call_agent\"]\n[limits]\ntool_rounds_max = 2\n\
+             [[mcp_servers]]\nname = \"docs\"\nurl = \"http://127.0.0.1:9/mcp\"\ntools = [\"search\"]\n",
             "Answer.",
         );
         write(dir.path(), "a", "name = \"alice\"\ndescription = \"d\"\n", "Help.");
@@ -227,6 +258,10 @@ mod tests {
         assert_eq!(agents[1].file.tools, [ToolName::CallAgent]);
         assert_eq!(agents[1].file.limits.tool_rounds_max, 2);
         assert_eq!(agents[1].file.limits.history_tokens_max, HISTORY_TOKENS_MAX_DEFAULT);
+        let docs = &agents[1].file.mcp_servers[0];
+        assert_eq!((docs.name.as_str(), docs.tools.clone()), ("docs", Some(vec!["search".to_owned()])));
+        assert_eq!(docs.timeout_ms, mesh_mcp::MCP_TIMEOUT_MS_DEFAULT);
+        assert!(agents[0].file.mcp_servers.is_empty());
         assert_eq!(agents[0].role, "Help.");
     }
 
@@ -240,6 +275,13 @@ mod tests {
         assert!(AgentDefinition::read_all(dir.path()).unwrap_err().to_string().contains("ASCII"));
         write(dir.path(), "x", "name = \"x\"\ndescription = \"d\"\n[limits]\ntool_rounds_max = 0\n", "r");
         assert!(AgentDefinition::read_all(dir.path()).unwrap_err().to_string().contains("tool_rounds_max"));
+        let mcp = "name = \"x\"\ndescription = \"d\"\n[[mcp_servers]]\nname = \"a b\"\nurl = \"http://h/mcp\"\n";
+        write(dir.path(), "x", mcp, "r");
+        assert!(AgentDefinition::read_all(dir.path()).unwrap_err().to_string().contains("mcp_servers name"));
+        let twice = "name = \"x\"\ndescription = \"d\"\n[[mcp_servers]]\nname = \"t\"\nurl = \"http://h/mcp\"\n\
+            [[mcp_servers]]\nname = \"t\"\nurl = \"http://h/mcp\"\n";
+        write(dir.path(), "x", twice, "r");
+        assert!(AgentDefinition::read_all(dir.path()).unwrap_err().to_string().contains("two MCP servers"));
         write(dir.path(), "x", "name = \"x\"\ndescription = \"d\"\n", "  ");
         assert!(AgentDefinition::read_all(dir.path()).unwrap_err().to_string().contains("ROLE.md"));
         write(dir.path(), "x", "name = \"x\"\ndescription = \"d\"\n", "r");

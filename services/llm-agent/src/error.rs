@@ -17,6 +17,9 @@ pub enum LlmAgentError {
     NoModel,
     #[error("the language model client: {0}")]
     Model(String),
+    /// An MCP server an agent's definition names could not be used.
+    #[error(transparent)]
+    Mcp(#[from] mesh_mcp::McpError),
     #[error(transparent)]
     Bus(#[from] mesh_bus::BusError),
     #[error(transparent)]

@@ -6,6 +6,7 @@
 
 pub mod definition;
 mod error;
+pub mod history;
 pub mod model;
 mod openai;
 pub mod prompt;
@@ -55,6 +56,10 @@ pub struct LlmAgentsConfig {
     /// The OpenAI-compatible endpoint; its `model` serves the agents whose definition names none.
     pub llm: mesh_llm::LlmConfig,
     pub discovery_cache_ttl_ms: u64,
+    /// Private networks (CIDR) the agents' MCP servers may be on; public addresses always may.
+    /// Empty: only public ones, so a definition cannot point a tool at the cloud's metadata
+    /// service or an internal admin port unless the operator says so.
+    pub mcp_allowed_networks: Vec<String>,
 }
 
 impl Default for LlmAgentsConfig {
@@ -65,6 +70,7 @@ impl Default for LlmAgentsConfig {
             templates_dir: None,
             llm: mesh_llm::LlmConfig::default(),
             discovery_cache_ttl_ms: DISCOVERY_CACHE_TTL_MS_DEFAULT,
+            mcp_allowed_networks: Vec::new(),
         }
     }
 }
@@ -239,6 +245,7 @@ async fn build_agent(
         toolbox =
             toolbox.with(tool).map_err(|why| LlmAgentError::Definition { path: definition.folder.clone(), why })?;
     }
+    toolbox = with_mcp_tools(toolbox, config, definition).await?;
     let runtime = Arc::new(AgentRuntime::new(setup(toolbox, Some(graph.links().clone()))));
     // Turns may arrive before the loop first runs: the topic they go on must be there.
     runtime.ensure_topic().await?;
@@ -248,4 +255,30 @@ async fn build_agent(
         .map_err(|e| LlmAgentError::Definition { path: definition.folder.clone(), why: e.to_string() })?;
     let app = AgentApp::build_with(agent, card, handler, http, extras).await?;
     Ok(LlmAgent { app, runtime })
+}
+
+/// `toolbox` with the tools of the agent's MCP servers. A server that cannot be reached stops the
+/// agent from starting, naming it: an agent without the tools its definition gives would answer
+/// less well with no one told. A tool whose name clashes or whose schema does not compile is
+/// left out with a warning: the server chose it, not the operator.
+async fn with_mcp_tools(
+    mut toolbox: tools::Toolbox,
+    config: &LlmAgentsConfig,
+    definition: &AgentDefinition,
+) -> Result<tools::Toolbox, LlmAgentError> {
+    if definition.file.mcp_servers.is_empty() {
+        return Ok(toolbox);
+    }
+    let policy = mesh_client::AddressPolicy::public_only(&config.mcp_allowed_networks)
+        .map_err(|e| LlmAgentError::Definition { path: "mcp_allowed_networks".into(), why: e.to_string() })?;
+    let guard = mesh_client::OutboundGuard::new(policy, Arc::new(mesh_client::SystemLookup));
+    for server in &definition.file.mcp_servers {
+        let (server, listed) = tools::McpServer::connect(server.clone(), guard.clone()).await?;
+        for tool in listed {
+            if let Err(why) = toolbox.add(Arc::new(tools::McpServerTool::new(server.clone(), tool))) {
+                tracing::warn!(agent = %definition.file.name, server = %server.name(), %why, "an MCP tool is left out");
+            }
+        }
+    }
+    Ok(toolbox)
 }

@@ -28,7 +28,7 @@ use mesh_bus::{
     TOOL_AGENT_ID, answer_node_id, consumer_group, conversation_root_context, conversation_topic,
 };
 use mesh_client::CallScope;
-use mesh_docmem::{Context, Docmem, DocmemError, NewChild, Node};
+use mesh_docmem::{CONTEXT_NAME_AGENT, Context, Docmem, DocmemError, NewChild, Node};
 use mesh_graph::{LinkCache, LinkContext};
 use mesh_protocol::call::CallContext;
 use mesh_protocol::graph::LINK_CONTEXT_PREFIX;
@@ -37,6 +37,7 @@ use tokio::task::JoinSet;
 
 use crate::definition::Limits;
 use crate::error::TurnError;
+use crate::history;
 use crate::model::{ChatModel, ModelError, ModelReply, ModelRequest, ToolCall};
 use crate::prompt::{LinkPromptContext, OrgContext, PromptContext, PromptTool, Prompts};
 use crate::tools::Toolbox;
@@ -63,8 +64,6 @@ const RECORD_ATTEMPTS_MAX: u32 = 3;
 const RECORD_RETRY_DELAY_MS: u64 = 200;
 /// Wait before a consumer that failed starts over.
 const RESTART_DELAY_MS: u64 = 1_000;
-/// Bytes per token in the history budget's estimate (English text with a BPE tokenizer).
-const BYTES_PER_TOKEN: usize = 4;
 
 /// Fixed namespaces of derived ids (UUID v5), so every process derives the same ones.
 const TOOL_NODE_ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6c6c_6d2d_6167_656e_742d_746f_6f6c_7331);
@@ -502,11 +501,7 @@ impl AgentRuntime {
         let tools_allowed = rounds_done < limits.tool_rounds_max;
         let tools = if tools_allowed { self.setup.toolbox.offered(&self.setup.name) } else { Vec::new() };
         let system = self.system_prompt(&state.root, &tools);
-        let request = ModelRequest {
-            system,
-            messages: within_budget(state.cache.message_list(me), limits.history_tokens_max),
-            tools,
-        };
+        let request = ModelRequest { system, messages: self.history(state).await?, tools };
         let reply = {
             let _turn = self.rounds.acquire().await.map_err(|e| BusError::Handler(e.to_string()))?;
             let timeout = Duration::from_millis(limits.llm_timeout_ms);
@@ -566,7 +561,7 @@ impl AgentRuntime {
             self.waiters.answer(round.origin, Err(TurnError::Model(error.into())));
             return Ok(());
         }
-        if let Some(cut) = cut_to(&text, limits.answer_bytes_max) {
+        if let Some(cut) = history::cut_to(&text, limits.answer_bytes_max) {
             warnings.push(format!("the answer was cut to {} of its {} bytes", cut.len(), text.len()));
             text = cut.to_owned();
         }
@@ -599,7 +594,9 @@ impl AgentRuntime {
             .take(bound)
             .map(|call| KeptCall {
                 name: cut_chars(&call.name, TOOL_CALL_FIELD_CHARS_MAX),
-                arguments: cut_to(&call.arguments, TOOL_ARGUMENTS_BYTES_MAX).unwrap_or(&call.arguments).to_owned(),
+                arguments: history::cut_to(&call.arguments, TOOL_ARGUMENTS_BYTES_MAX)
+                    .unwrap_or(&call.arguments)
+                    .to_owned(),
             })
             .collect();
         let call_ids: Vec<String> =
@@ -608,7 +605,8 @@ impl AgentRuntime {
         if skipped > 0 {
             calls.push(KeptCall { name: SKIPPED_CALLS.into(), arguments: skipped.to_string() });
         }
-        let mut text = cut_to(&reply.text, self.setup.limits.answer_bytes_max).unwrap_or(&reply.text).to_owned();
+        let mut text =
+            history::cut_to(&reply.text, self.setup.limits.answer_bytes_max).unwrap_or(&reply.text).to_owned();
         for call in &calls {
             if !text.is_empty() {
                 text.push('\n');
@@ -698,7 +696,7 @@ impl AgentRuntime {
         )
         .increment(1);
         let bytes_max = self.setup.limits.tool_output_bytes_max;
-        match cut_to(&text, bytes_max) {
+        match history::cut_to(&text, bytes_max) {
             Some(cut) => format!("{cut}\n[output cut to {} of its {} bytes]", cut.len(), text.len()),
             None => text,
         }
@@ -737,6 +735,96 @@ impl AgentRuntime {
 
     /// The system prompt: the role, the organisation from the links in force now, the link
     /// context in a link's conversation, the tools last.
+    /// The messages the model sees (see [`crate::history`]): the conversation within the token
+    /// budget, the older part summarised when the definition asks for it and the model can.
+    async fn history(&self, state: &ConversationState) -> Result<Vec<ChatMessage>, BusError> {
+        let me = self.setup.bus_id.as_str();
+        let limits = &self.setup.limits;
+        let messages = state.cache.messages();
+        let budget = limits.history_tokens_max;
+        let summary_budget = budget / history::SUMMARY_BUDGET_DIVISOR;
+        let first = history::first_kept(messages, budget - summary_budget);
+        let summary = if limits.summarise_history && first > 0 && history::first_kept(messages, budget) > 0 {
+            self.summary(state, first, summary_budget).await?
+        } else {
+            None
+        };
+        let (mut kept, dropped) = match &summary {
+            Some(_) => history::within_budget(state.cache.message_list(me).split_off(first), budget - summary_budget),
+            None => history::within_budget(state.cache.message_list(me), budget),
+        };
+        let dropped = dropped + if summary.is_some() { first } else { 0 };
+        if dropped > 0 {
+            metrics::counter!("mesh_llm_agent_history_messages_dropped_total").increment(dropped as u64);
+        }
+        if let Some(summary) = summary {
+            kept.insert(0, history::summary_message(&summary));
+        }
+        Ok(kept)
+    }
+
+    /// The summary of the messages before `first`: the one written before (a replayed turn), or
+    /// a new one extending the newest earlier summary, written as a `summary` node. `None` when
+    /// the model could not summarise: the older messages are then only dropped.
+    async fn summary(
+        &self,
+        state: &ConversationState,
+        first: usize,
+        tokens_max: usize,
+    ) -> Result<Option<String>, BusError> {
+        let me = self.setup.bus_id.as_str();
+        let root = state.root.id.as_str();
+        let messages = state.cache.messages();
+        let id = history::summary_node_id(root, &messages[first - 1].node_id);
+        if let Some(written) = self.setup.docmem.get_many(std::slice::from_ref(&id)).await?.pop() {
+            return Ok(Some(written.content));
+        }
+        let earlier = history::earlier_summary_ids(root, messages, first);
+        let ids: Vec<String> = earlier.iter().map(|(_, id)| id.clone()).collect();
+        let found: HashMap<String, Node> =
+            self.setup.docmem.get_many(&ids).await?.into_iter().map(|node| (node.id.clone(), node)).collect();
+        let previous = earlier.iter().find_map(|(index, id)| found.get(id).map(|node| (*index, node.content.as_str())));
+        let (from, previous) = previous.map_or((0, None), |(index, text)| (index + 1, Some(text)));
+        let bytes_max = self.setup.limits.history_tokens_max.saturating_mul(history::BYTES_PER_TOKEN);
+        let transcript = history::transcript(previous, &messages[from..first], me, bytes_max);
+        let request = ModelRequest {
+            system: self.setup.prompts.summary(&self.setup.name, tokens_max).unwrap_or_else(|error| {
+                tracing::error!(agent = %self.setup.name, %error, "the summary prompt did not render");
+                String::from("Summarise the conversation below briefly.")
+            }),
+            messages: vec![ChatMessage { role: mesh_bus::Role::User, content: transcript }],
+            tools: Vec::new(),
+        };
+        let reply = {
+            let _turn = self.rounds.acquire().await.map_err(|e| BusError::Handler(e.to_string()))?;
+            let timeout = Duration::from_millis(self.setup.limits.llm_timeout_ms);
+            tokio::time::timeout(timeout, self.setup.model.complete(request)).await
+        };
+        let text = match reply {
+            Ok(Ok(reply)) if !reply.text.trim().is_empty() => reply.text.trim().to_owned(),
+            outcome => {
+                let why = match outcome {
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => format!("no answer within {} ms", self.setup.limits.llm_timeout_ms),
+                    Ok(Ok(_)) => "an empty answer".to_owned(),
+                };
+                tracing::warn!(agent = %self.setup.name, %why, "the history could not be summarised; older messages are dropped");
+                metrics::counter!("mesh_llm_agent_summaries_total", "agent" => self.setup.name.clone(), "outcome" => "failed")
+                    .increment(1);
+                return Ok(None);
+            }
+        };
+        // What the model wrote is untrusted: bounded like any answer, and plain text in docmem.
+        let text =
+            history::cut_to(&text, tokens_max.saturating_mul(history::BYTES_PER_TOKEN)).unwrap_or(&text).to_owned();
+        let context =
+            Context { kind: history::SUMMARY_CONTEXT_TYPE.into(), name: CONTEXT_NAME_AGENT.into(), value: me.into() };
+        self.setup.docmem.append_child_with_id(&id, root, &context, &text).await?;
+        metrics::counter!("mesh_llm_agent_summaries_total", "agent" => self.setup.name.clone(), "outcome" => "written")
+            .increment(1);
+        Ok(Some(text))
+    }
+
     fn system_prompt(&self, root: &Node, tools: &[crate::model::ToolSpec]) -> String {
         let name = self.setup.name.as_str();
         let policy = self.setup.links.as_ref().map(|links| links.policy());
@@ -845,68 +933,19 @@ fn tool_rounds_since_origin(cache: &ConversationCache, me: &str) -> usize {
         .count()
 }
 
-/// The newest messages whose estimated tokens fit `tokens_max`, oldest first; the newest one
-/// always, cut to the budget if it alone is larger.
-fn within_budget(mut messages: Vec<ChatMessage>, tokens_max: usize) -> Vec<ChatMessage> {
-    let mut bytes_left = tokens_max.saturating_mul(BYTES_PER_TOKEN);
-    let mut kept = 0;
-    for message in messages.iter_mut().rev() {
-        if message.content.len() > bytes_left {
-            if kept == 0 {
-                message.content = cut_to(&message.content, bytes_left).unwrap_or(&message.content).to_owned();
-                kept = 1;
-            }
-            break;
-        }
-        bytes_left -= message.content.len();
-        kept += 1;
-    }
-    let dropped = messages.len() - kept;
-    if dropped > 0 {
-        metrics::counter!("mesh_llm_agent_history_messages_dropped_total").increment(dropped as u64);
-    }
-    messages.split_off(dropped)
-}
-
-/// `text` cut to at most `bytes` bytes on a character boundary; `None` when it fits.
-fn cut_to(text: &str, bytes: usize) -> Option<&str> {
-    if text.len() <= bytes {
-        return None;
-    }
-    let end = (0..=bytes).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-    Some(&text[..end])
-}
-
 fn cut_chars(text: &str, chars: usize) -> String {
     text.chars().take(chars).collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use mesh_bus::Role;
-
     use super::*;
-
-    fn message(content: &str) -> ChatMessage {
-        ChatMessage { role: Role::User, content: content.into() }
-    }
-
-    #[test]
-    fn the_history_keeps_the_newest_messages_within_the_budget() {
-        let messages = vec![message(&"a".repeat(40)), message(&"b".repeat(40)), message(&"c".repeat(20))];
-        let kept = within_budget(messages.clone(), 16);
-        assert_eq!(kept.len(), 2, "64 bytes hold the last two (60), not all three");
-        assert!(kept[0].content.starts_with('b'));
-        let kept = within_budget(messages, 2);
-        assert_eq!(kept.len(), 1);
-        assert_eq!(kept[0].content.len(), 8, "the newest message alone, cut to the budget");
-    }
 
     #[test]
     fn cuts_fall_on_character_boundaries() {
-        assert_eq!(cut_to("héllo", 2), Some("h"));
-        assert_eq!(cut_to("héllo", 3), Some("hé"));
-        assert_eq!(cut_to("hi", 2), None);
+        assert_eq!(history::cut_to("héllo", 2), Some("h"));
+        assert_eq!(history::cut_to("héllo", 3), Some("hé"));
+        assert_eq!(history::cut_to("hi", 2), None);
         assert_eq!(cut_chars("abcdef", 3), "abc");
     }
 

@@ -1,6 +1,7 @@
 //! Replayable turns: an agent stopped in the middle of a tool round (its tool's output written,
 //! the next model call under way) resumes from its topic when it starts again, without running
-//! the tool a second time and with one answer.
+//! the tool a second time and with one answer. On the embedded log, and on Kafka and PostgreSQL
+//! when they are there.
 
 mod common;
 
@@ -11,9 +12,8 @@ use mesh_protocol::graph::GraphMode;
 use mesh_test_support::llm::{LlmStep, ScriptedLlm};
 use serde_json::json;
 
-#[tokio::test]
-async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_tool_again() {
-    let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, Backend::Embedded).await;
+async fn a_restart_in_the_middle_of_a_tool_round(backend: Backend) {
+    let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, backend).await;
     let echo = Echo::default();
     mesh.kit_agent("echo", "echoing", echo.clone()).await;
     let llm = ScriptedLlm::start([
@@ -57,4 +57,24 @@ async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_too
         mesh.records("alpha").await.iter().filter(|d| d.record.agent_id == mesh_bus::TOOL_AGENT_ID).count();
     assert_eq!(tool_outputs, 1);
     agents.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_tool_round_resumes_without_running_the_tool_again() {
+    a_restart_in_the_middle_of_a_tool_round(Backend::Embedded).await;
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_tool_round_resumes_on_kafka() {
+    if let Some(brokers) = mesh_test_support::kafka_brokers() {
+        a_restart_in_the_middle_of_a_tool_round(Backend::Kafka(brokers)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_tool_round_resumes_on_postgresql() {
+    if let Some(database) = mesh_test_support::ScratchDatabase::create("llm_agent_restart").await {
+        a_restart_in_the_middle_of_a_tool_round(Backend::Postgres(database.url.clone())).await;
+        database.drop_database().await;
+    }
 }

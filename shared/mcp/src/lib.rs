@@ -37,7 +37,7 @@ const MESSAGE_OVERHEAD_FACTOR: usize = 4;
 const MESSAGE_BYTES_BASE: usize = 64 * 1024;
 
 /// One MCP server an agent may use.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// The name the agent's definition and logs use for it.
@@ -54,6 +54,11 @@ pub struct McpServerConfig {
     /// See [`MCP_OUTPUT_BYTES_MAX_DEFAULT`].
     #[serde(default = "output_bytes_max_default")]
     pub output_bytes_max: usize,
+    /// The only tools of the server the agent may see and call, by name; every tool the server
+    /// lists when absent. A server's tool list may grow without the operator's say: naming the
+    /// tools keeps what an agent can do to what its definition says.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
 }
 
 fn timeout_ms_default() -> u64 {
@@ -73,7 +78,13 @@ impl McpServerConfig {
             bearer_token_env: None,
             timeout_ms: MCP_TIMEOUT_MS_DEFAULT,
             output_bytes_max: MCP_OUTPUT_BYTES_MAX_DEFAULT,
+            tools: None,
         }
+    }
+
+    /// Whether the agent may use the server's tool `name`.
+    pub fn allows(&self, name: &str) -> bool {
+        self.tools.as_ref().is_none_or(|tools| tools.iter().any(|tool| tool == name))
     }
 }
 
@@ -205,6 +216,7 @@ impl McpClient {
         }
         Ok(tools
             .into_iter()
+            .filter(|tool| self.config.allows(&tool.name))
             .map(|tool| McpTool {
                 name: tool.name.into_owned(),
                 description: tool.description.map(Cow::into_owned).unwrap_or_default(),
@@ -216,6 +228,9 @@ impl McpClient {
     /// Calls tool `name` with `arguments`. A tool that reports a failure is an output with
     /// `is_error`, not an error: the LLM reads what went wrong.
     pub async fn call_tool(&self, name: &str, arguments: Map<String, Value>) -> Result<McpToolOutput, McpError> {
+        if !self.config.allows(name) {
+            return Err(self.protocol(format!("the tool {name:?} is not among the tools this agent may use")));
+        }
         let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
         let result = self.within_timeout(self.session.call_tool(params)).await?;
         Ok(tool_output(result, self.config.output_bytes_max))

@@ -2,109 +2,23 @@
 //! listed and called, a tool's failure, a slow tool, a huge output, the address policy.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mesh_client::{AddressPolicy, OutboundGuard, SystemLookup};
 use mesh_mcp::{McpClient, McpError, McpServerConfig};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
-};
-use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, RoleServer, ServerHandler};
+use mesh_test_support::mcp::{FAIL_TOOL_TEXT, McpTestServer};
 use serde_json::{Map, Value, json};
 
-/// How long the `slow` tool takes: far beyond the short timeout the tests give.
-const SLOW_TOOL_DELAY: Duration = Duration::from_secs(10);
 const SHORT_TIMEOUT_MS: u64 = 300;
 /// A call that timed out must return well before the slow tool would have answered.
 const GIVE_UP_MAX: Duration = Duration::from_secs(3);
-/// Bytes the `huge` tool answers.
-const HUGE_OUTPUT_BYTES: usize = 1_000_000;
-
-/// An MCP server with four tools: `echo`, `fail`, `slow` and `huge`.
-#[derive(Debug, Clone)]
-struct TestTools;
-
-fn object_schema(properties: Value) -> Arc<Map<String, Value>> {
-    let schema = json!({"type": "object", "properties": properties});
-    Arc::new(schema.as_object().cloned().unwrap_or_default())
-}
-
-impl ServerHandler for TestTools {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn list_tools(
-        &self,
-        _: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let tools = vec![
-            Tool::new("echo", "Says the text back.", object_schema(json!({"text": {"type": "string"}}))),
-            Tool::new("fail", "Always fails.", object_schema(json!({}))),
-            Tool::new("slow", "Takes its time.", object_schema(json!({}))),
-            Tool::new("huge", "Answers a megabyte.", object_schema(json!({}))),
-        ];
-        Ok(ListToolsResult::with_all_items(tools))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let arguments = request.arguments.unwrap_or_default();
-        let result = match request.name.as_ref() {
-            "echo" => CallToolResult::success(vec![ContentBlock::text(
-                arguments.get("text").and_then(Value::as_str).unwrap_or_default().to_owned(),
-            )]),
-            "fail" => CallToolResult::error(vec![ContentBlock::text("the city is unknown")]),
-            "slow" => {
-                tokio::time::sleep(SLOW_TOOL_DELAY).await;
-                CallToolResult::success(vec![ContentBlock::text("finally")])
-            }
-            "huge" => CallToolResult::success(vec![ContentBlock::text("y".repeat(HUGE_OUTPUT_BYTES))]),
-            other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
-        };
-        Ok(result.into())
-    }
-}
-
-/// The server on 127.0.0.1:0, and how many MCP sessions it has opened.
-struct RunningServer {
-    url: String,
-    sessions: Arc<AtomicUsize>,
-}
-
-async fn start_server() -> RunningServer {
-    let sessions = Arc::new(AtomicUsize::new(0));
-    let opened = sessions.clone();
-    let service: StreamableHttpService<TestTools, LocalSessionManager> = StreamableHttpService::new(
-        move || {
-            opened.fetch_add(1, Ordering::SeqCst);
-            Ok(TestTools)
-        },
-        Default::default(),
-        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the MCP server");
-    let addr = listener.local_addr().expect("the MCP server's address");
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    RunningServer { url: format!("http://{addr}/mcp"), sessions }
-}
 
 /// The policy of a mesh on one machine: loopback allowed.
 fn loopback_guard() -> OutboundGuard {
     OutboundGuard::new(AddressPolicy::from_networks(&["127.0.0.0/8"]).unwrap(), Arc::new(SystemLookup))
 }
 
-async fn connect(server: &RunningServer, config: impl FnOnce(McpServerConfig) -> McpServerConfig) -> McpClient {
+async fn connect(server: &McpTestServer, config: impl FnOnce(McpServerConfig) -> McpServerConfig) -> McpClient {
     let config = config(McpServerConfig::new("tools", &server.url));
     McpClient::connect(config, &loopback_guard()).await.expect("connected")
 }
@@ -115,7 +29,7 @@ fn arguments(value: Value) -> Map<String, Value> {
 
 #[tokio::test]
 async fn tools_are_listed_with_their_schema_and_called_with_json_arguments() {
-    let server = start_server().await;
+    let server = McpTestServer::start().await;
     let client = connect(&server, |c| c).await;
 
     let tools = client.list_tools().await.unwrap();
@@ -129,7 +43,7 @@ async fn tools_are_listed_with_their_schema_and_called_with_json_arguments() {
 
     let failed = client.call_tool("fail", Map::new()).await.unwrap();
     assert!(failed.is_error, "a tool's failure is output the LLM reads");
-    assert_eq!(failed.text, "the city is unknown");
+    assert_eq!(failed.text, FAIL_TOOL_TEXT);
 
     let unknown = client.call_tool("teleport", Map::new()).await.unwrap_err();
     assert!(
@@ -141,7 +55,7 @@ async fn tools_are_listed_with_their_schema_and_called_with_json_arguments() {
 
 #[tokio::test]
 async fn a_slow_tool_times_out_and_the_session_stays_usable() {
-    let server = start_server().await;
+    let server = McpTestServer::start().await;
     let client = connect(&server, |c| McpServerConfig { timeout_ms: SHORT_TIMEOUT_MS, ..c }).await;
 
     let started = Instant::now();
@@ -155,7 +69,7 @@ async fn a_slow_tool_times_out_and_the_session_stays_usable() {
 
 #[tokio::test]
 async fn a_huge_output_is_cut_at_the_cap_or_refused_past_the_message_limit() {
-    let server = start_server().await;
+    let server = McpTestServer::start().await;
     let capped = connect(&server, |c| McpServerConfig { output_bytes_max: 300_000, ..c }).await;
 
     let output = capped.call_tool("huge", Map::new()).await.unwrap();
@@ -170,7 +84,7 @@ async fn a_huge_output_is_cut_at_the_cap_or_refused_past_the_message_limit() {
 
 #[tokio::test]
 async fn a_server_outside_the_allowed_networks_is_refused_before_anything_is_sent() {
-    let server = start_server().await;
+    let server = McpTestServer::start().await;
     let public_only = OutboundGuard::new(AddressPolicy::public_only::<&str>(&[]).unwrap(), Arc::new(SystemLookup));
     let elsewhere = OutboundGuard::new(AddressPolicy::from_networks(&["10.0.0.0/8"]).unwrap(), Arc::new(SystemLookup));
 
@@ -182,7 +96,7 @@ async fn a_server_outside_the_allowed_networks_is_refused_before_anything_is_sen
         let error = McpClient::connect(McpServerConfig::new("tools", &url), guard).await.unwrap_err();
         assert!(matches!(error, McpError::Refused { .. }), "{url}: {error:?}");
     }
-    assert_eq!(server.sessions.load(Ordering::SeqCst), 0, "no session was opened");
+    assert_eq!(server.sessions(), 0, "no session was opened");
 
     let metadata = McpServerConfig::new("metadata", "http://169.254.169.254/mcp");
     let error = McpClient::connect(metadata, &loopback_guard()).await.unwrap_err();
@@ -198,7 +112,7 @@ async fn an_unreachable_server_or_an_unusable_config_fails_clearly() {
     let error = McpClient::connect(down, &loopback_guard()).await.unwrap_err();
     assert!(matches!(error, McpError::Unreachable { .. }), "{error:?}");
 
-    let server = start_server().await;
+    let server = McpTestServer::start().await;
     for config in [
         McpServerConfig { timeout_ms: 0, ..McpServerConfig::new("tools", &server.url) },
         McpServerConfig { output_bytes_max: 0, ..McpServerConfig::new("tools", &server.url) },
@@ -210,4 +124,17 @@ async fn an_unreachable_server_or_an_unusable_config_fails_clearly() {
         let error = McpClient::connect(config.clone(), &loopback_guard()).await.unwrap_err();
         assert!(matches!(error, McpError::InvalidConfig { .. }), "{config:?}: {error:?}");
     }
+}
+
+#[tokio::test]
+async fn an_allow_list_hides_and_refuses_the_other_tools_before_anything_is_sent() {
+    let server = McpTestServer::start().await;
+    let client = connect(&server, |c| McpServerConfig { tools: Some(vec!["echo".into()]), ..c }).await;
+
+    let names: Vec<String> = client.list_tools().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["echo"]);
+    let refused = client.call_tool("fail", Map::new()).await.unwrap_err();
+    assert!(matches!(&refused, McpError::Protocol { reason, .. } if reason.contains("not among")), "{refused:?}");
+    assert!(server.calls().is_empty(), "the refused call never reached the server: {:?}", server.calls());
+    assert_eq!(client.call_tool("echo", arguments(json!({"text": "ok"}))).await.unwrap().text, "ok");
 }

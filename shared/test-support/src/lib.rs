@@ -5,11 +5,13 @@
 //! skipped would hide it behind a green run.
 //!
 //! Also the test doubles tests share: [`llm::ScriptedLlm`], an OpenAI-compatible server that
-//! answers from a script and records what it was asked.
+//! answers from a script and records what it was asked, and [`mcp::McpTestServer`], a real MCP
+//! server with a few tools.
 
 use std::fmt::Display;
 
 pub mod llm;
+pub mod mcp;
 
 /// Whether this is a CI run: `CI` set to anything but empty, `0` or `false` (`.ci/run` and the
 /// usual CI services set `CI=true`).

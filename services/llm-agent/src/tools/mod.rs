@@ -2,6 +2,7 @@
 //! the agent was offered, and its arguments pass the tool's JSON schema, or the model gets a
 //! tool error back as the call's result; no tool call ever fails the turn. There is no shell tool.
 
+mod mcp;
 mod mesh;
 
 use std::collections::HashMap;
@@ -11,6 +12,7 @@ use mesh_client::CallScope;
 use serde_json::Value;
 
 use crate::model::{ToolCall, ToolSpec};
+pub use mcp::{McpServer, McpServerTool, TOOL_DESCRIPTION_CHARS_MAX, TOOL_NAME_CHARS_MAX, exposed_name};
 pub use mesh::{CallAgentTool, ListAgentsTool, MeshTools, SendAgentMessageTool};
 
 /// Agents or lines one tool output lists at most.
@@ -40,16 +42,23 @@ pub struct Toolbox {
 }
 
 impl Toolbox {
-    /// Adds `tool`; its schema must compile (a bug otherwise) and its name be new.
+    /// With `tool` added (see [`Self::add`]).
     pub fn with(mut self, tool: Arc<dyn Tool>) -> Result<Self, String> {
+        self.add(tool)?;
+        Ok(self)
+    }
+
+    /// Adds `tool` if its schema compiles and its name is new; else says why and adds nothing.
+    pub fn add(&mut self, tool: Arc<dyn Tool>) -> Result<(), String> {
         let spec = tool.spec();
-        let validator = jsonschema::validator_for(&spec.parameters)
-            .map_err(|e| format!("the schema of tool {} does not compile: {e}", spec.name))?;
-        if self.by_name.insert(spec.name.clone(), self.tools.len()).is_some() {
+        if self.by_name.contains_key(&spec.name) {
             return Err(format!("two tools are named {}", spec.name));
         }
+        let validator = jsonschema::validator_for(&spec.parameters)
+            .map_err(|e| format!("the schema of tool {} does not compile: {e}", spec.name))?;
+        self.by_name.insert(spec.name, self.tools.len());
         self.tools.push((tool, Arc::new(validator)));
-        Ok(self)
+        Ok(())
     }
 
     /// Whether a tool has this name.

@@ -61,6 +61,8 @@ pub struct Mesh {
     pub registry_url: String,
     pub http: HttpClient,
     pub bus: BusConfig,
+    /// The private networks the agents' MCP servers may be on: loopback, where tests run them.
+    pub mcp_allowed_networks: Vec<String>,
     stops: Vec<oneshot::Sender<()>>,
 }
 
@@ -71,11 +73,25 @@ pub struct Definition {
     pub tools: &'static [&'static str],
     pub role: String,
     pub limits: &'static str,
+    /// TOML tables after `[limits]` (`[[mcp_servers]]`).
+    pub tables: String,
 }
 
 impl Definition {
     pub fn new(name: &'static str, tools: &'static [&'static str]) -> Self {
-        Self { name, tools, role: format!("You are {name}, the test agent. ROLE-MARKER-{name}."), limits: "" }
+        Self {
+            name,
+            tools,
+            role: format!("You are {name}, the test agent. ROLE-MARKER-{name}."),
+            limits: "",
+            tables: String::new(),
+        }
+    }
+
+    /// With the MCP server `name` at `url`, limited to `tools`.
+    pub fn mcp_server(mut self, name: &str, url: &str, tools: &[&str]) -> Self {
+        self.tables += &format!("[[mcp_servers]]\nname = {name:?}\nurl = {url:?}\ntools = {tools:?}\n");
+        self
     }
 
     pub fn limits(self, limits: &'static str) -> Self {
@@ -137,7 +153,14 @@ impl Mesh {
             }
             Backend::Postgres(url) => BusConfig { database_url: url, ..BusConfig::default() },
         };
-        Self { dir, registry_url, http: HttpClient::with_reqwest().unwrap(), bus, stops: vec![stop] }
+        Self {
+            dir,
+            registry_url,
+            http: HttpClient::with_reqwest().unwrap(),
+            bus,
+            mcp_allowed_networks: vec!["127.0.0.0/8".into()],
+            stops: vec![stop],
+        }
     }
 
     /// The kit keys of an agent of this mesh.
@@ -161,12 +184,13 @@ impl Mesh {
             std::fs::create_dir_all(&agent).unwrap();
             let tools: Vec<String> = definition.tools.iter().map(|t| format!("{t:?}")).collect();
             let toml = format!(
-                "name = {:?}\ndescription = \"{} of the test\"\ntools = [{}]\n[[skills]]\nid = \"{}_skill\"\nname = \"n\"\ndescription = \"d\"\n[limits]\n{}\n",
+                "name = {:?}\ndescription = \"{} of the test\"\ntools = [{}]\n[[skills]]\nid = \"{}_skill\"\nname = \"n\"\ndescription = \"d\"\n[limits]\n{}\n{}",
                 definition.name,
                 definition.name,
                 tools.join(", "),
                 definition.name,
-                definition.limits
+                definition.limits,
+                definition.tables
             );
             std::fs::write(agent.join("agent.toml"), toml).unwrap();
             std::fs::write(agent.join("ROLE.md"), &definition.role).unwrap();
@@ -177,6 +201,15 @@ impl Mesh {
     /// Runs the LLM agents of `definitions` on the OpenAI-compatible endpoint at `llm_base_url`
     /// (the scripted server), once each is registered.
     pub async fn llm_agents(&mut self, definitions: &[Definition], llm_base_url: &str) -> RunningLlmAgents {
+        self.try_llm_agents(definitions, llm_base_url).await.unwrap()
+    }
+
+    /// [`Self::llm_agents`], or why they could not be built.
+    pub async fn try_llm_agents(
+        &mut self,
+        definitions: &[Definition],
+        llm_base_url: &str,
+    ) -> Result<RunningLlmAgents, llm_agent::LlmAgentError> {
         let folder = self.define(definitions);
         let llm = LlmConfig {
             base_url: llm_base_url.into(),
@@ -188,10 +221,11 @@ impl Mesh {
             agent: AgentConfig { bus: Some(self.bus.clone()), ..self.agent_config() },
             definitions_dir: folder,
             llm: llm.clone(),
+            mcp_allowed_networks: self.mcp_allowed_networks.clone(),
             ..LlmAgentsConfig::default()
         };
         let models = |agent: &str, model: &str| openai_model(&llm, agent, model);
-        let agents = LlmAgents::build(&config, self.http.clone(), &models).await.unwrap();
+        let agents = LlmAgents::build(&config, self.http.clone(), &models).await?;
         let urls: HashMap<String, String> =
             agents.agents.iter().map(|a| (a.runtime.name().to_owned(), a.app.url().to_owned())).collect();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -205,7 +239,7 @@ impl Mesh {
         });
         let names: Vec<&str> = definitions.iter().map(|d| d.name).collect();
         self.registered(&names).await;
-        RunningLlmAgents { urls, stop: Some(stop), task }
+        Ok(RunningLlmAgents { urls, stop: Some(stop), task })
     }
 
     /// Runs a kit agent `name` offering `skill`, answering with `handler`.
