@@ -16,20 +16,26 @@ fn long_question() -> String {
     format!("Tell me everything about robots playing soccer. {}", "Details matter here. ".repeat(8))
 }
 
-#[tokio::test]
-async fn older_messages_are_summarised_into_a_summary_node_the_next_request_carries() {
+/// Alpha, on a 60-token budget, asked the long question: one tool round, then `summary_step`
+/// (what the model says when asked to summarise), then the answer.
+async fn ask_the_long_question(summary_step: LlmStep) -> (Mesh, ScriptedLlm, common::RunningLlmAgents) {
     let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, Backend::Embedded).await;
     let llm = ScriptedLlm::start([
         LlmStep::tool_call("list_agents", json!({})),
-        LlmStep::text(SUMMARY),
+        summary_step,
         LlmStep::text("Robots play soccer in RoboCup."),
     ])
     .await;
     let alpha = Definition::new("alpha", &["list_agents"]).limits("history_tokens_max = 60");
     let agents = mesh.llm_agents(&[alpha], llm.base_url()).await;
-
     let answer = mesh.ask(agents.url("alpha"), &long_question()).await.unwrap();
     assert_eq!(text_of(&answer), "Robots play soccer in RoboCup.");
+    (mesh, llm, agents)
+}
+
+#[tokio::test]
+async fn older_messages_are_summarised_into_a_summary_node_the_next_request_carries() {
+    let (mesh, llm, agents) = ask_the_long_question(LlmStep::text(SUMMARY)).await;
 
     let requests = llm.requests();
     assert_eq!(requests.len(), 3, "a round, the summary, the answer");
@@ -60,19 +66,8 @@ async fn older_messages_are_summarised_into_a_summary_node_the_next_request_carr
 
 #[tokio::test]
 async fn a_model_that_cannot_summarise_leaves_the_older_messages_dropped_and_answers() {
-    let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, Backend::Embedded).await;
-    let llm = ScriptedLlm::start([
-        LlmStep::tool_call("list_agents", json!({})),
-        LlmStep::error(503),
-        LlmStep::text("Robots play soccer in RoboCup."),
-    ])
-    .await;
-    let alpha = Definition::new("alpha", &["list_agents"]).limits("history_tokens_max = 60");
-    let agents = mesh.llm_agents(&[alpha], llm.base_url()).await;
+    let (_mesh, llm, agents) = ask_the_long_question(LlmStep::error(503)).await;
 
-    let answer = mesh.ask(agents.url("alpha"), &long_question()).await.unwrap();
-
-    assert_eq!(text_of(&answer), "Robots play soccer in RoboCup.");
     let requests = llm.requests();
     assert_eq!(requests.len(), 3);
     let messages = requests[2].messages();
