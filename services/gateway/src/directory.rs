@@ -86,13 +86,18 @@ impl Directory {
         if !same_origin(&record.agent_card_url, &record.url) {
             return Err(refused(format!("its card URL {} is not on its origin {}", record.agent_card_url, record.url)));
         }
-        let card: Value = self.agents_http.get_json(&record.agent_card_url, self.call_timeout).await.map_err(|error| {
-            if error.is_refused_address() {
-                refused(error.to_string())
-            } else {
-                GatewayError::Unavailable { agent: record.name.clone(), reason: format!("its card: {error}") }
+        let card: Value = match self.agents_http.get_json(&record.agent_card_url, self.call_timeout).await {
+            Ok(card) => card,
+            Err(error) if error.is_refused_address() => return Err(refused(error.to_string())),
+            Err(error) => {
+                // The card it had: calls go on to the agent, whose circuit then decides.
+                if let Some((_, known)) = self.lock().get(&record.name) {
+                    return Ok(known.clone());
+                }
+                let reason = format!("its card: {error}");
+                return Err(GatewayError::Unavailable { agent: record.name.clone(), reason });
             }
-        })?;
+        };
         let upstream = Arc::new(Upstream {
             interfaces: Interfaces::of_card(&card, &record.url),
             name: record.name,

@@ -171,6 +171,9 @@ async fn a_killed_agent_fails_over_by_skill_and_opens_its_circuit() {
     let (_, first) = mesh.agent("e1", &["echo"]).await;
     mesh.agent("e2", &["echo"]).await;
     let acme = token("ann", "acme", USER);
+    // The gateway knows e1 (its card) before it dies.
+    let (status, answer) = mesh.send("/agents/e1/", Some(&acme), "hello").await;
+    assert_eq!(status, 200, "{answer}");
     mesh.kill(first).await;
     // Every message by skill is answered, by e2, whichever the registry picks first.
     for i in 0..4 {
