@@ -68,7 +68,12 @@ async fn main() -> anyhow::Result<()> {
     let direct_latency = open_loop(&client, &direct, rate, seconds).await?;
     let gateway_latency = open_loop(&client, &through, rate, seconds).await?;
     for (name, samples) in [("direct", &direct_latency), ("gateway", &gateway_latency)] {
-        println!("  {name:<8} p50 {:>7.0} us   p99 {:>7.0} us   ({} answers)", samples.p50(), samples.p99(), samples.len());
+        println!(
+            "  {name:<8} p50 {:>7.0} us   p99 {:>7.0} us   ({} answers)",
+            samples.p50(),
+            samples.p99(),
+            samples.len()
+        );
     }
     let added = gateway_latency.p99() - direct_latency.p99();
     println!("  the gateway adds {added:.0} us at p99 (goal <= 1000 us)");
@@ -85,8 +90,11 @@ impl Target {
     async fn send(&self, client: &reqwest::Client) -> anyhow::Result<()> {
         let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
             "role": "ROLE_USER", "messageId": uuid::Uuid::new_v4().to_string(), "parts": [{"text": "bench"}]}}});
-        let mut call =
-            client.post(&self.url).json(&request).header("A2A-Version", "1.0").timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
+        let mut call = client
+            .post(&self.url)
+            .json(&request)
+            .header("A2A-Version", "1.0")
+            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
         if let Some(token) = &self.token {
             call = call.bearer_auth(token);
         }
@@ -98,7 +106,12 @@ impl Target {
 }
 
 /// Requests per second `concurrency` callers get, each sending its next request on the answer.
-async fn closed_loop(client: &reqwest::Client, target: &Target, concurrency: usize, seconds: u64) -> anyhow::Result<f64> {
+async fn closed_loop(
+    client: &reqwest::Client,
+    target: &Target,
+    concurrency: usize,
+    seconds: u64,
+) -> anyhow::Result<f64> {
     let done = Arc::new(AtomicU64::new(0));
     let ends = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
@@ -194,8 +207,12 @@ async fn register(registry: &str, echo: &str) -> anyhow::Result<()> {
         "health_endpoint": "/.well-known/agent-card.json", "process_endpoint": "/",
         "agent_card_url": format!("{echo}/.well-known/agent-card.json"),
     });
-    let response =
-        reqwest::Client::new().post(format!("{registry}/register")).bearer_auth(admin).json(&registration).send().await?;
+    let response = reqwest::Client::new()
+        .post(format!("{registry}/register"))
+        .bearer_auth(admin)
+        .json(&registration)
+        .send()
+        .await?;
     anyhow::ensure!(response.status().is_success(), "registration refused: {}", response.text().await?);
     Ok(())
 }

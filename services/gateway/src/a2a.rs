@@ -130,10 +130,8 @@ pub fn http_json_call(method: &http::Method, path: &str, body: Option<&Value>) -
 /// The task (and conversation) an answer or a stream event names: a task's `id`, or the
 /// `taskId` of a message or an update. `answer` is a JSON-RPC `result` or an HTTP+JSON body.
 pub fn answered_task(answer: &Value) -> (Option<String>, Option<String>) {
-    let inner = ["task", "message", "statusUpdate", "artifactUpdate"]
-        .iter()
-        .find_map(|key| answer.get(*key))
-        .unwrap_or(answer);
+    let inner =
+        ["task", "message", "statusUpdate", "artifactUpdate"].iter().find_map(|key| answer.get(*key)).unwrap_or(answer);
     let text = |key: &str| inner.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
     let is_task = answer.get("task").is_some() || inner.get("kind").and_then(Value::as_str) == Some("task");
     let task = text("taskId").or_else(|| if is_task || inner.get("status").is_some() { text("id") } else { None });
@@ -169,7 +167,11 @@ impl Interfaces {
         if card.get("supportedInterfaces").is_none() {
             add(Some(preferred), v03, card.get("url").and_then(Value::as_str));
             for interface in card.get("additionalInterfaces").and_then(Value::as_array).into_iter().flatten() {
-                add(interface.get("transport").and_then(Value::as_str), v03, interface.get("url").and_then(Value::as_str));
+                add(
+                    interface.get("transport").and_then(Value::as_str),
+                    v03,
+                    interface.get("url").and_then(Value::as_str),
+                );
             }
         }
         Self { urls }
@@ -333,7 +335,10 @@ mod tests {
 
         let v03 = json!({"protocolVersion": "0.3.0", "url": "http://127.0.0.1:9/", "additionalInterfaces": [
             {"url": "http://127.0.0.1:9/rest", "transport": "HTTP+JSON"}]});
-        assert_eq!(Interfaces::of_card(&v03, "http://127.0.0.1:9/").url(Binding::HttpJson, "0.3"), Some("http://127.0.0.1:9/rest"));
+        assert_eq!(
+            Interfaces::of_card(&v03, "http://127.0.0.1:9/").url(Binding::HttpJson, "0.3"),
+            Some("http://127.0.0.1:9/rest")
+        );
         let served = rewrite_card(&v03, "http://gw/agents/echo");
         assert_eq!(served["url"], "http://gw/agents/echo/");
         assert_eq!(served["additionalInterfaces"][0]["url"], "http://gw/agents/echo");

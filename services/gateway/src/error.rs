@@ -203,7 +203,8 @@ mod tests {
 
     #[test]
     fn call_refusals_keep_the_call_safety_status() {
-        let cycle = GatewayError::CallRefused(CallRejection::CycleDetected { agent: "a".into(), chain: vec!["a".into()] });
+        let cycle =
+            GatewayError::CallRefused(CallRejection::CycleDetected { agent: "a".into(), chain: vec!["a".into()] });
         assert_eq!(cycle.codes().0, StatusCode::LOOP_DETECTED);
         assert_eq!(cycle.codes().1, "CALL_CYCLE_DETECTED");
     }

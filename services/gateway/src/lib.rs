@@ -180,7 +180,8 @@ impl Gateway {
             Some(bearer) => plain.with_renewable_bearer(bearer),
             None => plain,
         };
-        let registry = RegistryClient::new(registry_url, registry_http).map_err(|e| GatewayError::Config(e.to_string()))?;
+        let registry =
+            RegistryClient::new(registry_url, registry_http).map_err(|e| GatewayError::Config(e.to_string()))?;
 
         let policy = AddressPolicy::public_only(&config.upstream_allowed_networks)
             .map_err(|e| GatewayError::Config(format!("upstream_allowed_networks: {e}")))?;
@@ -195,12 +196,8 @@ impl Gateway {
             .build()
             .map_err(|e| GatewayError::Config(format!("cannot build the HTTP client: {e}")))?;
         let upstream_timeout = Duration::from_millis(config.upstream_timeout_ms.max(1));
-        let directory = directory::Directory::new(
-            registry,
-            cards,
-            Duration::from_millis(config.agent_cache_ms),
-            upstream_timeout,
-        );
+        let directory =
+            directory::Directory::new(registry, cards, Duration::from_millis(config.agent_cache_ms), upstream_timeout);
         let (reporter, reports) = CallReporter::new(CallReportSettings::default());
         let rules = Arc::new(policy::Policy::load(config.policy_file.as_deref())?);
         let state = Arc::new(relay::GatewayState {
@@ -270,8 +267,7 @@ impl Gateway {
     ) -> Result<(), GatewayError> {
         let state = self.state.clone();
         let reload = tokio::spawn(state.policy.clone().reload_on_hangup());
-        let (registry, links, every) =
-            (state.directory.registry().clone(), state.links.clone(), state.graph_refresh);
+        let (registry, links, every) = (state.directory.registry().clone(), state.links.clone(), state.graph_refresh);
         let feed = tokio::spawn(async move { follow_policy(registry, &links, every).await });
         let registry = state.directory.registry().clone();
         let reports = tokio::spawn(self.reports.run(registry));

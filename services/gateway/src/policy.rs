@@ -103,8 +103,7 @@ impl Rules {
             .rules
             .into_iter()
             .map(|rule| {
-                let program =
-                    env.compile(&rule.when).map_err(|e| format!("rule {:?}: {e}", rule.name))?;
+                let program = env.compile(&rule.when).map_err(|e| format!("rule {:?}: {e}", rule.name))?;
                 Ok(Rule { name: rule.name, effect: rule.effect, program })
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -218,7 +217,15 @@ mod tests {
     use super::*;
 
     fn subject<'a>(method: &'a str, roles: Vec<&'a str>) -> Subject<'a> {
-        Subject { caller: "ann", tenant: "acme", agent: "echo", method, roles, binding: "JSONRPC", ..Subject::default() }
+        Subject {
+            caller: "ann",
+            tenant: "acme",
+            agent: "echo",
+            method,
+            roles,
+            binding: "JSONRPC",
+            ..Subject::default()
+        }
     }
 
     #[test]

@@ -30,12 +30,12 @@ use mesh_server::auth::RequestCaller;
 use mesh_server::http::PathParam;
 use serde_json::{Value, json};
 
+use crate::GATEWAY_NAME;
 use crate::a2a::{self, A2aCall, Binding};
 use crate::directory::{Directory, Upstream};
 use crate::error::GatewayError;
 use crate::policy::{Policy, Subject};
 use crate::records::{Forwarded, Forwards, Owner, Ownership};
-use crate::GATEWAY_NAME;
 
 /// Attempts of one call: the agent again (or the next agent offering the skill) only when the
 /// connection failed, so the request never reached an agent.
@@ -99,7 +99,12 @@ impl Admitted {
 }
 
 /// The caller's chain, tenant and deadline (see the module's documentation).
-fn admit_caller(state: &GatewayState, caller: Caller, headers: &HeaderMap, context_id: Option<&str>) -> Result<Admitted, GatewayError> {
+fn admit_caller(
+    state: &GatewayState,
+    caller: Caller,
+    headers: &HeaderMap,
+    context_id: Option<&str>,
+) -> Result<Admitted, GatewayError> {
     let mut context = CallContext::from_headers(|name| headers.get(name).and_then(|v| v.to_str().ok()))
         .map_err(GatewayError::CallRefused)?;
     let agent = match &caller {
@@ -142,7 +147,13 @@ fn admit_caller(state: &GatewayState, caller: Caller, headers: &HeaderMap, conte
 
 /// The checks of a call to `agent` before anything is sent: depth and cycles, the rules, the
 /// graph's links, and the tenant of the task or conversation it addresses.
-fn check_call(state: &GatewayState, who: &Admitted, agent: &str, call: &A2aCall, skill: &str) -> Result<(), GatewayError> {
+fn check_call(
+    state: &GatewayState,
+    who: &Admitted,
+    agent: &str,
+    call: &A2aCall,
+    skill: &str,
+) -> Result<(), GatewayError> {
     who.context.admit(agent).map_err(GatewayError::CallRefused)?;
     if who.context.depth >= state.call_depth_max {
         return Err(GatewayError::CallRefused(CallRejection::DepthExceeded {
@@ -171,7 +182,9 @@ fn check_call(state: &GatewayState, who: &Admitted, agent: &str, call: &A2aCall,
         return Ok(());
     }
     if call.method == "ListTasks" {
-        return Err(GatewayError::NotOffered("listing tasks (they may be other tenants'); ask for each task by id".into()));
+        return Err(GatewayError::NotOffered(
+            "listing tasks (they may be other tenants'); ask for each task by id".into(),
+        ));
     }
     // Tasks not created through the gateway are not known to be the caller's: refused too.
     if let Some(task) = &call.task_id
@@ -374,7 +387,11 @@ fn transport_error(error: &reqwest::Error) -> TransportError {
         }
         source = cause.source();
     }
-    if error.is_connect() { TransportError::Connect(error.to_string()) } else { TransportError::Other(error.to_string()) }
+    if error.is_connect() {
+        TransportError::Connect(error.to_string())
+    } else {
+        TransportError::Other(error.to_string())
+    }
 }
 
 /// Remembers that `agent` was called in conversation `context_id` with the caller's chain.
@@ -431,14 +448,15 @@ async fn answer_of(
     } else {
         let limit = state.response_bytes_max;
         let unavailable = |reason: String| GatewayError::Unavailable { agent: agent.to_owned(), reason };
-        let collected = tokio::time::timeout(state.upstream_timeout, http_body_util::Limited::new(body, limit).collect())
-            .await
-            .map_err(|_| GatewayError::Timeout {
-                agent: agent.to_owned(),
-                timeout_ms: u64::try_from(state.upstream_timeout.as_millis()).unwrap_or(u64::MAX),
-            })?
-            .map_err(|e| unavailable(format!("its answer: {e}")))?
-            .to_bytes();
+        let collected =
+            tokio::time::timeout(state.upstream_timeout, http_body_util::Limited::new(body, limit).collect())
+                .await
+                .map_err(|_| GatewayError::Timeout {
+                    agent: agent.to_owned(),
+                    timeout_ms: u64::try_from(state.upstream_timeout.as_millis()).unwrap_or(u64::MAX),
+                })?
+                .map_err(|e| unavailable(format!("its answer: {e}")))?
+                .to_bytes();
         if parts.status.is_success()
             && let Ok(answer) = serde_json::from_slice::<Value>(&collected)
         {
@@ -524,7 +542,15 @@ fn tap_events(state: &GatewayState, who: &Admitted, agent: &str, seen: &[u8]) ->
 }
 
 /// A call report for the registry: the calling agent (or the gateway, for a user) to `agent`.
-fn report(state: &GatewayState, who: &Admitted, agent: &str, skill: &str, method: &str, status: OutcomeStatus, started: Instant) {
+fn report(
+    state: &GatewayState,
+    who: &Admitted,
+    agent: &str,
+    skill: &str,
+    method: &str,
+    status: OutcomeStatus,
+    started: Instant,
+) {
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let from = who.agent.clone().unwrap_or_else(|| GATEWAY_NAME.to_owned());
     metrics::histogram!("gateway_call_duration_seconds", "agent" => agent.to_owned(), "method" => method.to_owned())

@@ -27,7 +27,20 @@ async fn the_python_sdk_client_reaches_an_sdk_agent_on_both_bindings_streaming_a
             for op in ["send", "stream"] {
                 let text = format!("{transport} {protocol} {op}");
                 let answer = mesh
-                    .client(&["--url", &url, "--transport", transport, "--protocol", protocol, "--token", &acme, "--op", op, "--text", &text])
+                    .client(&[
+                        "--url",
+                        &url,
+                        "--transport",
+                        transport,
+                        "--protocol",
+                        protocol,
+                        "--token",
+                        &acme,
+                        "--op",
+                        op,
+                        "--text",
+                        &text,
+                    ])
                     .await;
                 let case = format!("{transport} {protocol} {op}: {answer}");
                 assert_eq!(answer["ok"], true, "{case}");
@@ -62,7 +75,8 @@ async fn refusals_carry_json_in_the_callers_binding() {
         "[[rules]]\nname = \"no-cancel\"\neffect = \"deny\"\nwhen = 'method == \"CancelTask\" && !(\"admin\" in caller.roles)'\n",
     )
     .unwrap();
-    let mut mesh = Mesh::start(python, |config| gateway::GatewayConfig { policy_file: Some(policy.clone()), ..config }).await;
+    let mut mesh =
+        Mesh::start(python, |config| gateway::GatewayConfig { policy_file: Some(policy.clone()), ..config }).await;
     mesh.agent("echo", &["echo"]).await;
 
     // No token: 401 with a JSON body.
@@ -112,8 +126,16 @@ async fn refusals_carry_json_in_the_callers_binding() {
     assert_eq!((status, own["result"]["id"].as_str()), (200, Some(task.as_str())), "{own}");
 
     // The listing shows the agent with its skills.
-    let listed: Value =
-        mesh.http.get(format!("{}/agents", mesh.gateway)).bearer_auth(&acme).send().await.unwrap().json().await.unwrap();
+    let listed: Value = mesh
+        .http
+        .get(format!("{}/agents", mesh.gateway))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(listed["agents"][0]["name"], "echo", "{listed}");
     assert_eq!(listed["agents"][0]["skills"], json!(["echo"]), "{listed}");
 }
@@ -154,7 +176,9 @@ async fn the_registry_event_stream_shows_a_call_through_the_gateway() {
     let found = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(chunk) = events.chunk().await.unwrap() {
             seen.push_str(&String::from_utf8_lossy(&chunk));
-            if seen.lines().any(|line| line.starts_with("data:") && line.contains("\"to\":\"echo\"") && line.contains("\"from\":\"gateway\"")) {
+            if seen.lines().any(|line| {
+                line.starts_with("data:") && line.contains("\"to\":\"echo\"") && line.contains("\"from\":\"gateway\"")
+            }) {
                 return true;
             }
         }

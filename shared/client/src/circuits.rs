@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::Bytes;
 use crate::transport::BoxFuture;
+use bytes::Bytes;
 use http::{Request, Response};
 use serde::{Deserialize, Serialize};
 use tower::util::BoxCloneService;

@@ -104,8 +104,14 @@ impl Mesh {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(PYTHON_WAIT_S);
         // The agent's server may still be starting when it prints its port.
         loop {
-            let response =
-                self.http.post(format!("{}/register", self.registry)).bearer_auth(&admin).json(&registration).send().await.unwrap();
+            let response = self
+                .http
+                .post(format!("{}/register", self.registry))
+                .bearer_auth(&admin)
+                .json(&registration)
+                .send()
+                .await
+                .unwrap();
             if response.status().is_success() {
                 break;
             }
