@@ -131,11 +131,7 @@ fn admit_caller(
             }
             context.chain.push(me.clone());
         }
-        (_, Some(me)) => {
-            if context.chain.last() != Some(me) {
-                context.chain.push(me.clone());
-            }
-        }
+        (_, Some(me)) if context.chain.last() != Some(me) => context.chain.push(me.clone()),
         // An open gateway trusts the headers, as every open mesh server does.
         _ => {}
     }
@@ -594,12 +590,13 @@ fn error_label(error: &GatewayError) -> &'static str {
 }
 
 /// A JSON-RPC request's method, parameters and id; a body that is not one is refused.
-fn read_jsonrpc(body: &Bytes) -> Result<(A2aCall, Value), (GatewayError, Value)> {
+fn read_jsonrpc(body: &Bytes) -> Result<(A2aCall, Value), Box<Response>> {
     let request: Value = serde_json::from_slice(body)
-        .map_err(|e| (GatewayError::Invalid(format!("the body is not JSON: {e}")), Value::Null))?;
+        .map_err(|e| Box::new(GatewayError::Invalid(format!("the body is not JSON: {e}")).jsonrpc(Value::Null)))?;
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     let Some(method) = request.get("method").and_then(Value::as_str) else {
-        return Err((GatewayError::Invalid("a JSON-RPC request (one object with a method) is expected".into()), id));
+        let error = GatewayError::Invalid("a JSON-RPC request (one object with a method) is expected".into());
+        return Err(Box::new(error.jsonrpc(id)));
     };
     Ok((a2a::jsonrpc_call(method, request.get("params")), id))
 }
@@ -614,7 +611,7 @@ pub(crate) async fn jsonrpc(
 ) -> Response {
     let (call, id) = match read_jsonrpc(&body) {
         Ok(read) => read,
-        Err((error, id)) => return error.jsonrpc(id),
+        Err(refusal) => return *refusal,
     };
     let answer = Answer::JsonRpc(id);
     let who = match admit_caller(&state, caller, &headers, call.context_id.as_deref()) {
@@ -635,7 +632,7 @@ pub(crate) async fn skill(
 ) -> Response {
     let (call, id) = match read_jsonrpc(&body) {
         Ok(read) => read,
-        Err((error, id)) => return error.jsonrpc(id),
+        Err(refusal) => return *refusal,
     };
     let answer = Answer::JsonRpc(id);
     if !matches!(call.method.as_str(), "SendMessage" | "SendStreamingMessage") {
