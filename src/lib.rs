@@ -1,4 +1,5 @@
-//! The whole mesh in one process: the registry and the four agents, each on its own port, wired
+//! The whole mesh in one process: the registry, the four agents and the A2A gateway in front of
+//! every registered agent, each on its own port, wired
 //! to the registry, which holds the suite's links (`deploy/links.toml`) so the suite also runs
 //! with the graph enforced, and the UI agent with every agent on the conversation bus (its
 //! sockets may name the agents registered with the suite's registry).
@@ -10,6 +11,7 @@ use std::future::Future;
 use std::path::Path;
 
 use entity_extraction::EntityExtractionConfig;
+use gateway::{Gateway, GatewayConfig};
 use llm_agent::{LlmAgents, LlmAgentsConfig};
 use mesh_agent_kit::{AgentArgs, AgentConfig};
 use mesh_auth::AuthConfig;
@@ -36,6 +38,8 @@ pub struct SuiteConfig {
     pub entity_extraction: EntityExtractionConfig,
     pub profile_selection: ProfileSelectionConfig,
     pub ui_agent: UiAgentConfig,
+    /// The A2A gateway in front of the registry's agents.
+    pub gateway: GatewayConfig,
     /// The example organisation of LLM agents (`deploy/llm-agents/`): run only when a model is
     /// configured ([`LLM_BASE_URL_ENV`] and [`LLM_MODEL_ENV`]).
     pub llm_agents: Option<LlmAgentsConfig>,
@@ -79,6 +83,7 @@ impl SuiteConfig {
             entity_extraction: EntityExtractionConfig { agent: agent.clone(), ..EntityExtractionConfig::default() },
             profile_selection: ProfileSelectionConfig { agent, ..ProfileSelectionConfig::default() },
             ui_agent: UiAgentConfig { port: 0, bus, ..UiAgentConfig::default() },
+            gateway: GatewayConfig { port: 0, ..GatewayConfig::default() },
             llm_agents: None,
         }
     }
@@ -100,6 +105,7 @@ impl SuiteConfig {
             profile_selection: agent
                 .load(profile_selection::ENV_PREFIX, profile_selection::PROFILE_SELECTION_PORT_DEFAULT)?,
             ui_agent: mesh_config::ConfigLoader::new(ui_agent::ENV_PREFIX, None).load()?,
+            gateway: mesh_config::ConfigLoader::new(gateway::ENV_PREFIX, None).load()?,
             llm_agents: llm_agents_from_env(&agent)?,
         };
         for agent in suite.agents_mut() {
@@ -131,6 +137,15 @@ impl SuiteConfig {
             self.ui_agent.auth = AuthConfig { insecure: self.ui_agent.auth.insecure, ..auth.clone() };
         }
         let mints = auth.hs256_secret()?.is_some();
+        // The gateway reports other agents' calls to the registry: the token it mints for itself
+        // is an admin's (see gateway::GatewayConfig::auth).
+        let gateway = &mut self.gateway.auth;
+        if !gateway.verifies_callers() {
+            *gateway = AuthConfig { insecure: gateway.insecure, ..auth.clone() };
+        }
+        if gateway.credential.is_none() && gateway.credential_file.is_none() && mints {
+            gateway.credential_self_issued_ttl_s = Some(SUITE_AGENT_TOKEN_TTL_S);
+        }
         // The UI agent asks the registry which agents its sockets may name, as itself.
         let ui = &mut self.ui_agent.auth;
         if ui.credential.is_none() && ui.credential_file.is_none() && mints {
@@ -226,6 +241,9 @@ pub const AUTH_ENV_PREFIX: &str = "MESH_AUTH";
 /// halfway, so a token copied out of a request is of use for minutes, not a year.
 pub const SUITE_AGENT_TOKEN_TTL_S: u64 = 15 * 60;
 
+/// The networks the suite's gateway reaches agents on: the suite runs them on loopback.
+const SUITE_AGENT_NETWORKS: [&str; 2] = ["127.0.0.0/8", "::1/128"];
+
 /// The links of the bundled suite: the orchestrator is superior to the agents it calls.
 const SUITE_LINKS_TOML: &str = include_str!("../deploy/links.toml");
 
@@ -247,6 +265,7 @@ pub struct SuiteUrls {
     pub entity_extraction: String,
     pub profile_selection: String,
     pub ui_agent: String,
+    pub gateway: String,
     /// Each LLM agent's name and URL (none when they are off).
     pub llm_agents: Vec<(String, String)>,
 }
@@ -296,6 +315,12 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
     config.ui_agent.registry_url.get_or_insert_with(|| registry_url.clone());
     config.ui_agent.ws_allowed_origins.push(registry_url.clone());
     let ui_agent = UiAgent::build(&config.ui_agent).await?;
+    config.gateway.registry_url.get_or_insert_with(|| registry_url.clone());
+    if config.gateway.upstream_allowed_networks.is_empty() {
+        // The suite's agents listen on loopback.
+        config.gateway.upstream_allowed_networks = SUITE_AGENT_NETWORKS.iter().map(|n| (*n).to_owned()).collect();
+    }
+    let gateway = Gateway::build(&config.gateway).await?;
     let urls = SuiteUrls {
         registry: registry_url,
         orchestrator: orchestrator.url().to_owned(),
@@ -303,6 +328,7 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
         entity_extraction: entity_extraction.url().to_owned(),
         profile_selection: profile_selection.url().to_owned(),
         ui_agent: ui_agent.url().to_owned(),
+        gateway: gateway.url().to_owned(),
         llm_agents: llm_agents
             .iter()
             .flat_map(|llm| &llm.agents)
@@ -322,6 +348,8 @@ pub async fn start(mut config: SuiteConfig) -> anyhow::Result<RunningSuite> {
         let stopped = agents_stopped.clone();
         agents.spawn(async move { Ok(llm_agents.run_until_stopped(signalled(stopped)).await?) });
     }
+    let stopped = agents_stopped.clone();
+    agents.spawn(async move { Ok(gateway.run_until_stopped(signalled(stopped)).await?) });
     agents.spawn(async move { Ok(ui_agent.run_until_stopped(signalled(agents_stopped)).await?) });
     Ok(RunningSuite { urls, stop_agents, stop_registry, agents, registry })
 }

@@ -396,6 +396,7 @@ async fn up(auth: bool) -> anyhow::Result<()> {
     println!("  profile-selection  {}", urls.profile_selection);
     let socket = urls.ui_agent.replacen("http://", "ws://", 1);
     println!("  ui-agent           {}   (WebSocket {socket}/ws?agent=orchestrator)", urls.ui_agent);
+    println!("  gateway            {}   (every registered agent: {}/agents)", urls.gateway, urls.gateway);
     for (name, url) in &urls.llm_agents {
         println!("  {name:<18} {url}   (LLM agent)");
     }

@@ -55,6 +55,12 @@ impl RenewableBearer {
         Ok(())
     }
 
+    /// The `Authorization` header value presented now, for a client that sends its own requests
+    /// (a proxy streaming bodies through).
+    pub fn header(&self) -> HeaderValue {
+        HeaderValue::clone(&self.0.load())
+    }
+
     /// A handle that does not keep the credential alive: a renewal task holds this, and stops
     /// once no client sends the credential any more.
     pub fn downgrade(&self) -> WeakBearer {

@@ -32,8 +32,8 @@ pub use caller::{
     RETRY_DELAY_MAX_MS_DEFAULT, RETRY_DELAY_MIN_MS_DEFAULT, Target,
 };
 pub use circuits::{
-    CIRCUIT_CONSECUTIVE_FAILURES_DEFAULT, CIRCUIT_OPEN_MS_DEFAULT, CircuitReport, CircuitSettings, CircuitWord,
-    Circuits, Passage,
+    CIRCUIT_CONSECUTIVE_FAILURES_DEFAULT, CIRCUIT_OPEN_MS_DEFAULT, CircuitBreakers, CircuitReport, CircuitSettings,
+    CircuitWord, Circuits, Passage,
 };
 pub use discovery::{DISCOVERY_CACHE_ENTRIES_MAX, Discovery, DiscoveryError};
 pub use http_client::{ClientError, HttpClient, RenewableBearer, WeakBearer, decode_json, json_request};

@@ -23,11 +23,21 @@ type NextCredential = Box<dyn Fn() -> Result<Option<String>, AuthError> + Send>;
 /// `credential_file`, re-read every [`CREDENTIAL_FILE_RECHECK_MS`]; or the fixed `credential`.
 /// The renewal stops once no client presents the credential any more.
 pub fn with_own_credential(http: &HttpClient, auth: &AuthConfig, name: &str) -> Result<HttpClient, ServerError> {
+    Ok(match own_credential(auth, name, &[Role::Agent])? {
+        Some(bearer) => http.with_renewable_bearer(&bearer),
+        None => http.clone(),
+    })
+}
+
+/// The credential [`with_own_credential`] presents, kept fresh the same way, for a server that
+/// sends some requests itself (the gateway streams bodies); a token it mints for itself holds
+/// `roles`. `None` when `auth` names no credential.
+pub fn own_credential(auth: &AuthConfig, name: &str, roles: &[Role]) -> Result<Option<RenewableBearer>, ServerError> {
     let (credential, renew_every, next): (_, _, NextCredential) =
         match (auth.credential_self_issued_ttl_s, &auth.credential_file) {
             (Some(ttl_s), _) => {
-                let (auth, name) = (auth.clone(), name.to_owned());
-                let mint = move || auth.mint(&name, "", &[Role::Agent], ttl_s);
+                let (auth, name, roles) = (auth.clone(), name.to_owned(), roles.to_vec());
+                let mint = move || auth.mint(&name, "", &roles, ttl_s);
                 let Some(token) = mint()? else {
                     return Err(AuthError::Config(
                         "credential_self_issued_ttl_s needs jwt_hs256_secret (or its file) to sign with".into(),
@@ -44,11 +54,16 @@ pub fn with_own_credential(http: &HttpClient, auth: &AuthConfig, name: &str) -> 
                     read()?.ok_or_else(|| AuthError::Config("the credential file gave no credential".into()))?;
                 (credential, Duration::from_millis(CREDENTIAL_FILE_RECHECK_MS), Box::new(read))
             }
-            (None, None) => return Ok(http.with_bearer(auth.outbound_credential()?.as_deref())?),
+            (None, None) => {
+                return match auth.outbound_credential()? {
+                    Some(credential) => Ok(Some(RenewableBearer::new(&credential)?)),
+                    None => Ok(None),
+                };
+            }
         };
     let bearer = RenewableBearer::new(&credential)?;
     tokio::spawn(renew(bearer.downgrade(), credential, renew_every, next));
-    Ok(http.with_renewable_bearer(&bearer))
+    Ok(Some(bearer))
 }
 
 /// Every `every`, asks `next` for the credential and presents it when it changed, until nobody

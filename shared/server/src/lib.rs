@@ -23,7 +23,7 @@ pub mod middleware;
 pub mod observe;
 mod serve;
 
-pub use credential::with_own_credential;
+pub use credential::{own_credential, with_own_credential};
 pub use error::{ErrorResponse, ServerError};
 pub use metrics::{
     DatabaseProbe, HEALTH_DEGRADED, HEALTH_HEALTHY, HEALTH_UNHEALTHY, HealthReport, RegistrationState, ServiceMetrics,

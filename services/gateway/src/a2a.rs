@@ -1,0 +1,346 @@
+//! What the gateway reads of an A2A request and answer, in both JSON bindings and both protocol
+//! versions: the method (named as A2A 1.0 names it, whatever the version), the task and the
+//! conversation it addresses, and the task an answer creates; and the card with its interfaces
+//! pointed at the gateway.
+
+use serde_json::{Map, Value};
+
+/// The JSON-RPC binding's name on cards.
+pub const JSONRPC: &str = "JSONRPC";
+/// The HTTP+JSON binding's name on cards.
+pub const HTTP_JSON: &str = "HTTP+JSON";
+pub const VERSION_1_0: &str = "1.0";
+pub const VERSION_0_3: &str = "0.3";
+
+/// The binding a call came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    JsonRpc,
+    HttpJson,
+}
+
+impl Binding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::JsonRpc => JSONRPC,
+            Self::HttpJson => HTTP_JSON,
+        }
+    }
+}
+
+/// One A2A call, as the gateway's checks see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct A2aCall {
+    pub binding: Binding,
+    pub version: &'static str,
+    /// The A2A 1.0 method name (`SendMessage`, `GetTask`, ...); an unknown JSON-RPC method keeps
+    /// its own name, so a policy can still name it.
+    pub method: String,
+    /// Whether the answer is a stream of events.
+    pub streaming: bool,
+    /// The task the call addresses (its id, or the task a message continues).
+    pub task_id: Option<String>,
+    /// The conversation a message belongs to.
+    pub context_id: Option<String>,
+}
+
+/// A2A 0.3 JSON-RPC method names and their 1.0 names.
+const V03_METHODS: [(&str, &str); 10] = [
+    ("message/send", "SendMessage"),
+    ("message/stream", "SendStreamingMessage"),
+    ("tasks/get", "GetTask"),
+    ("tasks/cancel", "CancelTask"),
+    ("tasks/resubscribe", "SubscribeToTask"),
+    ("tasks/pushNotificationConfig/set", "CreateTaskPushNotificationConfig"),
+    ("tasks/pushNotificationConfig/get", "GetTaskPushNotificationConfig"),
+    ("tasks/pushNotificationConfig/list", "ListTaskPushNotificationConfigs"),
+    ("tasks/pushNotificationConfig/delete", "DeleteTaskPushNotificationConfig"),
+    ("agent/getAuthenticatedExtendedCard", "GetExtendedAgentCard"),
+];
+
+/// The methods whose answer is a stream of events.
+fn is_streaming(method: &str) -> bool {
+    matches!(method, "SendStreamingMessage" | "SubscribeToTask")
+}
+
+/// The call a JSON-RPC request makes: its method and parameters.
+pub fn jsonrpc_call(method: &str, params: Option<&Value>) -> A2aCall {
+    let (version, method) = match V03_METHODS.iter().find(|(v03, _)| *v03 == method) {
+        Some((_, v10)) => (VERSION_0_3, (*v10).to_owned()),
+        None => (VERSION_1_0, method.to_owned()),
+    };
+    let (task_id, context_id) = params.map(addressed).unwrap_or_default();
+    A2aCall { binding: Binding::JsonRpc, version, streaming: is_streaming(&method), method, task_id, context_id }
+}
+
+/// The task and conversation a call's parameters (or an HTTP+JSON body) address: a message's
+/// `taskId` and `contextId`, or the task named by `taskId` or `id`.
+fn addressed(params: &Value) -> (Option<String>, Option<String>) {
+    let text = |value: Option<&Value>| value.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    match params.get("message") {
+        Some(message) => (text(message.get("taskId")), text(message.get("contextId"))),
+        None => (text(params.get("taskId")).or_else(|| text(params.get("id"))), None),
+    }
+}
+
+/// The call an HTTP+JSON request makes: `method` and `path` below the agent's interface URL
+/// (0.3 under `/v1`), `body` for a message.
+pub fn http_json_call(method: &http::Method, path: &str, body: Option<&Value>) -> Option<A2aCall> {
+    let (version, rest) = match path.strip_prefix("/v1/") {
+        Some(rest) => (VERSION_0_3, rest),
+        None => (VERSION_1_0, path.strip_prefix('/')?),
+    };
+    let get = method == http::Method::GET;
+    let post = method == http::Method::POST;
+    let (name, task_id) = match rest {
+        "message:send" if post => ("SendMessage", None),
+        "message:stream" if post => ("SendStreamingMessage", None),
+        "tasks" if get => ("ListTasks", None),
+        "extendedAgentCard" | "card" if get => ("GetExtendedAgentCard", None),
+        _ => {
+            let tasks = rest.strip_prefix("tasks/")?;
+            let (task, tail) = tasks.split_once('/').map_or((tasks, ""), |(task, tail)| (task, tail));
+            let (task, verb) = task.split_once(':').map_or((task, ""), |(task, verb)| (task, verb));
+            let name = match (verb, tail, method.as_str()) {
+                ("", "", "GET") => "GetTask",
+                ("cancel", "", "POST") => "CancelTask",
+                ("subscribe", "", "GET" | "POST") => "SubscribeToTask",
+                ("", "pushNotificationConfigs", "POST") => "CreateTaskPushNotificationConfig",
+                ("", "pushNotificationConfigs", "GET") => "ListTaskPushNotificationConfigs",
+                ("", tail, "GET") if tail.starts_with("pushNotificationConfigs/") => "GetTaskPushNotificationConfig",
+                ("", tail, "DELETE") if tail.starts_with("pushNotificationConfigs/") => {
+                    "DeleteTaskPushNotificationConfig"
+                }
+                _ => return None,
+            };
+            (name, Some(task.to_owned()).filter(|t| !t.is_empty()))
+        }
+    };
+    let (body_task, context_id) = body.map(addressed).unwrap_or_default();
+    Some(A2aCall {
+        binding: Binding::HttpJson,
+        version,
+        method: name.to_owned(),
+        streaming: is_streaming(name),
+        task_id: task_id.or(body_task),
+        context_id,
+    })
+}
+
+/// The task (and conversation) an answer or a stream event names: a task's `id`, or the
+/// `taskId` of a message or an update. `answer` is a JSON-RPC `result` or an HTTP+JSON body.
+pub fn answered_task(answer: &Value) -> (Option<String>, Option<String>) {
+    let inner =
+        ["task", "message", "statusUpdate", "artifactUpdate"].iter().find_map(|key| answer.get(*key)).unwrap_or(answer);
+    let text = |key: &str| inner.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    let is_task = answer.get("task").is_some() || inner.get("kind").and_then(Value::as_str) == Some("task");
+    let task = text("taskId").or_else(|| if is_task || inner.get("status").is_some() { text("id") } else { None });
+    (task, text("contextId"))
+}
+
+/// Where an agent's card says each binding is served, by version; only URLs on the agent's
+/// registered `origin` count, so a card cannot send the gateway elsewhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interfaces {
+    /// `(binding, version, url)`.
+    pub urls: Vec<(String, String, String)>,
+}
+
+impl Interfaces {
+    /// The interfaces `card` declares (1.0 `supportedInterfaces`, 0.3 `url`, `preferredTransport`
+    /// and `additionalInterfaces`) whose URL is on `origin`.
+    pub fn of_card(card: &Value, origin: &str) -> Self {
+        let mut urls = Vec::new();
+        let mut add = |binding: Option<&str>, version: Option<&str>, url: Option<&str>| {
+            if let (Some(binding), Some(url)) = (binding, url)
+                && same_origin(url, origin)
+            {
+                urls.push((binding.to_owned(), version.unwrap_or(VERSION_1_0).to_owned(), url.to_owned()));
+            }
+        };
+        for interface in card.get("supportedInterfaces").and_then(Value::as_array).into_iter().flatten() {
+            let field = |key: &str| interface.get(key).and_then(Value::as_str);
+            add(field("protocolBinding"), field("protocolVersion"), field("url"));
+        }
+        let v03 = card.get("protocolVersion").and_then(Value::as_str).map(|_| VERSION_0_3);
+        let preferred = card.get("preferredTransport").and_then(Value::as_str).unwrap_or(JSONRPC);
+        if card.get("supportedInterfaces").is_none() {
+            add(Some(preferred), v03, card.get("url").and_then(Value::as_str));
+            for interface in card.get("additionalInterfaces").and_then(Value::as_array).into_iter().flatten() {
+                add(
+                    interface.get("transport").and_then(Value::as_str),
+                    v03,
+                    interface.get("url").and_then(Value::as_str),
+                );
+            }
+        }
+        Self { urls }
+    }
+
+    /// The URL of `binding` in `version`, else of `binding` in any version.
+    pub fn url(&self, binding: Binding, version: &str) -> Option<&str> {
+        let binding = binding.as_str();
+        let of = |wanted: Option<&str>| {
+            self.urls
+                .iter()
+                .find(|(b, v, _)| b == binding && wanted.is_none_or(|w| w == v))
+                .map(|(_, _, url)| url.as_str())
+        };
+        of(Some(version)).or_else(|| of(None))
+    }
+}
+
+/// Whether `url` is on `origin` (`scheme://host:port`, as the agent registered it).
+pub fn same_origin(url: &str, origin: &str) -> bool {
+    match (url::Url::parse(url), url::Url::parse(origin)) {
+        (Ok(url), Ok(origin)) => url.origin() == origin.origin(),
+        _ => false,
+    }
+}
+
+/// `card` as the gateway serves it: every JSON interface pointed at `base` (the agent's route on
+/// the gateway, `http://gateway/agents/{name}`), gRPC ones dropped (not relayed), and the
+/// agent's own signatures and security schemes dropped (they describe the agent, not the
+/// gateway, which authenticates callers itself).
+pub fn rewrite_card(card: &Value, base: &str) -> Value {
+    let mut card = card.clone();
+    let Some(fields) = card.as_object_mut() else { return card };
+    let gateway_url = |binding: &str| match binding {
+        HTTP_JSON => Some(base.to_owned()),
+        JSONRPC => Some(format!("{base}/")),
+        _ => None,
+    };
+    let rewrite_list = |list: &mut Value, binding_key: &str| {
+        if let Some(items) = list.as_array_mut() {
+            items.retain_mut(|item| {
+                let binding = item.get(binding_key).and_then(Value::as_str).unwrap_or(JSONRPC).to_owned();
+                match (gateway_url(&binding), item.as_object_mut()) {
+                    (Some(url), Some(item)) => {
+                        item.insert("url".into(), Value::String(url));
+                        true
+                    }
+                    _ => false,
+                }
+            });
+        }
+    };
+    if let Some(list) = fields.get_mut("supportedInterfaces") {
+        rewrite_list(list, "protocolBinding");
+    }
+    if let Some(list) = fields.get_mut("additionalInterfaces") {
+        rewrite_list(list, "transport");
+    }
+    if fields.contains_key("url") {
+        let preferred = fields.get("preferredTransport").and_then(Value::as_str).unwrap_or(JSONRPC).to_owned();
+        let (binding, url) = match gateway_url(&preferred) {
+            Some(url) => (preferred, url),
+            None => (JSONRPC.to_owned(), format!("{base}/")),
+        };
+        fields.insert("url".into(), Value::String(url));
+        fields.insert("preferredTransport".into(), Value::String(binding));
+    }
+    for key in ["signatures", "securitySchemes", "securityRequirements", "security"] {
+        fields.remove(key);
+    }
+    card
+}
+
+/// The skill ids a card lists.
+pub fn skills(card: &Value) -> Vec<String> {
+    card.get("skills")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|skill| skill.get("id").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// An empty JSON object, for calls without parameters.
+pub fn no_params() -> Value {
+    Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn json_rpc_methods_of_both_versions_map_to_one_name_with_their_task() {
+        let call = jsonrpc_call("tasks/get", Some(&json!({"id": "t1"})));
+        assert_eq!((call.method.as_str(), call.version, call.task_id.as_deref()), ("GetTask", "0.3", Some("t1")));
+        let call = jsonrpc_call("SendStreamingMessage", Some(&json!({"message": {"contextId": "c1", "taskId": "t2"}})));
+        assert!(call.streaming);
+        assert_eq!((call.task_id.as_deref(), call.context_id.as_deref()), (Some("t2"), Some("c1")));
+        let call = jsonrpc_call("GetTaskPushNotificationConfig", Some(&json!({"taskId": "t3", "id": "cfg"})));
+        assert_eq!(call.task_id.as_deref(), Some("t3"));
+        assert_eq!(jsonrpc_call("Whatever", None).method, "Whatever");
+    }
+
+    #[test]
+    fn http_json_paths_of_both_versions_name_their_method_and_task() {
+        let get = http::Method::GET;
+        let post = http::Method::POST;
+        let call = |method: &http::Method, path: &str| {
+            http_json_call(method, path, None).map(|c| (c.method, c.version, c.task_id, c.streaming))
+        };
+        assert_eq!(call(&post, "/message:send"), Some(("SendMessage".into(), "1.0", None, false)));
+        assert_eq!(call(&post, "/v1/message:stream"), Some(("SendStreamingMessage".into(), "0.3", None, true)));
+        assert_eq!(call(&get, "/tasks/t1"), Some(("GetTask".into(), "1.0", Some("t1".into()), false)));
+        assert_eq!(call(&post, "/v1/tasks/t1:cancel"), Some(("CancelTask".into(), "0.3", Some("t1".into()), false)));
+        assert_eq!(call(&get, "/tasks/t1:subscribe").map(|c| c.3), Some(true));
+        assert_eq!(call(&get, "/tasks").map(|c| c.0), Some("ListTasks".into()));
+        assert_eq!(
+            call(&http::Method::DELETE, "/tasks/t1/pushNotificationConfigs/p").map(|c| c.0),
+            Some("DeleteTaskPushNotificationConfig".into())
+        );
+        assert_eq!(call(&post, "/tasks/t1:explode"), None);
+        assert_eq!(call(&get, "/elsewhere"), None);
+    }
+
+    #[test]
+    fn answers_name_their_task_in_either_version() {
+        let v10 = json!({"task": {"id": "t1", "contextId": "c1", "status": {}}});
+        assert_eq!(answered_task(&v10), (Some("t1".into()), Some("c1".into())));
+        let v03 = json!({"kind": "task", "id": "t2", "contextId": "c2"});
+        assert_eq!(answered_task(&v03), (Some("t2".into()), Some("c2".into())));
+        let update = json!({"statusUpdate": {"taskId": "t3", "contextId": "c3"}});
+        assert_eq!(answered_task(&update), (Some("t3".into()), Some("c3".into())));
+        let message = json!({"message": {"messageId": "m", "contextId": "c4"}});
+        assert_eq!(answered_task(&message), (None, Some("c4".into())));
+    }
+
+    #[test]
+    fn a_card_points_at_the_gateway_and_keeps_only_interfaces_on_the_registered_origin() {
+        let card = json!({
+            "name": "echo",
+            "supportedInterfaces": [
+                {"url": "http://127.0.0.1:9/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                {"url": "http://127.0.0.1:9/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"},
+                {"url": "http://evil.example/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+                {"url": "127.0.0.1:9", "protocolBinding": "GRPC", "protocolVersion": "1.0"},
+            ],
+            "signatures": [{"protected": "x", "signature": "y"}],
+        });
+        let interfaces = Interfaces::of_card(&card, "http://127.0.0.1:9");
+        assert_eq!(interfaces.url(Binding::JsonRpc, "1.0"), Some("http://127.0.0.1:9/"));
+        assert_eq!(interfaces.url(Binding::JsonRpc, "0.3"), Some("http://127.0.0.1:9/"), "not the foreign one");
+        assert_eq!(interfaces.url(Binding::HttpJson, "1.0"), Some("http://127.0.0.1:9/rest"));
+        let served = rewrite_card(&card, "http://gw/agents/echo");
+        let urls: Vec<&str> =
+            served["supportedInterfaces"].as_array().unwrap().iter().map(|i| i["url"].as_str().unwrap()).collect();
+        assert_eq!(urls, ["http://gw/agents/echo/", "http://gw/agents/echo", "http://gw/agents/echo/"]);
+        assert!(served.get("signatures").is_none());
+
+        let v03 = json!({"protocolVersion": "0.3.0", "url": "http://127.0.0.1:9/", "additionalInterfaces": [
+            {"url": "http://127.0.0.1:9/rest", "transport": "HTTP+JSON"}]});
+        assert_eq!(
+            Interfaces::of_card(&v03, "http://127.0.0.1:9/").url(Binding::HttpJson, "0.3"),
+            Some("http://127.0.0.1:9/rest")
+        );
+        let served = rewrite_card(&v03, "http://gw/agents/echo");
+        assert_eq!(served["url"], "http://gw/agents/echo/");
+        assert_eq!(served["additionalInterfaces"][0]["url"], "http://gw/agents/echo");
+    }
+}
