@@ -90,11 +90,7 @@ pub async fn fetch_card(http: &HttpClient, url: &str, timeout: Duration) -> Resu
     Ok(FetchedCard { card: card_from(&document)?, document })
 }
 
-/// A card from its bytes: at most [`CARD_BYTES_MAX`], JSON, an A2A card (1.0, 0.3 or both) with a name.
-pub fn parse_card(body: &[u8]) -> Result<AgentCard, CardProblem> {
-    card_from(&parse_document(body)?)
-}
-
+/// A document of at most [`CARD_BYTES_MAX`] that is JSON.
 fn parse_document(body: &[u8]) -> Result<serde_json::Value, CardProblem> {
     if body.len() > CARD_BYTES_MAX {
         return Err(CardProblem::TooLarge);
@@ -102,6 +98,7 @@ fn parse_document(body: &[u8]) -> Result<serde_json::Value, CardProblem> {
     serde_json::from_slice(body).map_err(|e| CardProblem::NotJson(e.to_string()))
 }
 
+/// An A2A card (1.0, 0.3 or both) with a name.
 fn card_from(document: &serde_json::Value) -> Result<AgentCard, CardProblem> {
     let card = AgentCard::deserialize(document).map_err(|e| CardProblem::NotACard(e.to_string()))?;
     if card.name.trim().is_empty() {
@@ -242,7 +239,13 @@ pub fn path_form(name: &str) -> String {
 mod tests {
     use super::*;
 
-    const CAPTURED_CARD: &str = include_str!("../../../../shared/a2a-captures/card.json");
+    /// The official Python SDK's card, as captured (the protocol crate keeps the capture).
+    const CAPTURED_CARD: &str = include_str!("../../../shared/protocol/tests/fixtures/card.json");
+
+    /// A card from its bytes, as a fetch reads it.
+    fn parse_card(body: &[u8]) -> Result<AgentCard, CardProblem> {
+        card_from(&parse_document(body)?)
+    }
 
     /// The captured card without its 1.0 fields: what a 0.3-only SDK serves.
     fn legacy_card() -> Vec<u8> {

@@ -21,7 +21,7 @@ use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-const CAPTURED_CARD: &str = include_str!("../../../../shared/a2a-captures/card.json");
+const CAPTURED_CARD: &str = include_str!("../../../shared/protocol/tests/fixtures/card.json");
 /// The official SDK's echo agent (`a2a-sdk`), as the interop tests and the benchmark run it.
 const SDK_ECHO_AGENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/interop/echo_agent.py");
 const CARD_PATH: &str = "/.well-known/agent-card.json";
