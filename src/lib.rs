@@ -17,6 +17,7 @@ use mesh_agent_kit::{AgentArgs, AgentConfig};
 use mesh_auth::AuthConfig;
 use mesh_bus::BusConfig;
 use mesh_client::HttpClient;
+use mesh_protocol::graph::GraphMode;
 use orchestrator::OrchestratorConfig;
 use profile_selection::ProfileSelectionConfig;
 use registry::{Application, LinkDef, RegistryConfig};
@@ -72,6 +73,7 @@ impl SuiteConfig {
             registry: RegistryConfig {
                 port: 0,
                 database_url: format!("sqlite://{}", data_dir.join("registry.db").display()),
+                graph_mode: SUITE_GRAPH_MODE,
                 ..RegistryConfig::default()
             },
             orchestrator: OrchestratorConfig { agent: agent.clone(), ..OrchestratorConfig::default() },
@@ -95,8 +97,12 @@ impl SuiteConfig {
     pub fn from_env(local_keys: Option<&mesh_auth::LocalKeys>) -> anyhow::Result<Self> {
         let agent = AgentArgs::default();
         let bus: BusConfig = mesh_config::ConfigLoader::new(BUS_ENV_PREFIX, None).load()?;
+        let mut registry: RegistryConfig = mesh_config::ConfigLoader::new(registry::config::ENV_PREFIX, None).load()?;
+        if std::env::var_os(format!("{}_GRAPH_MODE", registry::config::ENV_PREFIX)).is_none() {
+            registry.graph_mode = SUITE_GRAPH_MODE;
+        }
         let mut suite = Self {
-            registry: mesh_config::ConfigLoader::new(registry::config::ENV_PREFIX, None).load()?,
+            registry,
             orchestrator: agent
                 .load(orchestrator::config::ENV_PREFIX, orchestrator::config::ORCHESTRATOR_PORT_DEFAULT)?,
             search: agent.load(search::config::ENV_PREFIX, search::config::SEARCH_PORT_DEFAULT)?,
@@ -243,6 +249,10 @@ pub const SUITE_AGENT_TOKEN_TTL_S: u64 = 15 * 60;
 
 /// The networks the suite's gateway reaches agents on: the suite runs them on loopback.
 const SUITE_AGENT_NETWORKS: [&str; 2] = ["127.0.0.0/8", "::1/128"];
+
+/// The suite's graph mode unless `MESH_REGISTRY_GRAPH_MODE` says otherwise: its links
+/// (`deploy/links.toml`) allow every call its agents make, so no other call is let through.
+pub const SUITE_GRAPH_MODE: GraphMode = GraphMode::Enforced;
 
 /// The links of the bundled suite: the orchestrator is superior to the agents it calls.
 const SUITE_LINKS_TOML: &str = include_str!("../deploy/links.toml");

@@ -110,8 +110,9 @@ async fn stopping_the_suite_deregisters_the_agents() {
 #[tokio::test]
 async fn with_the_graph_enforced_the_suite_answers_over_its_links_and_refuses_other_calls() {
     let data = tempfile::tempdir().unwrap();
-    let mut config = SuiteConfig::ephemeral(data.path());
-    config.registry.graph_mode = mesh_protocol::graph::GraphMode::Enforced;
+    let config = SuiteConfig::ephemeral(data.path());
+    assert_eq!(config.registry.graph_mode, a2a_mesh::SUITE_GRAPH_MODE, "the suite's links are enforced by default");
+    assert_eq!(a2a_mesh::SUITE_GRAPH_MODE, mesh_protocol::graph::GraphMode::Enforced);
     let suite = start_suite_with(config).await;
     let http = HttpClient::with_reqwest().unwrap();
     // Every agent holds the enforced policy with the bundled links before the query.

@@ -17,8 +17,7 @@ use mesh_protocol::graph::{
     OrgChart, OutcomeStatus, Topology, TopologyAgent, TopologyLink,
 };
 use mesh_protocol::registry::{
-    AgentList, AgentPick, AgentRecord, AgentSummary, CapabilityAgents, HealthStatus, Registration, RegistryStats,
-    StatusMessage, Success,
+    AgentPick, AgentRecord, AgentSummary, CapabilityAgents, HealthStatus, RegistryStats, StatusMessage, Success,
 };
 use mesh_server::ServiceMetrics;
 use mesh_server::auth::{AGENT_ROLES, ANY_ROLE, RequestCaller, require};
@@ -27,16 +26,22 @@ use serde::Deserialize;
 use tracing::Instrument;
 use utoipa::{IntoParams, OpenApi};
 
-use crate::directory::{Directory, health_word};
+use crate::card::AgentInterfaceRecord;
+use crate::directory::{Directory, RegisteredAgent, RegisteredAgents, health_word};
+use crate::health::HealthProbe;
 use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api;
 use crate::health::{Checker, now_rfc3339};
-use crate::intake::{IntakePolicy, admit_registration, validate, verify_card, vet_address};
+use crate::intake::{
+    IntakePolicy, RegisterRequest, RegistrationForm, admit_registration, card_agent, seed_agent, verify_card,
+    vet_address,
+};
 use crate::links::LinkStore;
 use crate::openapi::SharedAnswers;
 use crate::ownership;
-use crate::store::AgentStore;
+use crate::store::{AgentStore, StoredAgent};
+use mesh_storage::StorageError;
 
 /// What the handlers share.
 #[derive(Debug)]
@@ -92,6 +97,7 @@ impl RegistryState {
         graph_api::policy,
         graph_api::link_messages,
         graph_api::record_link_message,
+        graph_api::record_link_receipt,
         graph_api::report_calls,
         graph_api::events,
         graph_api::event_stats
@@ -113,6 +119,7 @@ impl RegistryState {
         LinkMessage,
         LinkMessages,
         NewLinkMessage,
+        mesh_graph::LinkReceipt,
         OutcomeStatus,
         CallReport,
         CallReports,
@@ -120,10 +127,13 @@ impl RegistryState {
         MeshEvent,
         EventBody,
         EventStats,
-        Registration,
+        RegisterRequest,
         StatusMessage,
-        AgentList,
+        RegisteredAgents,
+        RegisteredAgent,
         AgentRecord,
+        AgentInterfaceRecord,
+        HealthProbe,
         AgentSummary,
         CapabilityAgents,
         AgentPick,
@@ -172,33 +182,55 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
     api.merge(docs).merge(health_route(metrics))
 }
 
-/// Register an agent, or update its registration.
-#[utoipa::path(post, path = "/register", request_body = Registration, responses(
+/// Register an agent, or update its registration: the seed's form (`name`, `url`,
+/// `capabilities`, endpoints), or `agent_card_url` alone for a standard A2A agent, which the
+/// registry reads from its card (name, capabilities from its skills, endpoints from its
+/// interfaces) and polls on its card.
+#[utoipa::path(post, path = "/register", request_body = RegisterRequest, responses(
     (status = 200, description = "Registered (or updated)", body = StatusMessage),
-    (status = 400, description = "Invalid registration (REGISTRATION_INVALID)", body = ErrorBody),
+    (status = 400, description = "Invalid registration (REGISTRATION_INVALID): neither form, a bad URL, name, capability or path", body = ErrorBody),
     (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN), or, as an agent, names an agent other than itself (NAME_FORBIDDEN)", body = ErrorBody),
-    (status = 409, description = "The name is registered by another identity (NAME_TAKEN), or the registry or this identity holds as many registrations as it may (REGISTRATIONS_FULL, IDENTITY_REGISTRATIONS_FULL)", body = ErrorBody),
-    (status = 422, description = "The agent's address is refused by the outbound address policy, or its card cannot be fetched, is not a card, or names another agent", body = ErrorBody),
+    (status = 409, description = "The name is registered by another identity (NAME_TAKEN), its path is another agent's (AGENT_PATH_TAKEN), or the registry or this identity holds as many registrations as it may (REGISTRATIONS_FULL, IDENTITY_REGISTRATIONS_FULL)", body = ErrorBody),
+    (status = 422, description = "The agent's address is refused by the outbound address policy (AGENT_ADDRESS_REFUSED), or its card cannot be fetched (AGENT_CARD_UNREACHABLE), is not JSON, too large, not a card, has no name or an interface off its origin (AGENT_CARD_INVALID), or names another agent (AGENT_CARD_MISMATCH)", body = ErrorBody),
 ))]
 async fn register(
     State(state): State<Arc<RegistryState>>,
     RequestCaller(caller): RequestCaller,
-    JsonBody(registration): JsonBody<Registration>,
+    JsonBody(request): JsonBody<RegisterRequest>,
 ) -> Result<Json<StatusMessage>, RegistryError> {
-    let mut agent = validate(&registration, &now_rfc3339())?;
-    // Before any fetch: a name held by another identity is refused without touching its URL.
-    let current_owner = state.directory.owner(&agent.name).flatten();
-    agent.owner = ownership::claim(&caller, &agent.name, current_owner.as_deref())?;
-    admit_registration(&state.directory, &agent, &state.intake)?;
-    vet_address(&state.http, &agent).await?;
-    if let Some(timeout) = state.intake.card_fetch_timeout {
-        verify_card(&state.http, &agent, timeout, &state.intake).await?;
+    let now = now_rfc3339();
+    let mut agent = match request.form()? {
+        RegistrationForm::Seed(registration) => {
+            let mut agent = seed_agent(&request, &registration, &now)?;
+            // Before any fetch: a name held by another identity is refused without touching its URL.
+            claim(&state, &caller, &mut agent)?;
+            vet_address(&state.http, &agent).await?;
+            if state.intake.verify_cards {
+                verify_card(&state.http, &mut agent, &state.intake).await?;
+            }
+            agent
+        }
+        // The name is the card's: known only once it is fetched (through the address policy).
+        RegistrationForm::Card(card_url) => {
+            let mut agent = card_agent(&state.http, &request, &card_url, &state.intake, &now).await?;
+            claim(&state, &caller, &mut agent)?;
+            agent
+        }
+    };
+    if let Some(holder) = state.directory.path_holder(&agent.path, &agent.name) {
+        return Err(RegistryError::PathTaken { path: agent.path, holder });
     }
     if let Ok(existing) = state.directory.get(&agent.name) {
         agent.registered_at = existing.registered_at;
     }
-    // Durable first: an acknowledged registration survives a crash right after.
-    let changed = state.store.upsert(&agent).await?;
+    // Durable first: an acknowledged registration survives a crash right after. The database's
+    // unique path is the last word when replicas register two agents under one path at once.
+    let changed = match state.store.upsert(&agent).await {
+        Err(StorageError::Query(sqlx::Error::Database(error))) if error.is_unique_violation() => {
+            return Err(RegistryError::PathTaken { path: agent.path, holder: "another agent".into() });
+        }
+        written => written?,
+    };
     let (name, url) = (agent.name.clone(), agent.url.clone());
     let previous_url = state.directory.get(&name).ok().map(|a| a.url);
     let is_new = state.directory.upsert(agent);
@@ -224,6 +256,14 @@ async fn register(
         tokio::spawn(async move { checker.check_now(target).await }.instrument(tracing::Span::current()));
     }
     Ok(Json(StatusMessage::new("registered")))
+}
+
+/// Records the owner of `agent`'s name (refusing a caller who may not hold it), and checks the
+/// registry's capacity for it.
+fn claim(state: &RegistryState, caller: &mesh_auth::Caller, agent: &mut StoredAgent) -> Result<(), RegistryError> {
+    let current_owner = state.directory.owner(&agent.name).flatten();
+    agent.owner = ownership::claim(caller, &agent.name, current_owner.as_deref())?;
+    admit_registration(&state.directory, agent, &state.intake)
 }
 
 /// Which instance of a name a request is about.
@@ -293,23 +333,23 @@ async fn report_failure(
     Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }
 
-/// Every registered agent with its health.
-#[utoipa::path(get, path = "/agents", responses((status = 200, body = AgentList)))]
-async fn list_agents(State(state): State<Arc<RegistryState>>) -> Json<AgentList> {
-    let agents = state.directory.list();
-    Json(AgentList { status: Success::Success, total: agents.len(), agents })
+/// Every registered agent with its health, path and interfaces.
+#[utoipa::path(get, path = "/agents", responses((status = 200, body = RegisteredAgents)))]
+async fn list_agents(State(state): State<Arc<RegistryState>>) -> Json<RegisteredAgents> {
+    let agents = state.directory.list_registered();
+    Json(RegisteredAgents { status: Success::Success, total: agents.len(), agents })
 }
 
 /// One agent.
 #[utoipa::path(get, path = "/agents/{name}", params(("name" = String, Path, description = "Agent name")), responses(
-    (status = 200, body = AgentRecord),
+    (status = 200, body = RegisteredAgent),
     (status = 404, description = "No such agent", body = ErrorBody),
 ))]
 async fn get_agent(
     State(state): State<Arc<RegistryState>>,
     PathParam(name): PathParam<String>,
-) -> Result<Json<AgentRecord>, RegistryError> {
-    Ok(Json(state.directory.get(&name)?))
+) -> Result<Json<RegisteredAgent>, RegistryError> {
+    Ok(Json(state.directory.registered(&name)?))
 }
 
 /// Every agent offering a capability.

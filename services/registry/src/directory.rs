@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use mesh_protocol::registry::{AgentPick, AgentRecord, AgentSummary, HealthStatus, RegistryStats, Success};
+use serde::{Deserialize, Serialize};
 
+use crate::card::AgentInterfaceRecord;
 use crate::error::RegistryError;
+use crate::health::HealthProbe;
 use crate::store::{StoredAgent, StoredState};
 
 #[derive(Debug, Clone)]
@@ -45,13 +48,41 @@ pub struct HealthChange {
     pub to: HealthStatus,
 }
 
-/// An agent to poll: its name, health URL, and the URL it was registered with (to detect a
-/// re-registration that raced the poll).
+/// An agent to poll: its name, health URL and what is served there, and the URL it was
+/// registered with (to detect a re-registration that raced the poll).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollTarget {
     pub name: String,
     pub url: String,
     pub health_url: String,
+    pub probe: HealthProbe,
+}
+
+/// A registered agent as `GET /agents` and `GET /agents/{name}` answer: the record every client
+/// reads, and what the registry knows for routing to it by path (a gateway's `/agents/{path}/`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RegisteredAgent {
+    #[serde(flatten)]
+    pub record: AgentRecord,
+    /// The agent's name in URL paths: the name itself when it is URL-safe, else a path form of it
+    /// (`Echo Agent` is `echo-agent`) or the one it registered with; unique among the agents.
+    pub path: String,
+    /// What the registry polls at `health_endpoint`: `health` (a health endpoint, 200 is
+    /// healthy) or `card` (the agent card, for agents without one: a 200 card that parses is
+    /// healthy).
+    pub health_probe: HealthProbe,
+    /// The interfaces the agent's card declares, in its order of preference (A2A 1.0
+    /// `supportedInterfaces`, then 0.3 `url` and `additionalInterfaces`); empty when the
+    /// registry did not read its card (`verify_registrations` off).
+    pub interfaces: Vec<AgentInterfaceRecord>,
+}
+
+/// `GET /agents`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RegisteredAgents {
+    pub status: Success,
+    pub total: usize,
+    pub agents: Vec<RegisteredAgent>,
 }
 
 impl Directory {
@@ -171,6 +202,21 @@ impl Directory {
         self.read().agents.values().map(record).collect()
     }
 
+    /// Every agent with its path and interfaces, in name order.
+    pub fn list_registered(&self) -> Vec<RegisteredAgent> {
+        self.read().agents.values().map(registered).collect()
+    }
+
+    pub fn registered(&self, name: &str) -> Result<RegisteredAgent, RegistryError> {
+        self.read().agents.get(name).map(registered).ok_or_else(|| RegistryError::AgentNotFound(name.to_owned()))
+    }
+
+    /// The agent other than `name` whose path is `path`, if any.
+    pub fn path_holder(&self, path: &str, name: &str) -> Option<String> {
+        let inner = self.read();
+        inner.agents.values().find(|e| e.agent.path == path && e.agent.name != name).map(|e| e.agent.name.clone())
+    }
+
     /// How many agents `owner` registered.
     pub fn count_owned_by(&self, owner: &str) -> usize {
         self.read().agents.values().filter(|entry| entry.agent.owner.as_deref() == Some(owner)).count()
@@ -284,6 +330,7 @@ fn poll_target(entry: &Entry) -> PollTarget {
         name: entry.agent.name.clone(),
         url: entry.agent.url.clone(),
         health_url: entry.agent.health_endpoint.clone(),
+        probe: entry.agent.health_probe,
     }
 }
 
@@ -310,6 +357,15 @@ fn record(entry: &Entry) -> AgentRecord {
         last_health_check: entry.last_health_check.clone(),
         registered_at: agent.registered_at.clone(),
         updated_at: agent.updated_at.clone(),
+    }
+}
+
+fn registered(entry: &Entry) -> RegisteredAgent {
+    RegisteredAgent {
+        record: record(entry),
+        path: entry.agent.path.clone(),
+        health_probe: entry.agent.health_probe,
+        interfaces: entry.agent.interfaces.clone(),
     }
 }
 

@@ -29,10 +29,13 @@ pub enum RegistryError {
     /// The reason (which kid, which check) stays in the logs with the URL.
     #[error("the agent card at {url} is not signed by a trusted key")]
     CardSignature { url: String, reason: String },
-    /// The reason and the name found stay in the logs: they quote the fetched document, which
-    /// must not leak back to the caller when the URL points somewhere it should not.
-    #[error("the document at {url} is not an agent card")]
-    CardInvalid { url: String, reason: String },
+    /// The problem is in the registry's own words; the reason (which may quote the fetched
+    /// document, which must not leak back to the caller when the URL points somewhere it should
+    /// not) stays in the logs.
+    #[error("the document at {url} is not an agent card the registry takes: {problem}")]
+    CardInvalid { url: String, problem: String, reason: String },
+    #[error("the path {path:?} is taken by the agent {holder:?}: register with another \"path\"")]
+    PathTaken { path: String, holder: String },
     #[error("the agent card at {url} does not name {expected:?}")]
     CardMismatch { url: String, expected: String, found: String },
     #[error("no link with id {0:?}")]
@@ -85,6 +88,7 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::IdentityRegistrationsFull(_) => (StatusCode::CONFLICT, "IDENTITY_REGISTRATIONS_FULL"),
             RegistryError::CardSignature { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_SIGNATURE_INVALID"),
             RegistryError::CardInvalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_INVALID"),
+            RegistryError::PathTaken { .. } => (StatusCode::CONFLICT, "AGENT_PATH_TAKEN"),
             RegistryError::CardMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "AGENT_CARD_MISMATCH"),
             RegistryError::LinkNotFound(_) => (StatusCode::NOT_FOUND, "LINK_NOT_FOUND"),
             RegistryError::LinkExists { .. } => (StatusCode::CONFLICT, "LINK_EXISTS"),
@@ -108,7 +112,7 @@ impl From<RegistryError> for ErrorResponse {
             _ if status.is_server_error() => tracing::error!(%error, "registry request failed"),
             RegistryError::CardUnreachable { url, reason }
             | RegistryError::AddressRefused { url, reason }
-            | RegistryError::CardInvalid { url, reason }
+            | RegistryError::CardInvalid { url, reason, .. }
             | RegistryError::CardSignature { url, reason } => {
                 tracing::warn!(%url, %reason, "registration refused");
             }

@@ -27,7 +27,8 @@ use crate::api::RegistryState;
 use crate::error::RegistryError;
 use crate::events::SubscribeRefused;
 use crate::health::now_rfc3339;
-use crate::links::{LINK_MESSAGES_PAGE_MAX, LinkDef};
+use crate::links::{LINK_MESSAGES_PAGE_MAX, LinkDef, check_receipt};
+use mesh_graph::LinkReceipt;
 use crate::tenancy::{TenantView, check_sender};
 
 /// Call reports one `POST /api/events/calls` may carry.
@@ -49,6 +50,7 @@ pub fn routes() -> Router<Arc<RegistryState>> {
     let agents = require(
         Router::new()
             .route("/api/links/{id}/messages", post(record_link_message))
+            .route("/api/links/{id}/receipts", post(record_link_receipt))
             .route("/api/events/calls", post(report_calls)),
         AGENT_ROLES,
     );
@@ -296,24 +298,49 @@ pub(crate) async fn record_link_message(
     let tenant = TenantView::for_write(&caller, message.tenant.as_deref())?;
     let link = state.links.get(&id).await?;
     let stored = state.links.record_message(&link, &message, &tenant, &now_rfc3339()).await?;
-    let ends = |sent: bool| {
-        let (link_id, from_agent_id, to_agent_id, context_id, message_id, tenant) = (
-            stored.link_id.clone(),
-            stored.from_agent_id.clone(),
-            stored.to_agent_id.clone(),
-            stored.context_id.clone(),
-            stored.id.clone(),
-            stored.tenant.clone(),
-        );
-        if sent {
-            EventBody::AgentMessageSent { link_id, from_agent_id, to_agent_id, context_id, message_id, tenant }
-        } else {
-            EventBody::AgentMessageReceived { link_id, from_agent_id, to_agent_id, context_id, message_id, tenant }
-        }
-    };
-    state.events.publish(ends(true));
-    state.events.publish(ends(false));
+    // Received is the receiver's word, not the sender's: its receipt publishes that.
+    state.events.publish(EventBody::AgentMessageSent {
+        link_id: stored.link_id.clone(),
+        from_agent_id: stored.from_agent_id.clone(),
+        to_agent_id: stored.to_agent_id.clone(),
+        context_id: stored.context_id.clone(),
+        message_id: stored.id.clone(),
+        tenant: stored.tenant.clone(),
+    });
     Ok((StatusCode::CREATED, Json(stored)))
+}
+
+/// Report that this agent processed a message sent to it over the link (the kit posts it once
+/// the message's task has ended): the registry publishes `agent_message_received`, for the tenant
+/// of the call that carried it. Only the receiving end posts it (`to_agent_id` is the
+/// authenticated agent, `from_agent_id` the link's other end, the link enabled), for a tenant it
+/// acts for.
+#[utoipa::path(post, path = "/api/links/{id}/receipts", params(("id" = String, Path)), request_body = LinkReceipt, responses(
+    (status = 202, description = "Published as agent_message_received", body = StatusMessage),
+    (status = 400, description = "The agents are not the link's ends, the conversation is not the link's, an id is too long (LINK_INVALID), or the tenant is malformed (TENANT_INVALID)", body = mesh_protocol::error::ErrorBody),
+    (status = 403, description = "The caller holds neither the agent nor the admin role (AUTH_FORBIDDEN), posts in another agent's name (LINK_SENDER_FORBIDDEN), or names a tenant it does not act for (TENANT_FORBIDDEN)", body = mesh_protocol::error::ErrorBody),
+    (status = 404, body = mesh_protocol::error::ErrorBody),
+    (status = 409, description = "The link is disabled (LINK_DISABLED)", body = mesh_protocol::error::ErrorBody),
+))]
+pub(crate) async fn record_link_receipt(
+    State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
+    PathParam(id): PathParam<String>,
+    JsonBody(receipt): JsonBody<LinkReceipt>,
+) -> Result<(StatusCode, Json<StatusMessage>), RegistryError> {
+    check_sender(&caller, &receipt.to_agent_id)?;
+    let tenant = TenantView::for_write(&caller, receipt.tenant.as_deref())?;
+    let link = state.links.get(&id).await?;
+    check_receipt(&link, &receipt)?;
+    state.events.publish(EventBody::AgentMessageReceived {
+        link_id: link.id,
+        from_agent_id: receipt.from_agent_id,
+        to_agent_id: receipt.to_agent_id,
+        context_id: receipt.context_id,
+        message_id: receipt.message_id,
+        tenant,
+    });
+    Ok((StatusCode::ACCEPTED, Json(StatusMessage::new("received"))))
 }
 
 /// Calls agents made, reported in batches: each becomes a `call` event of the tenant it was made

@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use crate::card::CardProblem;
 use crate::directory::{Directory, PollTarget};
 use crate::events::EventHub;
 use crate::store::AgentStore;
@@ -42,8 +43,53 @@ impl PollSettings {
     }
 }
 
-/// Polls one agent: 200 is healthy, another status unhealthy, no answer (timeout, refused
-/// connection) unreachable.
+/// What the poller fetches at an agent's `health_endpoint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthProbe {
+    /// A health endpoint: `200` is healthy.
+    #[default]
+    Health,
+    /// The agent card, for an agent without a health endpoint (a standard A2A agent registered
+    /// by its card): a `200` answer that parses as a card is healthy.
+    Card,
+}
+
+impl HealthProbe {
+    /// The stored and wire word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Health => "health",
+            Self::Card => "card",
+        }
+    }
+
+    /// The probe a stored word names; a word this version does not know reads as `health`.
+    pub fn parse(word: &str) -> Self {
+        if word == Self::Card.as_str() { Self::Card } else { Self::Health }
+    }
+}
+
+/// Polls one agent as its probe says.
+pub async fn probe(http: &HttpClient, target: &PollTarget, timeout: Duration) -> HealthStatus {
+    match target.probe {
+        HealthProbe::Health => check(http, &target.health_url, timeout).await,
+        HealthProbe::Card => match crate::card::fetch_card(http, &target.health_url, timeout).await {
+            Ok(_) => HealthStatus::Healthy,
+            Err(CardProblem::Unreachable(reason) | CardProblem::AddressRefused(reason)) => {
+                tracing::debug!(agent = %target.name, %reason, "card poll failed");
+                HealthStatus::Unreachable
+            }
+            Err(problem) => {
+                tracing::debug!(agent = %target.name, problem = problem.words(), "the polled card is not a card");
+                HealthStatus::Unhealthy
+            }
+        },
+    }
+}
+
+/// Polls one agent's health endpoint: 200 is healthy, another status unhealthy, no answer
+/// (timeout, refused connection) unreachable.
 ///
 /// Agents of every version answer here: older ones always `200 {"status":"healthy"}`, newer
 /// ones `200` when `healthy` or `degraded` (still serving, so still routed to) and `503`
@@ -146,7 +192,7 @@ impl Checker {
             tracing::Span::none()
         };
         let started = std::time::Instant::now();
-        let health = check(&self.http, &target.health_url, self.settings.timeout).instrument(span.clone()).await;
+        let health = probe(&self.http, target, self.settings.timeout).instrument(span.clone()).await;
         span.record("mesh.health", health.as_str());
         metrics::histogram!(
             "mesh_registry_health_check_duration_seconds",

@@ -6,13 +6,18 @@ use std::time::Duration;
 
 use mesh_auth::CardVerifier;
 use mesh_client::HttpClient;
-use mesh_protocol::a2a::v1::AgentCard;
-use mesh_protocol::registry::{AGENT_CARD_PATH, Registration};
+use mesh_protocol::registry::{AGENT_CARD_PATH, DEFAULT_HEALTH_PATH, DEFAULT_PROCESS_PATH, Registration};
+use serde::Deserialize;
 use url::Url;
 
+use crate::card::{
+    self, AgentInterfaceRecord, CardProblem, FetchedCard, base_url_of, capabilities_of, check_interfaces_on,
+    interfaces_of, is_path_form, on_origin_of, path_form,
+};
 use crate::config::RegistryConfig;
 use crate::directory::Directory;
 use crate::error::RegistryError;
+use crate::health::HealthProbe;
 use crate::store::StoredAgent;
 
 /// Longest accepted agent name, in characters.
@@ -21,6 +26,126 @@ pub const AGENT_NAME_CHARS_MAX: usize = 128;
 pub const CAPABILITY_CHARS_MAX: usize = 64;
 /// Most capabilities one agent may declare.
 pub const CAPABILITIES_MAX: usize = 64;
+
+/// Body of `POST /register`: the seed's registration (`name`, `url`, `capabilities`, endpoints),
+/// or a standard A2A agent's `agent_card_url` alone, which registers it under its card's name with
+/// the capabilities of its skills and the endpoints of its interfaces.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+pub struct RegisterRequest {
+    /// Unique name of this agent instance (with `url`); from the card when only
+    /// `agent_card_url` is given.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Base URL the agent serves on, e.g. `http://127.0.0.1:8002` (with `name`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Capabilities offered; with a card registration, added to those of the card's skills.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Default `/health`; when a card registration leaves it out, the card is polled instead.
+    #[serde(default)]
+    pub health_endpoint: Option<String>,
+    /// Default `/tasks/send`; for a card registration, the card's first interface.
+    #[serde(default)]
+    pub process_endpoint: Option<String>,
+    /// Where the card is; alone, the registration is read from it. Defaults to the well-known path.
+    #[serde(default)]
+    pub agent_card_url: Option<String>,
+    /// The agent's name in URL paths (letters, digits, `-`, `_`, `.`, `~`, at most 64); defaults to
+    /// the name when it is URL-safe, else a path form of it.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// The two ways to register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistrationForm {
+    /// The seed's: the registrant names itself and its URL.
+    Seed(Registration),
+    /// A standard A2A agent's: everything is read from the card at this URL.
+    Card(Url),
+}
+
+impl RegisterRequest {
+    /// Which form this is: `name` and `url` together, or `agent_card_url` alone.
+    pub fn form(&self) -> Result<RegistrationForm, RegistryError> {
+        let invalid = |m: String| RegistryError::InvalidRegistration(m);
+        match (&self.name, &self.url, &self.agent_card_url) {
+            (Some(name), Some(url), card_url) => Ok(RegistrationForm::Seed(Registration {
+                name: name.clone(),
+                url: url.clone(),
+                capabilities: self.capabilities.clone(),
+                health_endpoint: self.health_endpoint.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned()),
+                process_endpoint: self.process_endpoint.clone().unwrap_or_else(|| DEFAULT_PROCESS_PATH.to_owned()),
+                agent_card_url: card_url.clone(),
+            })),
+            (None, None, Some(card_url)) => http_url(card_url)
+                .map(RegistrationForm::Card)
+                .map_err(|e| invalid(format!("agent_card_url {card_url:?}: {e}"))),
+            _ => Err(invalid(
+                "give name and url (with capabilities), or agent_card_url alone to register by the agent's card".into(),
+            )),
+        }
+    }
+
+    /// The path asked for, checked.
+    fn path(&self) -> Result<Option<&str>, RegistryError> {
+        match self.path.as_deref() {
+            Some(path) if !is_path_form(path) => Err(RegistryError::InvalidRegistration(format!(
+                "path {path:?} must be 1 to {} of letters, digits, '-', '_', '.' or '~'",
+                card::PATH_CHARS_MAX
+            ))),
+            path => Ok(path),
+        }
+    }
+}
+
+/// A seed registration, checked, with its path: the card is not read here ([`verify_card`] does
+/// when registrations are verified).
+pub fn seed_agent(request: &RegisterRequest, registration: &Registration, now: &str) -> Result<StoredAgent, RegistryError> {
+    let mut agent = validate(registration, now)?;
+    agent.path = request.path()?.map_or_else(|| path_form(&agent.name), str::to_owned);
+    Ok(agent)
+}
+
+/// A standard A2A agent registered by its card alone: named after the card, its capabilities
+/// from its skills (and the request's), called at its first 1.0 HTTP+JSON interface (else its
+/// first), polled on its card unless the request names a health endpoint. Every interface must be
+/// on the card's origin.
+pub async fn card_agent(
+    http: &HttpClient,
+    request: &RegisterRequest,
+    card_url: &Url,
+    policy: &IntakePolicy,
+    now: &str,
+) -> Result<StoredAgent, RegistryError> {
+    let fetched = fetch_verified(http, card_url.as_str(), policy).await?;
+    let card = &fetched.card;
+    let interfaces = interfaces_of(card);
+    check_interfaces_on(card_url, &interfaces).map_err(|problem| RegistryError::CardInvalid {
+        url: card_url.to_string(),
+        problem: problem.clone(),
+        reason: problem,
+    })?;
+    let origin = card_url.origin().ascii_serialization();
+    let base = base_url_of(&interfaces).unwrap_or(origin.as_str()).to_owned();
+    let mut capabilities = capabilities_of(card);
+    capabilities.extend(request.capabilities.iter().cloned());
+    let registration = Registration {
+        name: card.name.clone(),
+        process_endpoint: request.process_endpoint.clone().unwrap_or_else(|| {
+            interfaces.first().filter(|i| i.protocol_binding != mesh_protocol::a2a::binding::GRPC).map_or_else(|| base.clone(), |i| i.url.clone())
+        }),
+        url: base,
+        capabilities,
+        health_endpoint: request.health_endpoint.clone().unwrap_or_else(|| card_url.to_string()),
+        agent_card_url: Some(card_url.to_string()),
+    };
+    let mut agent = seed_agent(request, &registration, now)?;
+    agent.health_probe = if request.health_endpoint.is_some() { HealthProbe::Health } else { HealthProbe::Card };
+    agent.interfaces = interfaces;
+    Ok(agent)
+}
 
 /// Checks a registration and resolves its endpoints against its URL; `now` stamps it.
 pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, RegistryError> {
@@ -76,14 +201,19 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
         registered_at: now.to_owned(),
         updated_at: now.to_owned(),
         owner: None,
+        path: path_form(name),
+        health_probe: HealthProbe::Health,
+        interfaces: Vec::new(),
     })
 }
 
 /// What a registration must pass, from the registry's configuration.
 #[derive(Debug, Clone)]
 pub struct IntakePolicy {
-    /// `None` skips fetching agent cards (and so checking their signatures).
-    pub card_fetch_timeout: Option<Duration>,
+    /// How long fetching a card may take.
+    pub card_fetch_timeout: Duration,
+    /// Whether a seed registration's card is fetched and checked (a card registration's always is).
+    pub verify_cards: bool,
     pub registrations_max: usize,
     pub registrations_per_identity_max: usize,
     /// Checks card signatures when keys are trusted.
@@ -105,9 +235,8 @@ impl IntakePolicy {
             ));
         }
         Ok(Self {
-            card_fetch_timeout: config
-                .verify_registrations
-                .then(|| Duration::from_millis(config.card_fetch_timeout_ms)),
+            card_fetch_timeout: Duration::from_millis(config.card_fetch_timeout_ms),
+            verify_cards: config.verify_registrations,
             registrations_max: config.registrations_max,
             registrations_per_identity_max: config.registrations_per_identity_max,
             card_verifier,
@@ -150,37 +279,54 @@ pub async fn vet_address(http: &HttpClient, agent: &StoredAgent) -> Result<(), R
 }
 
 /// Fetches the agent's card and checks it names the registering agent, so nobody registers an
-/// agent that is not there or registers under another agent's name.
-pub async fn verify_card(
-    http: &HttpClient,
-    agent: &StoredAgent,
-    timeout: Duration,
-    policy: &IntakePolicy,
-) -> Result<(), RegistryError> {
-    let url = &agent.agent_card_url;
-    let card: serde_json::Value = http.get_json(url, timeout).await.map_err(|e| match e {
-        mesh_client::ClientError::Decode { reason, .. } => RegistryError::CardInvalid { url: url.clone(), reason },
-        refused if refused.is_refused_address() => {
-            RegistryError::AddressRefused { url: url.clone(), reason: refused.to_string() }
-        }
-        other => RegistryError::CardUnreachable { url: url.clone(), reason: other.to_string() },
-    })?;
-    if let Some(verifier) = &policy.card_verifier {
-        match verifier.verify(&card) {
-            Ok(kid) => tracing::debug!(agent = %agent.name, %kid, "agent card signature verified"),
-            Err(mesh_auth::AuthError::CardUnsigned) if !policy.require_signed_cards => {}
-            Err(error) => return Err(RegistryError::CardSignature { url: url.clone(), reason: error.to_string() }),
-        }
+/// agent that is not there or registers under another agent's name; keeps the card's interfaces
+/// that are on the agent's origin (others are left out, and logged).
+pub async fn verify_card(http: &HttpClient, agent: &mut StoredAgent, policy: &IntakePolicy) -> Result<(), RegistryError> {
+    let url = agent.agent_card_url.clone();
+    let fetched = fetch_verified(http, &url, policy).await?;
+    if fetched.card.name != agent.name {
+        return Err(RegistryError::CardMismatch { url, expected: agent.name.clone(), found: fetched.card.name });
     }
-    let card: AgentCard = serde_json::from_value(card)
-        .map_err(|e| RegistryError::CardInvalid { url: url.clone(), reason: e.to_string() })?;
-    if card.name != agent.name {
-        return Err(RegistryError::CardMismatch { url: url.clone(), expected: agent.name.clone(), found: card.name });
+    let card_url = Url::parse(&url).map_err(|e| RegistryError::InvalidRegistration(format!("agent_card_url: {e}")))?;
+    let (kept, left): (Vec<AgentInterfaceRecord>, Vec<_>) =
+        interfaces_of(&fetched.card).into_iter().partition(|interface| on_origin_of(&card_url, interface));
+    if !left.is_empty() {
+        tracing::warn!(agent = %agent.name, left_out = ?left, "card interfaces off the agent's origin are not listed");
     }
+    agent.interfaces = kept;
     Ok(())
 }
 
-fn is_capability_name(capability: &str) -> bool {
+/// Fetches the card at `url` and checks its signature when keys are trusted.
+async fn fetch_verified(http: &HttpClient, url: &str, policy: &IntakePolicy) -> Result<FetchedCard, RegistryError> {
+    let fetched = card::fetch_card(http, url, policy.card_fetch_timeout).await.map_err(|problem| card_error(url, problem))?;
+    if let Some(verifier) = &policy.card_verifier {
+        match verifier.verify(&fetched.document) {
+            Ok(kid) => tracing::debug!(%url, %kid, "agent card signature verified"),
+            Err(mesh_auth::AuthError::CardUnsigned) if !policy.require_signed_cards => {}
+            Err(error) => return Err(RegistryError::CardSignature { url: url.to_owned(), reason: error.to_string() }),
+        }
+    }
+    Ok(fetched)
+}
+
+/// The refusal for a card that could not be read.
+fn card_error(url: &str, problem: CardProblem) -> RegistryError {
+    let url = url.to_owned();
+    match problem {
+        CardProblem::AddressRefused(reason) => RegistryError::AddressRefused { url, reason },
+        CardProblem::Unreachable(reason) => RegistryError::CardUnreachable { url, reason },
+        CardProblem::Status(status) => RegistryError::CardUnreachable { url, reason: format!("answered {status}") },
+        CardProblem::TooLarge | CardProblem::NoName => {
+            RegistryError::CardInvalid { url, problem: problem.words(), reason: problem.words() }
+        }
+        CardProblem::NotJson(ref reason) | CardProblem::NotACard(ref reason) => {
+            RegistryError::CardInvalid { url, problem: problem.words(), reason: reason.clone() }
+        }
+    }
+}
+
+pub(crate) fn is_capability_name(capability: &str) -> bool {
     (1..=CAPABILITY_CHARS_MAX).contains(&capability.chars().count())
         && capability.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
 }
@@ -270,7 +416,8 @@ mod tests {
     #[test]
     fn a_new_name_is_admitted_below_the_bounds_in_all_and_per_identity() {
         let policy = IntakePolicy {
-            card_fetch_timeout: None,
+            card_fetch_timeout: Duration::from_secs(1),
+            verify_cards: false,
             registrations_max: 3,
             registrations_per_identity_max: 2,
             card_verifier: None,

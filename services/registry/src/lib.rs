@@ -12,6 +12,7 @@
 
 mod api;
 mod app;
+mod card;
 pub mod config;
 mod dashboard;
 mod directory;

@@ -3,8 +3,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mesh_graph::LinkReceipt;
 use mesh_protocol::graph::{
     Link, LinkDirection, LinkMessage, LinkRelationship, LinkSource, LinkUpdate, NewLink, NewLinkMessage, OutcomeStatus,
+    link_context_id,
 };
 use mesh_storage::{Database, Row, StorageError, settle};
 use serde::de::DeserializeOwned;
@@ -449,4 +451,36 @@ fn message_from_row(row: &sqlx::any::AnyRow) -> Result<LinkMessage, RegistryErro
         sent_at: get("sent_at")?,
         tenant: get("tenant")?,
     })
+}
+
+/// Longest id a receipt carries (message, task and conversation ids), in bytes.
+pub const RECEIPT_ID_BYTES_MAX: usize = 256;
+
+/// Checks a receipt against its link: enabled, between its two ends (either may receive: over a
+/// `one_way` link `to` answers inside the conversations `from` started), in the link's
+/// conversation.
+pub fn check_receipt(link: &Link, receipt: &LinkReceipt) -> Result<(), RegistryError> {
+    if !link.enabled {
+        return Err(RegistryError::LinkDisabled(link.id.clone()));
+    }
+    if !link.joins(&receipt.from_agent_id, &receipt.to_agent_id) {
+        return Err(RegistryError::InvalidLink(format!(
+            "link {} joins {} and {}, not {} and {}",
+            link.id, link.from_agent_id, link.to_agent_id, receipt.from_agent_id, receipt.to_agent_id
+        )));
+    }
+    if receipt.context_id != link_context_id(&link.id) {
+        return Err(RegistryError::InvalidLink(format!(
+            "a message over link {} is in the conversation {:?}",
+            link.id,
+            link_context_id(&link.id)
+        )));
+    }
+    let ids = [Some(&receipt.message_id), Some(&receipt.context_id), receipt.task_id.as_ref()];
+    if ids.into_iter().flatten().any(|id| id.is_empty() || id.len() > RECEIPT_ID_BYTES_MAX) {
+        return Err(RegistryError::InvalidLink(format!(
+            "message_id, context_id and task_id must be 1 to {RECEIPT_ID_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(())
 }

@@ -160,4 +160,24 @@ mod tests {
         assert!(register_422.starts_with("The agent's address is refused"), "{register_422}");
         assert!(register_422.contains("REQUEST_INVALID_BODY"), "{register_422}");
     }
+
+    #[test]
+    fn the_fields_a_gateway_routes_by_and_the_receipts_are_documented() {
+        let document: Value = serde_json::from_str(&openapi_document()).unwrap();
+        let schemas = &document["components"]["schemas"];
+        let agent = serde_json::to_string(&schemas["RegisteredAgent"]).unwrap();
+        for field in ["path", "health_probe", "interfaces", "AgentRecord"] {
+            assert!(agent.contains(field), "RegisteredAgent documents {field}: {agent}");
+        }
+        let interface = &schemas["AgentInterfaceRecord"]["properties"];
+        for field in ["protocol_binding", "protocol_version", "url"] {
+            assert!(interface.get(field).is_some(), "{field}");
+        }
+        assert!(schemas["RegisterRequest"]["properties"]["agent_card_url"].is_object());
+        let list = &document["paths"]["/agents"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        assert_eq!(list["$ref"], "#/components/schemas/RegisteredAgents");
+        let receipts = &document["paths"]["/api/links/{id}/receipts"]["post"];
+        assert_eq!(receipts["requestBody"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/LinkReceipt");
+        assert!(receipts["responses"]["202"].is_object());
+    }
 }

@@ -6,7 +6,9 @@ use mesh_storage::{Backend, Database, Row, StorageError, settle};
 use sqlx::any::AnyRow;
 use sqlx::migrate::Migrator;
 
+use crate::card::{AgentInterfaceRecord, path_form};
 use crate::directory::PollTarget;
+use crate::health::HealthProbe;
 
 static MIGRATIONS: Migrator = sqlx::migrate!("./migrations");
 
@@ -23,6 +25,12 @@ pub struct StoredAgent {
     pub updated_at: String,
     /// The identity that owns the name; `None` when it was registered with authentication off.
     pub owner: Option<String>,
+    /// The name in URL paths (`/agents/{path}/`): URL-safe, unique.
+    pub path: String,
+    /// What the poller fetches at `health_endpoint`.
+    pub health_probe: HealthProbe,
+    /// The interfaces the agent's card declares (empty when its card was not read).
+    pub interfaces: Vec<AgentInterfaceRecord>,
 }
 
 impl StoredAgent {
@@ -40,6 +48,9 @@ impl StoredAgent {
             registered_at: "2026-01-01T00:00:00Z".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
             owner: None,
+            path: path_form(name),
+            health_probe: HealthProbe::Health,
+            interfaces: Vec::new(),
         }
     }
 
@@ -53,6 +64,7 @@ impl StoredAgent {
             &self.process_endpoint,
             &self.agent_card_url,
             &self.owner,
+            (&self.path, self.health_probe, &self.interfaces),
         ) == (
             &other.url,
             &other.capabilities,
@@ -60,6 +72,7 @@ impl StoredAgent {
             &other.process_endpoint,
             &other.agent_card_url,
             &other.owner,
+            (&other.path, other.health_probe, &other.interfaces),
         )
     }
 }
@@ -76,7 +89,7 @@ pub struct StoredState {
 macro_rules! agent_columns {
     () => {
         "name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, \
-         registered_at, updated_at, owner, health, last_health_check"
+         registered_at, updated_at, owner, health, last_health_check, path, health_probe, interfaces"
     };
 }
 
@@ -99,8 +112,9 @@ impl AgentStore {
     /// unless the URL changed (a new instance is unknown and due for a check at once). Returns
     /// whether the change is one other replicas must see, which it then announces.
     pub async fn upsert(&self, agent: &StoredAgent) -> Result<bool, StorageError> {
-        let capabilities = serde_json::to_string(&agent.capabilities)
-            .map_err(|e| StorageError::Query(sqlx::Error::Encode(Box::new(e))))?;
+        let encode = |e: serde_json::Error| StorageError::Query(sqlx::Error::Encode(Box::new(e)));
+        let capabilities = serde_json::to_string(&agent.capabilities).map_err(encode)?;
+        let interfaces = serde_json::to_string(&agent.interfaces).map_err(encode)?;
         let _turn = self.db.write_turn().await;
         let mut tx = self.db.pool().begin().await?;
         let written = async {
@@ -117,11 +131,13 @@ impl AgentStore {
                 .map(|row| stored_state(&row))
                 .transpose()?;
             sqlx::query(
-                "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner, \
+                 path, health_probe, interfaces) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
                  ON CONFLICT (name) DO UPDATE SET url = excluded.url, capabilities = excluded.capabilities, \
                  health_endpoint = excluded.health_endpoint, process_endpoint = excluded.process_endpoint, \
                  agent_card_url = excluded.agent_card_url, updated_at = excluded.updated_at, \
+                 path = excluded.path, health_probe = excluded.health_probe, interfaces = excluded.interfaces, \
                  owner = COALESCE(agents.owner, excluded.owner), \
                  health = CASE WHEN agents.url = excluded.url THEN agents.health ELSE 'unknown' END, \
                  last_health_check = CASE WHEN agents.url = excluded.url THEN agents.last_health_check ELSE NULL END, \
@@ -136,6 +152,9 @@ impl AgentStore {
             .bind(&agent.registered_at)
             .bind(&agent.updated_at)
             .bind(&agent.owner)
+            .bind(&agent.path)
+            .bind(agent.health_probe.as_str())
+            .bind(interfaces)
             .execute(&mut *tx)
             .await?;
             let changed = before.is_none_or(|before| !before.agent.same_instance(agent));
@@ -184,7 +203,7 @@ impl AgentStore {
             "UPDATE agents SET next_check_at_ms = $1 \
              WHERE next_check_at_ms <= $2 AND name IN \
              (SELECT name FROM agents WHERE next_check_at_ms <= $2 ORDER BY next_check_at_ms LIMIT $3) \
-             RETURNING name, url, health_endpoint",
+             RETURNING name, url, health_endpoint, health_probe",
         )
         .bind(next_ms)
         .bind(now_ms)
@@ -197,6 +216,7 @@ impl AgentStore {
                     name: row.try_get("name")?,
                     url: row.try_get("url")?,
                     health_url: row.try_get("health_endpoint")?,
+                    probe: HealthProbe::parse(&row.try_get::<String, _>("health_probe")?),
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -292,17 +312,24 @@ async fn bump_version(tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<(), s
 fn stored_state(row: &AnyRow) -> Result<StoredState, sqlx::Error> {
     let capabilities: String = row.try_get("capabilities")?;
     let health: String = row.try_get("health")?;
+    let name: String = row.try_get("name")?;
+    let path: Option<String> = row.try_get("path")?;
+    let interfaces: String = row.try_get("interfaces")?;
+    let decode = |e: serde_json::Error| sqlx::Error::Decode(Box::new(e));
     Ok(StoredState {
         agent: StoredAgent {
-            name: row.try_get("name")?,
+            path: path.unwrap_or_else(|| path_form(&name)),
+            name,
             url: row.try_get("url")?,
-            capabilities: serde_json::from_str(&capabilities).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+            capabilities: serde_json::from_str(&capabilities).map_err(decode)?,
             health_endpoint: row.try_get("health_endpoint")?,
             process_endpoint: row.try_get("process_endpoint")?,
             agent_card_url: row.try_get("agent_card_url")?,
             registered_at: row.try_get("registered_at")?,
             updated_at: row.try_get("updated_at")?,
             owner: row.try_get("owner")?,
+            health_probe: HealthProbe::parse(&row.try_get::<String, _>("health_probe")?),
+            interfaces: serde_json::from_str(&interfaces).map_err(decode)?,
         },
         health: parse_health(&health),
         last_health_check: row.try_get("last_health_check")?,
@@ -329,7 +356,12 @@ mod tests {
         let store = AgentStore::open(&format!("sqlite://{}", dir.path().join("registry.db").display())).await.unwrap();
         let agent = StoredAgent::for_test("a", &["search"]);
         store.upsert(&agent).await.unwrap();
-        let target = PollTarget { name: agent.name.clone(), url: agent.url.clone(), health_url: agent.health_endpoint };
+        let target = PollTarget {
+            name: agent.name.clone(),
+            url: agent.url.clone(),
+            health_url: agent.health_endpoint,
+            probe: HealthProbe::Health,
+        };
         let stored = || async { store.load_all().await.unwrap().remove(0) };
 
         store.record_health(&target, HealthStatus::Healthy, "2026-01-01T00:00:02.000Z").await.unwrap();

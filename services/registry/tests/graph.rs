@@ -302,6 +302,97 @@ async fn link_messages_are_kept_in_order_for_the_links_ends_only() {
     registry.stop().await;
 }
 
+#[tokio::test]
+async fn receipts_come_from_the_receiving_end_only_over_an_enabled_link_for_its_tenants() {
+    use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
+    const SECRET: &str = "a-receipts-test-secret-of-32-bytes!!";
+    let token = |subject: &str, tenant: &str, roles: &[Role]| {
+        mint_hs256(SECRET.as_bytes(), &Claims::new(subject, tenant, roles, 3_600)).unwrap()
+    };
+    let registry = TestRegistry::start_with(|config| {
+        config.auth = AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() };
+    })
+    .await;
+    let admin = token("ops", "", &[Role::Admin]);
+    let mut agents = Vec::new();
+    for name in ["boss", "worker"] {
+        let agent = FakeAgent::start(name).await;
+        let response = registry
+            .http
+            .post(format!("{}/register", registry.url))
+            .bearer_auth(token(name, "", &[Role::Agent]))
+            .json(&agent.registration(&["work"]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        agents.push(agent);
+    }
+    let post = |path: String, bearer: Option<String>, body: Value| {
+        let mut request = registry.http.post(format!("{}{path}", registry.url)).json(&body);
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, link) = post(
+        "/api/links".into(),
+        Some(admin.clone()),
+        json!({"from_agent_id":"boss","to_agent_id":"worker","direction":"one_way","relationship":"superior"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{link}");
+    let id = link["id"].as_str().unwrap().to_owned();
+    let receipts = format!("/api/links/{id}/receipts");
+    let receipt = |from: &str, to: &str| {
+        json!({"from_agent_id":from,"to_agent_id":to,"context_id":format!("link:{id}"),"message_id":"m1",
+               "task_id":"t1","status":"SUCCESS","tenant":"acme"})
+    };
+    let worker = Some(token("worker", "", &[Role::Agent]));
+
+    let (status, body) = post(receipts.clone(), worker.clone(), receipt("boss", "worker")).await;
+    assert_eq!((status, body["message"].clone()), (202, json!("received")), "{body}");
+    let (status, body) = post(receipts.clone(), Some(token("boss", "", &[Role::Agent])), receipt("worker", "boss")).await;
+    assert_eq!(status, 202, "an answer inside the boss's conversation is received by the boss: {body}");
+    for (bearer, body, expected) in [
+        (None, receipt("boss", "worker"), (401, "AUTH_REQUIRED")),
+        (Some(token("alice", "acme", &[Role::User])), receipt("boss", "worker"), (403, "AUTH_FORBIDDEN")),
+        (Some(token("boss", "", &[Role::Agent])), receipt("boss", "worker"), (403, "LINK_SENDER_FORBIDDEN")),
+        (worker.clone(), receipt("stranger", "worker"), (400, "LINK_INVALID")),
+        (worker.clone(), json!({"from_agent_id":"boss","to_agent_id":"worker","context_id":"link:other",
+                                "message_id":"m1","status":"SUCCESS"}), (400, "LINK_INVALID")),
+        (worker.clone(), json!({"from_agent_id":"boss","to_agent_id":"worker","context_id":format!("link:{id}"),
+                                "message_id":"","status":"SUCCESS"}), (400, "LINK_INVALID")),
+        (Some(token("worker", "globex", &[Role::Agent])), receipt("boss", "worker"), (403, "TENANT_FORBIDDEN")),
+        (worker.clone(), json!({"to_agent_id":"worker"}), (422, "")),
+    ] {
+        let (status, answer) = post(receipts.clone(), bearer, body.clone()).await;
+        assert_eq!(status, expected.0, "{body}: {answer}");
+        if !expected.1.is_empty() {
+            assert_eq!(code(&answer), expected.1, "{body}: {answer}");
+        }
+        assert!(answer["error_message"].is_string(), "a JSON error body: {answer}");
+    }
+    let (status, body) = post("/api/links/nope/receipts".into(), worker.clone(), receipt("boss", "worker")).await;
+    assert_eq!((status, code(&body)), (404, "LINK_NOT_FOUND"));
+    let disable = registry
+        .http
+        .put(format!("{}/api/links/{id}", registry.url))
+        .bearer_auth(&admin)
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(disable.status(), 200);
+    let (status, body) = post(receipts, worker, receipt("boss", "worker")).await;
+    assert_eq!((status, code(&body)), (409, "LINK_DISABLED"));
+    registry.stop().await;
+}
+
 /// A Server-Sent Events reader over a raw response.
 struct EventStream {
     response: reqwest::Response,
@@ -370,6 +461,12 @@ async fn events_arrive_in_order_and_a_stream_resumes_after_its_last_event() {
     send(&registry, reqwest::Method::PUT, &format!("/api/links/{id}"), Some(json!({"enabled":true}))).await;
     let (status, body) = send(&registry, reqwest::Method::POST, &messages, Some(message)).await;
     assert_eq!(status, 201, "{body}");
+    // Received is the receiver's word: its receipt, not the sender's record, publishes it.
+    let receipt = json!({"from_agent_id":"a","to_agent_id":"b","context_id":format!("link:{id}"),
+                         "message_id":"a2a-m1","status":"SUCCESS"});
+    let (status, body) =
+        send(&registry, reqwest::Method::POST, &format!("/api/links/{id}/receipts"), Some(receipt)).await;
+    assert_eq!(status, 202, "{body}");
     agents[1].answer_health(500);
     send(&registry, reqwest::Method::DELETE, &format!("/api/links/{id}"), None).await;
 

@@ -104,20 +104,22 @@ impl<H: AgentHandler> AgentState<H> {
 /// The routes of an agent answering seed tasks: `POST /tasks/send`, the A2A bindings over the
 /// same handler and the same task store, the card and `/health`. `surface` is the public card
 /// (a [`CardDocument`] alone) or a [`Surface`] with an extended card. With `join`, A2A turns in a
-/// conversation of the agent's bus topic share its history. Add
-/// [`mesh_server::http::with_common_layers`] around it to serve it.
+/// conversation of the agent's bus topic share its history. With `graph`, a link message the
+/// handler processed is reported to the registry. Add [`mesh_server::http::with_common_layers`]
+/// around it to serve it.
 pub fn agent_router<H: AgentHandler>(
     surface: impl Into<Surface>,
     handler: H,
     metrics: Arc<ServiceMetrics>,
     store: TaskStore,
     join: Option<mesh_bus::ConversationJoin>,
+    graph: Option<Arc<crate::graph::AgentGraph>>,
     settings: impl Into<EngineSettings>,
 ) -> Router {
     let surface = Arc::new(surface.into());
     let card = surface.card().clone();
     let handler = Arc::new(handler);
-    let engine = TaskEngine::with_settings(store, Arc::new(SeedTasks::new(handler.clone(), join)), settings.into());
+    let engine = TaskEngine::with_settings(store, Arc::new(SeedTasks::new(handler.clone(), join, graph)), settings.into());
     let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
     metrics.set_circuits(move || handler.circuits());

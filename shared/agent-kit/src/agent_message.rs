@@ -32,7 +32,7 @@ use crate::graph::AgentGraph;
 
 /// The skill's id, in cards and in the `skill` key of a task's data part.
 pub const SEND_AGENT_MESSAGE_SKILL_ID: &str = "send_agent_message";
-/// Attempts to record a sent message at the registry, the first included.
+/// Attempts to record a sent message (or a receipt) at the registry, the first included.
 const RECORD_ATTEMPTS_MAX: usize = 3;
 /// First wait before recording again; it doubles each time, with jitter.
 const RECORD_RETRY_DELAY_MIN_MS: u64 = 100;
@@ -170,21 +170,33 @@ async fn record_message(
     link_id: &str,
     record: &NewLinkMessage,
 ) -> Option<mesh_protocol::graph::LinkMessage> {
+    let registry = graph.registry();
+    at_registry(link_id, "the registry did not record the agent message", || {
+        registry.record_link_message(link_id, record)
+    })
+    .await
+}
+
+/// Runs `call` at the registry, retrying what time can fix (no answer, 5xx, 429) with backoff;
+/// `None`, logged with `failure`, when it could not.
+pub(crate) async fn at_registry<T, F, Fut>(link_id: &str, failure: &str, call: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ClientError>>,
+{
     let backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(RECORD_RETRY_DELAY_MIN_MS))
         .with_max_delay(Duration::from_millis(RECORD_RETRY_DELAY_MAX_MS))
         .with_jitter()
         .with_max_times(RECORD_ATTEMPTS_MAX - 1);
-    let registry = graph.registry();
-    (|| registry.record_link_message(link_id, record))
-        .retry(backoff)
+    call.retry(backoff)
         .when(|error| match error {
             ClientError::Transport { .. } => true,
             ClientError::Status { status, .. } => *status >= 500 || *status == 429,
             ClientError::Decode { .. } | ClientError::InvalidUrl { .. } | ClientError::InvalidCredential => false,
         })
         .await
-        .inspect_err(|error| tracing::warn!(link = link_id, %error, "the registry did not record the agent message"))
+        .inspect_err(|error| tracing::warn!(link = link_id, %error, "{failure}"))
         .ok()
 }
 

@@ -373,8 +373,8 @@ impl AgentApp {
             None => None,
         };
         let join = bus.as_ref().map(crate::bus::BusRunner::join);
-        let app = Self::assemble(config, card, http, extras, |card, metrics, store, limits| {
-            agent_router(card, handler, metrics, store, join, limits)
+        let app = Self::assemble(config, card, http, extras, |card, metrics, store, limits, graph| {
+            agent_router(card, handler, metrics, store, join, graph, limits)
         });
         Ok(Self { bus, ..app.await? })
     }
@@ -388,7 +388,7 @@ impl AgentApp {
         handler: T,
         http: HttpClient,
     ) -> Result<Self, KitError> {
-        Self::assemble(config, card, http, AgentExtras::default(), |card, metrics, store, limits| {
+        Self::assemble(config, card, http, AgentExtras::default(), |card, metrics, store, limits, _graph| {
             task_agent_router(card, handler, metrics, store, limits)
         })
         .await
@@ -399,7 +399,7 @@ impl AgentApp {
         mut card: AgentCard,
         http: HttpClient,
         extras: AgentExtras,
-        routes: impl FnOnce(Surface, Arc<ServiceMetrics>, TaskStore, EngineSettings) -> axum::Router,
+        routes: impl FnOnce(Surface, Arc<ServiceMetrics>, TaskStore, EngineSettings, Option<Arc<AgentGraph>>) -> axum::Router,
     ) -> Result<Self, KitError> {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;
@@ -516,7 +516,7 @@ impl AgentApp {
         if let Some(extended) = extended {
             surface = surface.with_extended_card(CardDocument::private(extended)?, extended_card_token);
         }
-        let mut router = routes(surface, metrics.clone(), store.clone(), engine);
+        let mut router = routes(surface, metrics.clone(), store.clone(), engine, graph.clone());
         if extras.routes.has_routes() {
             router = router.merge(extras.routes.route_layer(mesh_server::http::track_requests(metrics.clone())));
         }

@@ -10,13 +10,16 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use mesh_client::{
     CallReportFlusher, CallReportSettings, CallReporter, CallScope, HttpClient, MeshCaller, RegistryClient,
     follow_policy,
 };
-use mesh_graph::{LinkCache, LinkContext};
+use mesh_graph::{LinkCache, LinkContext, LinkReceipt};
 use mesh_protocol::a2a::v1::Message;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::app::{AgentConfig, KitError};
@@ -31,7 +34,14 @@ pub struct AgentGraph {
     flusher: Mutex<Option<CallReportFlusher>>,
     registry: RegistryClient,
     refresh: Duration,
+    /// Receipts being posted; beyond [`RECEIPTS_IN_FLIGHT_MAX`] one is dropped.
+    receipts: Arc<Semaphore>,
 }
+
+/// Receipts of processed link messages posted to the registry at once, at most. One more is
+/// dropped and logged: its `agent_message_received` event is lost, the message was processed
+/// all the same.
+pub const RECEIPTS_IN_FLIGHT_MAX: usize = 64;
 
 impl AgentGraph {
     /// The graph of an agent configured by `config`; `None` without a registry (nothing to feed it).
@@ -49,6 +59,7 @@ impl AgentGraph {
             flusher: Mutex::new(Some(flusher)),
             registry,
             refresh: Duration::from_millis(config.graph_refresh_ms.max(1)),
+            receipts: Arc::new(Semaphore::new(RECEIPTS_IN_FLIGHT_MAX)),
         })))
     }
 
@@ -79,9 +90,50 @@ impl AgentGraph {
         tasks
     }
 
+    /// Tells the registry, in the background (retrying what time can fix), that this agent
+    /// processed a message it received over `link`, so the registry publishes
+    /// `agent_message_received` from the receiver's word rather than the sender's.
+    pub(crate) fn report_receipt(&self, link: &LinkContext, receipt: LinkReceipt) {
+        let Ok(permit) = self.receipts.clone().try_acquire_owned() else {
+            tracing::warn!(link = %link.link_id, "too many receipts in flight; this one is dropped");
+            return;
+        };
+        let (registry, link_id) = (self.registry.clone(), link.link_id.clone());
+        tokio::spawn(
+            async move {
+                let failure = "the registry did not take the receipt of a link message";
+                crate::agent_message::at_registry(&link_id, failure, || registry.record_link_receipt(&link_id, &receipt))
+                    .await;
+                drop(permit);
+            }
+            .instrument(tracing::Span::current()),
+        );
+    }
+
     /// The `graph` component of `/health`: the cache and the call reports' counters.
     pub fn report(&self) -> Value {
         json!({"links": self.links.report(), "call_reports": self.reporter.counts()})
+    }
+}
+
+/// The receipt of a link message `receiver` processed: the message `message_id` in task
+/// `task_id`, for `tenant`, ending `status`.
+pub(crate) fn receipt_of(
+    link: &LinkContext,
+    receiver: &str,
+    message_id: &str,
+    task_id: &str,
+    tenant: &str,
+    status: mesh_protocol::graph::OutcomeStatus,
+) -> LinkReceipt {
+    LinkReceipt {
+        from_agent_id: link.from_agent_id.clone(),
+        to_agent_id: receiver.to_owned(),
+        context_id: link.context_id(),
+        message_id: message_id.to_owned(),
+        task_id: Some(task_id.to_owned()),
+        status,
+        tenant: Some(tenant.to_owned()).filter(|t| !t.is_empty()),
     }
 }
 

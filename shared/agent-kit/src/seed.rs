@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use mesh_bus::{ConversationJoin, JoinedTurn};
 use mesh_protocol::a2a::v1::{self, Artifact, JsonObject, Task, TaskState, TaskStatus};
+use mesh_protocol::graph::OutcomeStatus;
 use mesh_protocol::seed::{self, ResponseStatus};
 use serde_json::{Value, json};
 
@@ -14,7 +15,7 @@ use mesh_a2a_server::{TaskEvents, TaskHandler, Turn};
 use mesh_server::ErrorResponse;
 
 use crate::error::AgentError;
-use crate::graph::inbound_link;
+use crate::graph::{AgentGraph, inbound_link, receipt_of};
 
 /// Name of the artifact holding a seed handler's reply.
 const REPLY_ARTIFACT_NAME: &str = "result";
@@ -28,11 +29,13 @@ pub struct SeedTasks<H> {
     /// With the conversation bus: turns whose `contextId` is a conversation on the agent's topic
     /// take their history from it and are written to it.
     join: Option<ConversationJoin>,
+    /// With a registry: a processed link message is reported to it.
+    graph: Option<Arc<AgentGraph>>,
 }
 
 impl<H> SeedTasks<H> {
-    pub fn new(handler: Arc<H>, join: Option<ConversationJoin>) -> Self {
-        Self { handler, join }
+    pub fn new(handler: Arc<H>, join: Option<ConversationJoin>, graph: Option<Arc<AgentGraph>>) -> Self {
+        Self { handler, join, graph }
     }
 }
 
@@ -60,13 +63,15 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
                 history.iter().map(seed_message).collect()
             }
         };
+        let link = inbound_link(&turn.message, &turn.call);
+        let receiver = turn.call.agent().to_owned();
         let input = TaskInput {
             task_id: turn.task_id,
             request_id: None,
             text: text_of(&turn.message.parts),
             data: data_of(&turn.message.parts),
             messages,
-            link: inbound_link(&turn.message, &turn.call),
+            link: link.clone(),
             call: turn.call,
         };
         let outcome = tokio::select! {
@@ -74,6 +79,16 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
             // Canceled: the task is already marked so; stop working on it.
             () = turn.cancellation.cancelled() => return,
         };
+        if let (Some(graph), Some(link)) = (&self.graph, &link) {
+            let status = match &outcome {
+                Ok(_) => OutcomeStatus::Success,
+                Err(AgentError::Timeout(_)) => OutcomeStatus::Timeout,
+                Err(_) => OutcomeStatus::Error,
+            };
+            let receipt =
+                receipt_of(link, &receiver, &turn.message.message_id, events.task_id(), &turn.tenant, status);
+            graph.report_receipt(link, receipt);
+        }
         if let (Some(join), Some(joined)) = (&self.join, &joined) {
             // The answer joins the conversation as a bus answer would: a failure is an answer too.
             let text = match &outcome {

@@ -1,8 +1,9 @@
 //! The communication graph between two real agents (a boss and a worker) on port 0, fed by a
 //! small registry stand-in serving the contract's `GET /api/policy` (with `ETag`s), agent
-//! lookups, `POST /api/events/calls` and `POST /api/links/{id}/messages`: the link check on
-//! every binding, before sending, in both modes; agent messages in the link's conversation;
-//! answers over a one-way link; call reports.
+//! lookups, `POST /api/events/calls`, `POST /api/links/{id}/messages` and
+//! `POST /api/links/{id}/receipts`: the link check on every binding, before sending, in both
+//! modes; agent messages in the link's conversation, and their receipts from the receiver; answers
+//! over a one-way link; call reports.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -18,10 +19,12 @@ use mesh_agent_kit::call_agent::WithCallAgent;
 use mesh_agent_kit::graph::AgentGraph;
 use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentExtras, AgentHandler, AgentReply, TaskInput};
 use mesh_client::{CallerSettings, Discovery, HttpClient, MeshCaller, RegistryClient};
+use mesh_graph::LinkReceipt;
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::call::CALL_CHAIN_HEADER;
 use mesh_protocol::graph::{
     CallReport, CallReports, GraphMode, GraphPolicy, Link, LinkDirection, LinkRelationship, LinkSource, NewLinkMessage,
+    OutcomeStatus,
 };
 use mesh_protocol::registry::Registration;
 use mesh_protocol::seed::{Part, TaskResponse};
@@ -49,6 +52,7 @@ struct Registry {
     not_modified: Mutex<u64>,
     calls: Mutex<Vec<CallReport>>,
     messages: Mutex<Vec<(String, NewLinkMessage)>>,
+    receipts: Mutex<Vec<(String, LinkReceipt)>>,
 }
 
 #[derive(Debug)]
@@ -65,6 +69,7 @@ impl FakeRegistry {
             not_modified: Mutex::default(),
             calls: Mutex::default(),
             messages: Mutex::default(),
+            receipts: Mutex::default(),
         });
         let router = Router::new()
             .route("/register", post(register))
@@ -75,6 +80,7 @@ impl FakeRegistry {
             .route("/api/policy", get(policy_feed))
             .route("/api/events/calls", post(report_calls))
             .route("/api/links/{id}/messages", post(record_message))
+            .route("/api/links/{id}/receipts", post(record_receipt))
             .with_state(state.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("the fake registry binds");
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -134,6 +140,15 @@ async fn record_message(
         "task_id": message.task_id, "text": message.text, "reply": message.reply, "status": message.status,
         "sent_at": "2026-11-24T00:00:00Z"});
     (StatusCode::CREATED, Json(body))
+}
+
+async fn record_receipt(
+    State(state): State<Arc<Registry>>,
+    Path(link_id): Path<String>,
+    Json(receipt): Json<LinkReceipt>,
+) -> impl IntoResponse {
+    state.receipts.lock().unwrap().push((link_id, receipt));
+    (StatusCode::ACCEPTED, Json(json!({"status": "success", "message": "received"})))
 }
 
 fn policy(mode: GraphMode, links: &[(&str, &str, &str, LinkDirection, bool)]) -> GraphPolicy {
@@ -330,6 +345,19 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     let recorded: Vec<(&str, &str, &str)> =
         messages.iter().map(|(link, m)| (link.as_str(), m.from_agent_id.as_str(), m.context_id.as_str())).collect();
     assert_eq!(recorded, [("l1", "boss", "link:l1"), ("l1", "worker", "link:l1")]);
+    // Each receiver reported that it processed its message, naming the message and its task.
+    eventually("both receipts are posted", async || registry.state.receipts.lock().unwrap().len() == 2).await;
+    let mut receipts = registry.state.receipts.lock().unwrap().clone();
+    receipts.sort_by(|a, b| a.1.to_agent_id.cmp(&b.1.to_agent_id));
+    let ends: Vec<(&str, &str, &str, &str)> = receipts
+        .iter()
+        .map(|(link, r)| (link.as_str(), r.from_agent_id.as_str(), r.to_agent_id.as_str(), r.context_id.as_str()))
+        .collect();
+    assert_eq!(ends, [("l1", "worker", "boss", "link:l1"), ("l1", "boss", "worker", "link:l1")]);
+    let to_worker = &receipts[1].1;
+    assert_eq!((to_worker.status, to_worker.tenant.as_deref()), (OutcomeStatus::Success, None));
+    assert_eq!(to_worker.task_id, sent.task_id, "the receiver's task that processed it");
+    assert!(!to_worker.message_id.is_empty());
 
     // Every call sent was reported; the refused one was not.
     eventually("the calls are reported", async || registry.state.calls.lock().unwrap().len() >= 3).await;

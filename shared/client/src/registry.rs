@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{HeaderValue, Method, StatusCode, header};
+use mesh_graph::LinkReceipt;
 use mesh_protocol::graph::{CallReports, CallReportsAccepted, GraphPolicy, LinkMessage, NewLinkMessage};
 use mesh_protocol::registry::{
     AgentList, AgentPick, AgentRecord, CapabilityAgents, Registration, RegistryStats, StatusMessage,
@@ -148,6 +149,16 @@ impl RegistryClient {
         self.on_any_replica(|base| {
             let url = endpoint(base, &["api", "links", link_id, "messages"]);
             async move { self.http.call_json(Method::POST, &url, Some(message), self.timeout).await }
+        })
+        .await
+    }
+
+    /// Reports that this agent processed a message it received over link `link_id`
+    /// (`POST /api/links/{id}/receipts`): the registry publishes `agent_message_received`.
+    pub async fn record_link_receipt(&self, link_id: &str, receipt: &LinkReceipt) -> Result<StatusMessage, ClientError> {
+        self.on_any_replica(|base| {
+            let url = endpoint(base, &["api", "links", link_id, "receipts"]);
+            async move { self.http.call_json(Method::POST, &url, Some(receipt), self.timeout).await }
         })
         .await
     }

@@ -11,5 +11,5 @@ mod policy;
 
 pub use cache::{CacheReport, FeedState, LinkCache};
 pub use conversations::{CONVERSATIONS_MAX_DEFAULT, Conversations};
-pub use link::{FROM_AGENT_METADATA_KEY, LINK_ID_METADATA_KEY, LinkContext, RELATIONSHIP_METADATA_KEY};
+pub use link::{FROM_AGENT_METADATA_KEY, LINK_ID_METADATA_KEY, LinkContext, LinkReceipt, RELATIONSHIP_METADATA_KEY};
 pub use policy::{Allowance, Decision, Denial, DenialReason, GRAPH_LINKS_MAX, Policy, PolicyError};

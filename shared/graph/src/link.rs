@@ -1,7 +1,7 @@
 //! The link context an agent message carries (seed 004's `InboundMessage` metadata): which link,
 //! which agent sent it, and what the sender is to its receiver.
 
-use mesh_protocol::graph::{Link, LinkRelationship, link_context_id};
+use mesh_protocol::graph::{Link, LinkRelationship, OutcomeStatus, link_context_id};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -51,6 +51,30 @@ impl LinkContext {
         };
         (context_id == Some(context.context_id().as_str())).then_some(context)
     }
+}
+
+/// What the receiving agent of a link message reports to the registry once it has processed it
+/// (`POST /api/links/{id}/receipts`); the registry publishes `agent_message_received` from it, so
+/// the event says the message was processed, not only that its sender sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LinkReceipt {
+    /// The agent that sent the message.
+    pub from_agent_id: String,
+    /// The agent that processed it, which posts the receipt.
+    pub to_agent_id: String,
+    /// The link's conversation, `link:{id}`.
+    pub context_id: String,
+    /// The A2A `messageId` of the message processed.
+    pub message_id: String,
+    /// The receiver's task that processed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// How the processing ended.
+    pub status: OutcomeStatus,
+    /// The tenant of the call that carried the message (`None`: the default tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 #[cfg(test)]

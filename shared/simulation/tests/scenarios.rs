@@ -454,6 +454,7 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
                     metrics,
                     tasks,
                     None,
+                    None,
                     mesh_a2a_server::TaskLimits::default(),
                 );
                 let limits = HttpLimits { allowed_hosts: simulated_hosts().allowed_hosts, ..HttpLimits::default() };
