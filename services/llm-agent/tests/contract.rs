@@ -109,7 +109,8 @@ async fn an_llm_callee_has_the_handoff_in_its_prompt_and_passes_it_on() {
     assert_eq!(body.error_code, "TASK_INVALID_INPUT");
     assert!(body.error_message.contains(HANDOFF_METADATA_KEY), "{}", body.error_message);
     let mut big = TaskRequest::from_text(None, "hello", None);
-    big.metadata.insert(HANDOFF_METADATA_KEY.into(), json!({"prior_agents": vec!["x"; 100]}));
+    let many_agents = vec!["x"; 100];
+    big.metadata.insert(HANDOFF_METADATA_KEY.into(), json!({"prior_agents": many_agents}));
     send_task(&mesh.http, &recorder_url, &big, CALL_TIMEOUT).await.unwrap();
     let trimmed = recorder.seen.lock().unwrap().last().cloned().flatten().unwrap();
     assert_eq!(trimmed.prior_agents.len(), mesh_protocol::handoff::HANDOFF_PRIOR_AGENTS_MAX);
