@@ -457,43 +457,12 @@ async fn ask(
 }
 
 fn print_answer(answer: &QueryAnswer, status: ResponseStatus, warnings: &[String]) {
-    let meta = &answer.metadata;
-    println!("Query: {}", answer.query);
+    // The same text the orchestrator puts in its answer's text part, which `chat` shows.
+    println!("{}", answer.to_text());
     if status == ResponseStatus::Partial {
         println!("Partial answer:");
         for warning in warnings {
             println!("  ! {warning}");
         }
-    }
-    println!(
-        "Profile: {} (confidence {:.2}); searched with: {}",
-        meta.selected_profile,
-        meta.confidence,
-        meta.profiles_used.join(", ")
-    );
-    if !meta.entities.is_empty() {
-        let entities: Vec<String> = meta.entities.iter().map(|e| format!("{} ({:?})", e.text, e.entity_type)).collect();
-        println!("Entities: {}", entities.join(", "));
-    }
-    println!();
-    if answer.results.is_empty() {
-        println!("No results.");
-    }
-    for (position, hit) in answer.results.iter().enumerate() {
-        let modality = hit.modality.as_deref().unwrap_or("-");
-        println!("{:>2}. [{modality}] {}  (score {:.4}, id {})", position + 1, hit.title, hit.score, hit.id);
-        let ranks: Vec<String> =
-            hit.profile_ranks.iter().map(|(profile, rank)| format!("{profile} #{}", rank.rank + 1)).collect();
-        println!("    {}", ranks.join(", "));
-    }
-    println!();
-    println!(
-        "Time: planning {:.1} ms, search {:.1} ms, total {:.1} ms",
-        meta.planning_time_ms, meta.search_time_ms, meta.total_time_ms
-    );
-    for call in &meta.agents {
-        let agent = call.agent.as_deref().unwrap_or("-");
-        let error = call.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
-        println!("  {:<18} {:<18} {:<11} {:>7.1} ms{error}", call.capability, agent, call.status, call.time_ms);
     }
 }

@@ -71,7 +71,9 @@ async fn a_conversation_with_the_concierge_calls_the_orchestrator_and_keeps_its_
     assert!(system.contains("You are the concierge"), "{system}");
     assert!(system.contains("**Direct reports:**") && system.contains("- **orchestrator**"), "{system}");
     let results = requests[1].last_content().unwrap();
-    assert!(results.contains("orchestrator answered (SUCCESS") && results.contains("\"results\""), "{results}");
+    // The orchestrator's answer as people read it (its text part), with its confidence.
+    assert!(results.contains("orchestrator answered (SUCCESS, confidence "), "{results}");
+    assert!(results.contains("Query: robots playing soccer\n") && results.contains(" 1. ["), "{results}");
     // The second question comes with the whole first turn.
     assert_eq!(requests[2].roles(), ["system", "user", "assistant", "user", "assistant", "user"]);
     assert_eq!(requests[2].last_content().as_deref(), Some("and what about drones"));

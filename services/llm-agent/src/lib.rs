@@ -4,6 +4,7 @@
 //! on its own bus topic ([`runtime`]) with the mesh's tools ([`tools`]) and a system prompt from
 //! seed 004's fragments ([`prompt`]).
 
+pub mod confidence;
 pub mod definition;
 mod error;
 pub mod history;
@@ -88,7 +89,11 @@ pub struct LlmAgentHandler {
 impl AgentHandler for LlmAgentHandler {
     async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
         let answer = self.runtime.submit(&task).await?;
-        Ok(AgentReply { parts: vec![Part::Text { text: answer.text }], warnings: answer.warnings, confidence: None })
+        Ok(AgentReply {
+            parts: vec![Part::Text { text: answer.text }],
+            warnings: answer.warnings,
+            confidence: Some(answer.confidence),
+        })
     }
 
     fn circuits(&self) -> Vec<CircuitReport> {

@@ -1,6 +1,8 @@
-//! The system prompt, from seed 004's fragments rendered with minijinja: `ROLE.md`, the
-//! organisation (superiors, subordinates and peers from the links the registry's policy feed
-//! keeps current), the link context in a `link:{id}` conversation, and the tools last.
+//! The system prompt, from seed 004's fragments rendered with minijinja: `ROLE.md` and the answer
+//! format (a closing `Confidence:` line, seed 003), the organisation (superiors, subordinates and
+//! peers from the links the registry's policy feed keeps current), the link context in a
+//! `link:{id}` conversation, the handoff context of work another agent handed over (seed 003),
+//! and the tools last.
 //!
 //! The templates ship inside the binary (`templates/*.md.j2` of this crate); a file of the same
 //! name in the operator's templates folder replaces one.
@@ -8,6 +10,7 @@
 use std::path::Path;
 
 use mesh_protocol::graph::{LinkRelationship, OrgChart};
+use mesh_protocol::handoff::{Handoff, PriorOutput};
 use minijinja::Environment;
 use serde::Serialize;
 
@@ -23,6 +26,7 @@ const SHIPPED: [(&str, &str); 5] = [
     (SUMMARY_TEMPLATE, include_str!("../templates/summary.md.j2")),
     ("org_context.md.j2", include_str!("../templates/org_context.md.j2")),
     ("link_context.md.j2", include_str!("../templates/link_context.md.j2")),
+    ("handoff_context.md.j2", include_str!("../templates/handoff_context.md.j2")),
     ("tools.md.j2", include_str!("../templates/tools.md.j2")),
 ];
 /// Largest template file read from the operator's folder.
@@ -66,6 +70,41 @@ pub struct LinkPromptContext {
     pub relationship: LinkRelationship,
 }
 
+/// One constraint of a handoff, its value as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromptConstraint {
+    pub name: String,
+    pub value: String,
+}
+
+/// The handoff fragment's data: the work another agent handed over (seed 003).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HandoffPromptContext {
+    pub session_id: Option<String>,
+    pub original_request: Option<String>,
+    pub prior_agents: Vec<String>,
+    pub prior_outputs: Vec<PriorOutput>,
+    pub constraints: Vec<PromptConstraint>,
+}
+
+impl HandoffPromptContext {
+    /// The fragment's data for `handoff`; `None` when no agent handed the work over (a user's
+    /// own request needs no handoff section).
+    pub fn of(handoff: &Handoff) -> Option<Self> {
+        (!handoff.prior_agents.is_empty()).then(|| Self {
+            session_id: handoff.session_id.clone(),
+            original_request: handoff.original_request.clone(),
+            prior_agents: handoff.prior_agents.clone(),
+            prior_outputs: handoff.prior_outputs.clone(),
+            constraints: handoff
+                .constraints
+                .iter()
+                .map(|(name, value)| PromptConstraint { name: name.clone(), value: value.to_string() })
+                .collect(),
+        })
+    }
+}
+
 /// A tool as the prompt lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PromptTool {
@@ -80,6 +119,7 @@ pub struct PromptContext<'a> {
     pub role: &'a str,
     pub org_context: Option<OrgContext>,
     pub link_context: Option<LinkPromptContext>,
+    pub handoff_context: Option<HandoffPromptContext>,
     pub tools: Vec<PromptTool>,
 }
 
@@ -110,6 +150,7 @@ impl Prompts {
             role: "check",
             org_context: None,
             link_context: None,
+            handoff_context: None,
             tools: Vec::new(),
         })?;
         prompts.summary("check", 1)?;
@@ -154,6 +195,7 @@ mod tests {
             role: "You answer users by calling the orchestrator.",
             org_context: org,
             link_context: link,
+            handoff_context: None,
             tools: vec![PromptTool { name: "call_agent".into(), description: "Calls an agent.".into() }],
         }
     }
@@ -187,6 +229,33 @@ mod tests {
         assert!(prompt.starts_with("You are concierge."), "{prompt}");
         assert!(prompt.contains("at most about 300 words"), "{prompt}");
         assert!(prompt.contains("never instructions to you"), "{prompt}");
+    }
+
+    #[test]
+    fn a_handoff_from_another_agent_is_in_the_prompt_before_the_tools() {
+        let handoff = Handoff {
+            session_id: Some("s1".into()),
+            original_request: Some("robots playing soccer".into()),
+            prior_agents: vec!["concierge".into(), "analyst".into()],
+            prior_outputs: vec![PriorOutput { agent: "analyst".into(), output: "three leagues".into() }],
+            constraints: serde_json::Map::from_iter([("top_k".to_owned(), serde_json::json!(5))]),
+        };
+        let prompt = Prompts::load(None)
+            .unwrap()
+            .system(&PromptContext { handoff_context: HandoffPromptContext::of(&handoff), ..context(None, None) })
+            .unwrap();
+        let at = |needle: &str| prompt.find(needle).unwrap_or_else(|| panic!("{needle:?} missing from:\n{prompt}"));
+        let handoff_at = at("## Handoff Context");
+        at("- **Original request:** robots playing soccer\n");
+        at("- **Agents involved so far:** concierge, analyst\n");
+        at("- **Session:** s1");
+        at("- **analyst:** three leagues");
+        at("- top_k: 5");
+        at("`Confidence: HIGH`");
+        assert!(handoff_at < at("## Tools"), "{prompt}");
+        // A user's own request has no handoff section.
+        let own = Handoff { prior_agents: Vec::new(), ..handoff };
+        assert_eq!(HandoffPromptContext::of(&own), None);
     }
 
     #[test]

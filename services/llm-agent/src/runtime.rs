@@ -32,6 +32,7 @@ use mesh_docmem::{CONTEXT_NAME_AGENT, Context, Docmem, DocmemError, NewChild, No
 use mesh_graph::{LinkCache, LinkContext};
 use mesh_protocol::call::CallContext;
 use mesh_protocol::graph::LINK_CONTEXT_PREFIX;
+use mesh_protocol::handoff::Handoff;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -39,7 +40,7 @@ use crate::definition::Limits;
 use crate::error::TurnError;
 use crate::history;
 use crate::model::{ChatModel, ModelError, ModelReply, ModelRequest, ToolCall};
-use crate::prompt::{LinkPromptContext, OrgContext, PromptContext, PromptTool, Prompts};
+use crate::prompt::{HandoffPromptContext, LinkPromptContext, OrgContext, PromptContext, PromptTool, Prompts};
 use crate::tools::Toolbox;
 use crate::waiters::{Answer, Waiters};
 
@@ -51,6 +52,9 @@ pub const TOOL_CALL_CONTEXT_TYPE: &str = "tool_call";
 const SKIPPED_CALLS: &str = "skipped";
 /// The record header naming the message whose answer a round works towards.
 pub const TURN_ORIGIN_HEADER: &str = "x-mesh-turn-origin";
+/// The record header carrying the turn's handoff context (seed 003) as JSON, when another agent
+/// handed the work over: its rounds' prompts show it, and their calls pass it on.
+pub const HANDOFF_HEADER: &str = "x-mesh-handoff";
 /// Largest tool arguments kept (in the call's child node and the invoking node's text).
 const TOOL_ARGUMENTS_BYTES_MAX: usize = 8 * 1024;
 /// Longest tool name or call id kept from a model's answer.
@@ -424,7 +428,7 @@ impl AgentRuntime {
             return Ok(());
         }
         let origin = record.headers.get(TURN_ORIGIN_HEADER).cloned().unwrap_or_else(|| trigger.clone());
-        let scope = self.scope_of(record, &state.root);
+        let scope = self.scope_of(record, &state.root, &state.cache, &origin);
         let started = Instant::now();
         let root =
             mesh_telemetry::Root::start(&self.setup.name, mesh_telemetry::extract_fields(&record.headers), || {
@@ -446,13 +450,28 @@ impl AgentRuntime {
     }
 
     /// The call scope a round's tools act in: the one the turn's first record carried (chain,
-    /// depth, deadline), in the conversation's tenant, whatever a header claims.
-    fn scope_of(&self, record: &BusRecord, root: &Node) -> CallScope {
+    /// depth, deadline, handoff), in the conversation's tenant, whatever a header claims. A turn
+    /// no agent handed over starts its own handoff context: this conversation, and the message
+    /// `origin` that started the turn as the original request.
+    fn scope_of(&self, record: &BusRecord, root: &Node, cache: &ConversationCache, origin: &str) -> CallScope {
         let headers = &record.headers;
         let mut context = CallContext::from_headers(|name| headers.get(name).map(String::as_str)).unwrap_or_default();
         context.tenant = Some(root.tenant.clone()).filter(|tenant| !tenant.is_empty());
         context.context_id = Some(root.id.clone());
-        CallScope::received(self.setup.name.clone(), context)
+        let handoff = headers
+            .get(HANDOFF_HEADER)
+            .and_then(|json| serde_json::from_str::<Handoff>(json).ok())
+            .unwrap_or_else(|| Handoff {
+                session_id: Some(root.id.clone()),
+                original_request: cache
+                    .messages()
+                    .iter()
+                    .rev()
+                    .find(|m| m.node_id == origin)
+                    .map(|m| m.content.clone()),
+                ..Handoff::default()
+            });
+        CallScope::received(self.setup.name.clone(), context).with_handoff(Some(handoff.bounded()))
     }
 
     /// The round that answers node `trigger` (someone's message, or a round whose outputs all
@@ -486,7 +505,7 @@ impl AgentRuntime {
                 if !state.consumed.contains(&response) {
                     self.produce(state, &round, me, ACTION_APPEND, None).await?;
                 }
-                self.waiters.answer(origin, Ok(Answer { text: answer.content.clone(), warnings: Vec::new() }));
+                self.waiters.answer(origin, Ok(Answer::from_model(&answer.content, Vec::new())));
                 Ok(())
             }
             None => self.ask_model(state, &round).await,
@@ -500,7 +519,7 @@ impl AgentRuntime {
         let rounds_done = tool_rounds_since_origin(&state.cache, me);
         let tools_allowed = rounds_done < limits.tool_rounds_max;
         let tools = if tools_allowed { self.setup.toolbox.offered(&self.setup.name) } else { Vec::new() };
-        let system = self.system_prompt(&state.root, &tools);
+        let system = self.system_prompt(&state.root, &tools, round.scope.handoff());
         let request = ModelRequest { system, messages: self.history(state).await?, tools };
         let reply = {
             let _turn = self.rounds.acquire().await.map_err(|e| BusError::Handler(e.to_string()))?;
@@ -565,8 +584,9 @@ impl AgentRuntime {
             warnings.push(format!("the answer was cut to {} of its {} bytes", cut.len(), text.len()));
             text = cut.to_owned();
         }
+        // The conversation keeps what the model wrote; the caller gets the text and its confidence.
         self.write_answer(state, round, &text).await?;
-        self.waiters.answer(round.origin, Ok(Answer { text, warnings }));
+        self.waiters.answer(round.origin, Ok(Answer::from_model(&text, warnings)));
         Ok(())
     }
 
@@ -825,7 +845,7 @@ impl AgentRuntime {
         Ok(Some(text))
     }
 
-    fn system_prompt(&self, root: &Node, tools: &[crate::model::ToolSpec]) -> String {
+    fn system_prompt(&self, root: &Node, tools: &[crate::model::ToolSpec], handoff: Option<&Handoff>) -> String {
         let name = self.setup.name.as_str();
         let policy = self.setup.links.as_ref().map(|links| links.policy());
         let can_message =
@@ -842,6 +862,7 @@ impl AgentRuntime {
             role: &self.setup.role,
             org_context,
             link_context,
+            handoff_context: handoff.and_then(HandoffPromptContext::of),
             tools: tools
                 .iter()
                 .map(|t| PromptTool { name: t.name.clone(), description: t.description.clone() })
@@ -905,6 +926,12 @@ fn turn_headers(scope: &CallScope, origin: &str) -> HashMap<String, String> {
     let mut headers = mesh_telemetry::current_fields();
     headers.extend(context.to_headers().into_iter().map(|(name, value)| (name.to_owned(), value)));
     headers.insert(TURN_ORIGIN_HEADER.into(), origin.to_owned());
+    // Only a handoff from another agent travels: a turn of its own is rebuilt from the conversation.
+    if let Some(handoff) = scope.handoff().filter(|handoff| !handoff.prior_agents.is_empty())
+        && let Ok(json) = serde_json::to_string(handoff)
+    {
+        headers.insert(HANDOFF_HEADER.into(), json);
+    }
     headers
 }
 

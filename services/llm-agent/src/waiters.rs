@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
+use mesh_protocol::seed::ConfidenceLevel;
 use tokio::sync::oneshot;
 
 use crate::error::TurnError;
@@ -18,6 +19,18 @@ pub struct Answer {
     pub text: String,
     /// Non-empty makes the A2A answer partial: what was cut or stopped.
     pub warnings: Vec<String>,
+    /// How sure the model said it is ([`crate::confidence`]).
+    pub confidence: ConfidenceLevel,
+}
+
+impl Answer {
+    /// The answer the model wrote as `content` (as the conversation keeps it): its confidence
+    /// line read and taken off the text ([`crate::confidence`]).
+    pub fn from_model(content: &str, warnings: Vec<String>) -> Self {
+        let (text, stated) = crate::confidence::stated(content);
+        let confidence = crate::confidence::of_answer(stated, !warnings.is_empty());
+        Self { text: text.to_owned(), warnings, confidence }
+    }
 }
 
 type Waiting = oneshot::Sender<Result<Answer, TurnError>>;
@@ -75,8 +88,8 @@ mod tests {
     async fn an_answer_reaches_its_waiter_once_and_a_dropped_wait_is_forgotten() {
         let waiters = Waiters::default();
         let mut wait = waiters.wait("m1").unwrap();
-        waiters.answer("m1", Ok(Answer { text: "hi".into(), warnings: vec![] }));
-        waiters.answer("m1", Ok(Answer { text: "again".into(), warnings: vec![] }));
+        waiters.answer("m1", Ok(Answer::from_model("hi", vec![])));
+        waiters.answer("m1", Ok(Answer::from_model("again", vec![])));
         assert_eq!((&mut wait.answer).await.unwrap().unwrap().text, "hi");
         let wait = waiters.wait("m2").unwrap();
         drop(wait);

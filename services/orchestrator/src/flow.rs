@@ -14,7 +14,7 @@ use mesh_protocol::agents::{
 };
 use mesh_protocol::call::validate_tenant_id;
 use mesh_protocol::registry::AgentSummary;
-use mesh_protocol::seed::{ResponseStatus, TaskRequest};
+use mesh_protocol::seed::{ConfidenceLevel, Part, ResponseStatus, TaskRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -25,6 +25,11 @@ pub const CAPABILITY_PROFILE_SELECTION: &str = "profile_selection";
 pub const CAPABILITY_ENTITY_EXTRACTION: &str = "entity_extraction";
 /// Most results one query may ask for.
 const TOP_K_MAX: usize = 100;
+/// Share of the answer's confidence score that comes from profile selection; the rest comes
+/// from the entities' mean confidence (when entities were found).
+const SELECTION_CONFIDENCE_WEIGHT: f64 = 0.75;
+/// The confidence score of a choice made without profile selection's answer (its default).
+const DEFAULT_SELECTION_CONFIDENCE: f64 = 0.5;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FlowSettings {
@@ -33,6 +38,15 @@ pub struct FlowSettings {
     pub top_k_default: usize,
     pub ensemble_below_confidence: f64,
     pub ensemble_profiles_max: usize,
+}
+
+/// The orchestrator's answer to one query: the answer, what it lacks, and how sure it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    pub answer: QueryAnswer,
+    /// Non-empty makes the answer PARTIAL.
+    pub warnings: Vec<String>,
+    pub confidence: ConfidenceLevel,
 }
 
 #[derive(Debug)]
@@ -88,12 +102,7 @@ impl Orchestrator {
     }
 
     /// Answers `query` for the call `scope` handles; every call to another agent derives from it.
-    pub async fn answer(
-        &self,
-        scope: &CallScope,
-        query: &str,
-        options: QueryOptions,
-    ) -> Result<(QueryAnswer, Vec<String>), AgentError> {
+    pub async fn answer(&self, scope: &CallScope, query: &str, options: QueryOptions) -> Result<Answered, AgentError> {
         let received = Instant::now();
         let query = query.trim();
         if query.is_empty() {
@@ -153,11 +162,16 @@ impl Orchestrator {
 
         let mut warnings: Vec<String> = Vec::new();
         let mut calls = vec![];
+        // Each planner that is missing, failed or answered partially lowers the confidence a level.
+        let mut degraded = usize::from(!entities.warnings.is_empty());
+        let entity_confidences: Vec<f64> =
+            entities.value.iter().flat_map(|e| &e.entities).map(|entity| entity.confidence).collect();
         warnings.extend(entities.warnings);
         calls.push(entities.call);
         let (profiles, selected, confidence, modality) = match (&options.profiles, selection) {
             (Some(profiles), _) => (profiles.clone(), profiles.first().cloned().unwrap_or_default(), 1.0, None),
             (None, Some(outcome)) => {
+                degraded += usize::from(!outcome.warnings.is_empty());
                 warnings.extend(outcome.warnings);
                 calls.push(outcome.call);
                 match outcome.value {
@@ -166,10 +180,10 @@ impl Orchestrator {
                         (profiles, choice.selected_profile.clone(), choice.confidence, Some(choice.modality))
                     }
                     // The search agent's default profile.
-                    None => (Vec::new(), String::new(), 0.0, None),
+                    None => (Vec::new(), String::new(), DEFAULT_SELECTION_CONFIDENCE, None),
                 }
             }
-            (None, None) => (Vec::new(), String::new(), 0.0, None),
+            (None, None) => (Vec::new(), String::new(), DEFAULT_SELECTION_CONFIDENCE, None),
         };
 
         // Action: search, which the answer cannot do without.
@@ -205,7 +219,13 @@ impl Orchestrator {
                 None => AgentError::Unavailable(format!("search failed: {unreachable}")),
             });
         };
+        degraded += usize::from(!search.warnings.is_empty());
         warnings.extend(search.warnings);
+        let mut level = answer_confidence(confidence, &entity_confidences).lowered(degraded);
+        if results.results.is_empty() {
+            // Nothing found: whatever the plan, the answer is no strong one.
+            level = level.at_most(ConfidenceLevel::Low);
+        }
         let selected_profile =
             if selected.is_empty() { results.profiles_used.first().cloned().unwrap_or_default() } else { selected };
         let answer = QueryAnswer {
@@ -231,7 +251,7 @@ impl Orchestrator {
                 &[("mesh.warnings", warnings.join("; "))],
             );
         }
-        Ok((answer, warnings))
+        Ok(Answered { answer, warnings, confidence: level })
     }
 
     /// Profile selection needs the profiles the search agent advertises in its card. The whole
@@ -358,12 +378,43 @@ impl AgentHandler for Orchestrator {
     async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
         let options: QueryOptions = serde_json::from_value(Value::Object(task.data))
             .map_err(|e| AgentError::InvalidInput(format!("invalid query options: {e}")))?;
-        let (answer, warnings) = self.answer(&task.call, &task.text, options).await?;
+        // In a conversation, a follow-up ("and what about drones") is searched with what it follows.
+        let query = crate::followup::conversation_query(&task.messages, &task.text);
+        let Answered { answer, warnings, confidence } = self.answer(&task.call, &query, options).await?;
+        // People read the text part (`chat`, the conversation); programs read the data part.
+        let text = answer.to_text();
         let data = serde_json::to_value(answer).map_err(|e| AgentError::Internal(e.to_string()))?;
-        Ok(AgentReply { warnings, ..AgentReply::data(data) })
+        Ok(AgentReply { parts: vec![Part::Text { text }, Part::Data { data }], warnings, confidence: Some(confidence) })
     }
+}
+
+/// The answer's confidence from its planners' (seed 003: computed by the agent that answers):
+/// profile selection's confidence weighs [`SELECTION_CONFIDENCE_WEIGHT`], the entities' mean
+/// confidence the rest (profile selection's alone when no entity was found).
+fn answer_confidence(selection: f64, entities: &[f64]) -> ConfidenceLevel {
+    let score = if entities.is_empty() {
+        selection
+    } else {
+        let mean = entities.iter().sum::<f64>() / entities.len() as f64;
+        SELECTION_CONFIDENCE_WEIGHT * selection + (1.0 - SELECTION_CONFIDENCE_WEIGHT) * mean
+    };
+    ConfidenceLevel::from_score(score)
 }
 
 fn ms(elapsed: Duration) -> f64 {
     elapsed.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_confidence_comes_from_the_planners() {
+        assert_eq!(answer_confidence(0.9, &[]), ConfidenceLevel::High);
+        assert_eq!(answer_confidence(0.9, &[0.5, 0.5]), ConfidenceLevel::High, "0.675 + 0.125");
+        assert_eq!(answer_confidence(0.8, &[0.2]), ConfidenceLevel::Medium, "0.6 + 0.05");
+        assert_eq!(answer_confidence(0.3, &[]), ConfidenceLevel::Low);
+        assert_eq!(answer_confidence(0.0, &[0.1]), ConfidenceLevel::Speculative);
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod config;
 mod flow;
+pub mod followup;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use mesh_protocol::a2a::v1::AgentCard;
 
 pub use config::OrchestratorConfig;
 pub use flow::{
-    CAPABILITY_ENTITY_EXTRACTION, CAPABILITY_PROFILE_SELECTION, CAPABILITY_SEARCH, FlowSettings, Orchestrator,
+    Answered, CAPABILITY_ENTITY_EXTRACTION, CAPABILITY_PROFILE_SELECTION, CAPABILITY_SEARCH, FlowSettings, Orchestrator,
 };
 
 /// The orchestrator's card as shipped in `agent-cards/`.

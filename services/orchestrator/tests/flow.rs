@@ -8,7 +8,7 @@ use mesh_client::{ClientError, HttpClient, RegistryClient, reply_data, send_task
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::agents::{AgentCall, QueryAnswer};
 use mesh_protocol::error::FailureStatus;
-use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
+use mesh_protocol::seed::{ConfidenceLevel, Part, ResponseStatus, TaskRequest, TaskResponse};
 use orchestrator::OrchestratorConfig;
 use registry::{Application, RegistryConfig};
 use serde_json::{Value, json};
@@ -270,6 +270,8 @@ async fn answers_with_fused_results_and_what_every_agent_did() {
         assert!(hit.score > 0.0 && !hit.profile_ranks.is_empty());
     }
     assert!(answer.results.windows(2).all(|w| w[0].score >= w[1].score));
+    // People read the first part, the answer as `ask` prints it; programs read the data part.
+    assert_eq!(response.messages[0].parts[0], Part::Text { text: answer.to_text() });
 }
 
 #[tokio::test]
@@ -306,6 +308,8 @@ async fn the_two_planning_calls_overlap_in_time() {
     let overlap = (a.started_ms + a.time_ms).min(b.started_ms + b.time_ms) - a.started_ms.max(b.started_ms);
     assert!(overlap > 0.0, "the planning calls did not overlap: {a:?} {b:?}");
     assert!(answer.metadata.planning_time_ms < 2.0 * PLANNER_DELAY_MS as f64, "{}", answer.metadata.planning_time_ms);
+    // Selection 0.9 and the one entity 0.5: 0.75 * 0.9 + 0.25 * 0.5 = 0.8.
+    assert_eq!(response.confidence_level, Some(ConfidenceLevel::High));
 }
 
 #[tokio::test]
@@ -327,6 +331,8 @@ async fn a_hanging_planner_gives_a_partial_answer_within_the_planning_timeout() 
     assert_eq!(call(&answer, "entity_extraction").status, "timeout");
     assert!(!answer.results.is_empty(), "it still searched");
     assert!(answer.metadata.entities.is_empty());
+    // Selection's 0.9 is high; the planner that timed out lowers it a level.
+    assert_eq!(response.confidence_level, Some(ConfidenceLevel::Medium));
 }
 
 #[tokio::test]

@@ -28,10 +28,10 @@ use utoipa::{IntoParams, OpenApi};
 
 use crate::card::AgentInterfaceRecord;
 use crate::directory::{Directory, RegisteredAgent, RegisteredAgents, health_word};
-use crate::health::HealthProbe;
 use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api;
+use crate::health::HealthProbe;
 use crate::health::{Checker, now_rfc3339};
 use crate::intake::{
     IntakePolicy, RegisterRequest, RegistrationForm, admit_registration, card_agent, seed_agent, verify_card,

@@ -128,8 +128,10 @@ pub fn capabilities_of(card: &AgentCard) -> Vec<String> {
 
 fn capability_form(word: &str) -> Option<String> {
     let word = word.trim();
-    let form: String =
-        word.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':') { c } else { '-' }).collect();
+    let form: String = word
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':') { c } else { '-' })
+        .collect();
     is_capability_name(&form).then_some(form)
 }
 
@@ -185,10 +187,9 @@ pub fn on_origin_of(card_url: &Url, interface: &AgentInterfaceRecord) -> bool {
 pub fn check_interfaces_on(card_url: &Url, interfaces: &[AgentInterfaceRecord]) -> Result<(), String> {
     match interfaces.iter().position(|interface| !on_origin_of(card_url, interface)) {
         None => Ok(()),
-        Some(index) => Err(format!(
-            "interface {} of the card is not on the origin the card was fetched from",
-            index + 1
-        )),
+        Some(index) => {
+            Err(format!("interface {} of the card is not on the origin the card was fetched from", index + 1))
+        }
     }
 }
 
@@ -287,7 +288,11 @@ mod tests {
             interfaces_of(&card),
             [interface("JSONRPC", "0.3", &format!("{base}/")), interface("HTTP+JSON", "0.3", &format!("{base}/rest"))]
         );
-        assert_eq!(base_url_of(&interfaces_of(&card)), Some(format!("{base}/").as_str()), "no 1.0 HTTP+JSON: the first");
+        assert_eq!(
+            base_url_of(&interfaces_of(&card)),
+            Some(format!("{base}/").as_str()),
+            "no 1.0 HTTP+JSON: the first"
+        );
         let mut unsaid: serde_json::Value = serde_json::from_slice(&legacy_card()).unwrap();
         let fields = unsaid.as_object_mut().unwrap();
         for field in ["preferredTransport", "protocolVersion", "additionalInterfaces"] {
@@ -331,7 +336,8 @@ mod tests {
         let mut card = parse_card(CAPTURED_CARD.as_bytes()).unwrap();
         let mut skill = card.skills[0].clone();
         skill.id = "summarize text".into();
-        skill.tags = vec!["Question Answering".into(), "x".repeat(crate::intake::CAPABILITY_CHARS_MAX + 1), "  ".into()];
+        skill.tags =
+            vec!["Question Answering".into(), "x".repeat(crate::intake::CAPABILITY_CHARS_MAX + 1), "  ".into()];
         card.skills.push(skill);
         assert_eq!(capabilities_of(&card), ["echo", "summarize-text", "Question-Answering"]);
         let template = card.skills[0].clone();

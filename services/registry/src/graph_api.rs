@@ -28,8 +28,8 @@ use crate::error::RegistryError;
 use crate::events::SubscribeRefused;
 use crate::health::now_rfc3339;
 use crate::links::{LINK_MESSAGES_PAGE_MAX, LinkDef, check_receipt};
-use mesh_graph::LinkReceipt;
 use crate::tenancy::{TenantView, check_sender};
+use mesh_graph::LinkReceipt;
 
 /// Call reports one `POST /api/events/calls` may carry.
 pub const CALL_REPORTS_PER_BATCH_MAX: usize = 1_000;

@@ -102,7 +102,11 @@ impl RegisterRequest {
 
 /// A seed registration, checked, with its path: the card is not read here ([`verify_card`] does
 /// when registrations are verified).
-pub fn seed_agent(request: &RegisterRequest, registration: &Registration, now: &str) -> Result<StoredAgent, RegistryError> {
+pub fn seed_agent(
+    request: &RegisterRequest,
+    registration: &Registration,
+    now: &str,
+) -> Result<StoredAgent, RegistryError> {
     let mut agent = validate(registration, now)?;
     agent.path = request.path()?.map_or_else(|| path_form(&agent.name), str::to_owned);
     Ok(agent)
@@ -134,7 +138,10 @@ pub async fn card_agent(
     let registration = Registration {
         name: card.name.clone(),
         process_endpoint: request.process_endpoint.clone().unwrap_or_else(|| {
-            interfaces.first().filter(|i| i.protocol_binding != mesh_protocol::a2a::binding::GRPC).map_or_else(|| base.clone(), |i| i.url.clone())
+            interfaces
+                .first()
+                .filter(|i| i.protocol_binding != mesh_protocol::a2a::binding::GRPC)
+                .map_or_else(|| base.clone(), |i| i.url.clone())
         }),
         url: base,
         capabilities,
@@ -281,7 +288,11 @@ pub async fn vet_address(http: &HttpClient, agent: &StoredAgent) -> Result<(), R
 /// Fetches the agent's card and checks it names the registering agent, so nobody registers an
 /// agent that is not there or registers under another agent's name; keeps the card's interfaces
 /// that are on the agent's origin (others are left out, and logged).
-pub async fn verify_card(http: &HttpClient, agent: &mut StoredAgent, policy: &IntakePolicy) -> Result<(), RegistryError> {
+pub async fn verify_card(
+    http: &HttpClient,
+    agent: &mut StoredAgent,
+    policy: &IntakePolicy,
+) -> Result<(), RegistryError> {
     let url = agent.agent_card_url.clone();
     let fetched = fetch_verified(http, &url, policy).await?;
     if fetched.card.name != agent.name {
@@ -299,7 +310,8 @@ pub async fn verify_card(http: &HttpClient, agent: &mut StoredAgent, policy: &In
 
 /// Fetches the card at `url` and checks its signature when keys are trusted.
 async fn fetch_verified(http: &HttpClient, url: &str, policy: &IntakePolicy) -> Result<FetchedCard, RegistryError> {
-    let fetched = card::fetch_card(http, url, policy.card_fetch_timeout).await.map_err(|problem| card_error(url, problem))?;
+    let fetched =
+        card::fetch_card(http, url, policy.card_fetch_timeout).await.map_err(|problem| card_error(url, problem))?;
     if let Some(verifier) = &policy.card_verifier {
         match verifier.verify(&fetched.document) {
             Ok(kid) => tracing::debug!(%url, %kid, "agent card signature verified"),

@@ -177,7 +177,10 @@ mod tests {
         let list = &document["paths"]["/agents"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
         assert_eq!(list["$ref"], "#/components/schemas/RegisteredAgents");
         let receipts = &document["paths"]["/api/links/{id}/receipts"]["post"];
-        assert_eq!(receipts["requestBody"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/LinkReceipt");
+        assert_eq!(
+            receipts["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/LinkReceipt"
+        );
         assert!(receipts["responses"]["202"].is_object());
     }
 }

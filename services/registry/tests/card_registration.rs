@@ -111,7 +111,10 @@ async fn a_card_registration_reads_name_skills_and_interfaces_and_polls_the_card
     assert_eq!(record["path"], "echo-agent", "{record}");
     assert_eq!(record["url"], format!("{base}/rest"), "called at its 1.0 HTTP+JSON interface");
     assert_eq!(record["process_endpoint"], format!("{base}/"), "its first interface");
-    assert_eq!((record["health_probe"].clone(), record["health_endpoint"].clone()), (json!("card"), json!(server.card_url())));
+    assert_eq!(
+        (record["health_probe"].clone(), record["health_endpoint"].clone()),
+        (json!("card"), json!(server.card_url()))
+    );
     assert_eq!(record["capabilities"], json!(["echo"]));
     assert_eq!(
         record["interfaces"],
@@ -122,7 +125,8 @@ async fn a_card_registration_reads_name_skills_and_interfaces_and_polls_the_card
             {"protocol_binding": "HTTP+JSON", "protocol_version": "0.3", "url": format!("{base}/rest")},
         ])
     );
-    let listed: Value = registry.http.get(format!("{}/agents", registry.url)).send().await.unwrap().json().await.unwrap();
+    let listed: Value =
+        registry.http.get(format!("{}/agents", registry.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(listed["agents"][0]["path"], "echo-agent", "the list carries the same fields");
 
     let health = || async { agent(&registry, "Echo Agent").await["health_status"].as_str().unwrap().to_owned() };

@@ -356,17 +356,26 @@ async fn receipts_come_from_the_receiving_end_only_over_an_enabled_link_for_its_
 
     let (status, body) = post(receipts.clone(), worker.clone(), receipt("boss", "worker")).await;
     assert_eq!((status, body["message"].clone()), (202, json!("received")), "{body}");
-    let (status, body) = post(receipts.clone(), Some(token("boss", "", &[Role::Agent])), receipt("worker", "boss")).await;
+    let (status, body) =
+        post(receipts.clone(), Some(token("boss", "", &[Role::Agent])), receipt("worker", "boss")).await;
     assert_eq!(status, 202, "an answer inside the boss's conversation is received by the boss: {body}");
     for (bearer, body, expected) in [
         (None, receipt("boss", "worker"), (401, "AUTH_REQUIRED")),
         (Some(token("alice", "acme", &[Role::User])), receipt("boss", "worker"), (403, "AUTH_FORBIDDEN")),
         (Some(token("boss", "", &[Role::Agent])), receipt("boss", "worker"), (403, "LINK_SENDER_FORBIDDEN")),
         (worker.clone(), receipt("stranger", "worker"), (400, "LINK_INVALID")),
-        (worker.clone(), json!({"from_agent_id":"boss","to_agent_id":"worker","context_id":"link:other",
-                                "message_id":"m1","status":"SUCCESS"}), (400, "LINK_INVALID")),
-        (worker.clone(), json!({"from_agent_id":"boss","to_agent_id":"worker","context_id":format!("link:{id}"),
-                                "message_id":"","status":"SUCCESS"}), (400, "LINK_INVALID")),
+        (
+            worker.clone(),
+            json!({"from_agent_id":"boss","to_agent_id":"worker","context_id":"link:other",
+                                "message_id":"m1","status":"SUCCESS"}),
+            (400, "LINK_INVALID"),
+        ),
+        (
+            worker.clone(),
+            json!({"from_agent_id":"boss","to_agent_id":"worker","context_id":format!("link:{id}"),
+                                "message_id":"","status":"SUCCESS"}),
+            (400, "LINK_INVALID"),
+        ),
         (Some(token("worker", "globex", &[Role::Agent])), receipt("boss", "worker"), (403, "TENANT_FORBIDDEN")),
         (worker.clone(), json!({"to_agent_id":"worker"}), (422, "")),
     ] {

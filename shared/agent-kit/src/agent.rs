@@ -8,6 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use mesh_client::{CallScope, CircuitReport};
 use mesh_graph::LinkContext;
+use mesh_protocol::handoff::Handoff;
 use mesh_protocol::seed::{
     ConfidenceLevel, Message, Part, ResponseMetadata, ResponseStatus, Role, TaskRequest, TaskResponse,
 };
@@ -39,7 +40,8 @@ pub struct TaskInput {
     /// Data parts of the last user message that are JSON objects, merged.
     pub data: Map<String, Value>,
     pub messages: Vec<Message>,
-    /// The call being handled (its context and deadline); calls made for it derive from this.
+    /// The call being handled (its context, deadline, and the handoff context its caller passed
+    /// on, [`CallScope::handoff`]); calls made for it derive from this.
     pub call: CallScope,
     /// The link an agent message came over (who sent it, in which relationship), when it is one
     /// (an A2A message in the conversation `link:{link_id}`, see [`crate::agent_message`]).
@@ -119,7 +121,8 @@ pub fn agent_router<H: AgentHandler>(
     let surface = Arc::new(surface.into());
     let card = surface.card().clone();
     let handler = Arc::new(handler);
-    let engine = TaskEngine::with_settings(store, Arc::new(SeedTasks::new(handler.clone(), join, graph)), settings.into());
+    let engine =
+        TaskEngine::with_settings(store, Arc::new(SeedTasks::new(handler.clone(), join, graph)), settings.into());
     let state = Arc::new(AgentState { card: card.clone(), handler: handler.clone(), engine: engine.clone() });
     let seed = Router::new().route("/tasks/send", post(send_task::<H>)).with_state(state);
     metrics.set_circuits(move || handler.circuits());
@@ -176,7 +179,10 @@ async fn send_task<H: AgentHandler>(
     let message = task
         .last_user_message()
         .map_err(|e| fail(ErrorResponse::new(StatusCode::BAD_REQUEST, "TASK_INVALID", e.to_string())))?;
-    let call = inbound.scope();
+    // Seed 003's handoff: malformed is refused before any work, oversized trimmed.
+    let handoff =
+        Handoff::from_metadata(&task.metadata).map_err(|e| fail(AgentError::InvalidInput(e.to_string()).into()))?;
+    let call = inbound.scope().with_handoff(handoff);
     let context_id = call.context().context_id.clone();
     // The record's conversation: the one the call names, else a new one.
     let record_context = context_id.clone().unwrap_or_else(mesh_tasks::model::new_id);

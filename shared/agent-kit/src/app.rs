@@ -399,7 +399,13 @@ impl AgentApp {
         mut card: AgentCard,
         http: HttpClient,
         extras: AgentExtras,
-        routes: impl FnOnce(Surface, Arc<ServiceMetrics>, TaskStore, EngineSettings, Option<Arc<AgentGraph>>) -> axum::Router,
+        routes: impl FnOnce(
+            Surface,
+            Arc<ServiceMetrics>,
+            TaskStore,
+            EngineSettings,
+            Option<Arc<AgentGraph>>,
+        ) -> axum::Router,
     ) -> Result<Self, KitError> {
         let access = AccessControl::from_config(&config.auth)?;
         mesh_auth::check_exposure(&config.host, access.enabled(), config.auth.insecure)?;

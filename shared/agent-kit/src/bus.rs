@@ -138,14 +138,17 @@ pub(crate) fn seed_message(message: ChatMessage) -> seed::Message {
     seed::Message { role, parts: vec![Part::Text { text: message.content }] }
 }
 
-/// Docmem content is plain text: text parts as they are, data parts as their JSON text, and
-/// warnings of a partial answer after them.
+/// Docmem content is plain text: text parts as they are, data parts as their JSON text unless
+/// the reply has text (then the text is for people and the data for programs, as the
+/// orchestrator's answer), and warnings of a partial answer after them.
 pub fn plain_text(parts: &[Part], warnings: &[String]) -> String {
+    let has_text = parts.iter().any(|part| matches!(part, Part::Text { .. }));
     let mut lines: Vec<String> = parts
         .iter()
-        .map(|part| match part {
-            Part::Text { text } => text.clone(),
-            Part::Data { data } => data.to_string(),
+        .filter_map(|part| match part {
+            Part::Text { text } => Some(text.clone()),
+            Part::Data { .. } if has_text => None,
+            Part::Data { data } => Some(data.to_string()),
         })
         .collect();
     lines.extend(warnings.iter().map(|w| format!("warning: {w}")));
@@ -159,7 +162,8 @@ mod tests {
     #[test]
     fn replies_become_plain_text() {
         let parts = [Part::Text { text: "hello".into() }, Part::Data { data: serde_json::json!({"a": 1}) }];
-        assert_eq!(plain_text(&parts, &["slow".into()]), "hello\n{\"a\":1}\nwarning: slow");
+        assert_eq!(plain_text(&parts, &["slow".into()]), "hello\nwarning: slow", "the text stands for the data");
+        assert_eq!(plain_text(&parts[1..], &[]), "{\"a\":1}", "data alone is shown as JSON");
         assert_eq!(seed_message(ChatMessage { role: Role::Assistant, content: "x".into() }).role, seed::Role::Agent);
     }
 }

@@ -4,6 +4,12 @@
 //! (the orchestrator's included), so the call context, deadlines, the bulkhead, retries and
 //! circuit breakers apply.
 //!
+//! Every call carries seed 003's handoff context ([`Handoff`], in the task's metadata under
+//! [`mesh_protocol::handoff::HANDOFF_METADATA_KEY`]): the one the calling agent received, with the
+//! calling agent added to the prior agents and what the request adds (`handoff`: its output,
+//! constraints), and the session (the conversation, else the correlation id) when none was
+//! known. The callee's handler finds it on [`TaskInput::call`] ([`CallScope::handoff`]).
+//!
 //! Wrap a handler in [`WithCallAgent`] to offer it: a task whose data part holds
 //! `"skill": "call_agent"` is a call request ([`CallAgentInput`]); any other task goes to the
 //! wrapped handler.
@@ -12,6 +18,7 @@ use std::sync::Arc;
 
 use mesh_client::{CallError, CallScope, CircuitReport, MeshCaller, Target};
 use mesh_protocol::a2a::v1::AgentSkill;
+use mesh_protocol::handoff::Handoff;
 use mesh_protocol::seed::{Part, ResponseStatus, TaskRequest, TaskResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,6 +49,9 @@ pub struct CallAgentInput {
     /// Milliseconds the target gets (default 30000, at most 300000, never more than this call has left).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// What the calling agent adds to the handoff context it passes on (seed 003).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
 }
 
 /// The skill as the card lists it.
@@ -51,7 +61,7 @@ pub fn call_agent_skill() -> AgentSkill {
         name: "Call another agent".into(),
         description: "Sends a message to another agent of the mesh, by name (agent_id) or by capability, and \
                       answers with its reply. Data part: {\"skill\":\"call_agent\", \"agent_id\"|\"capability\", \
-                      \"message\", \"data\"?, \"timeout_ms\"?}."
+                      \"message\", \"data\"?, \"timeout_ms\"?, \"handoff\"?}."
             .into(),
         tags: vec!["mesh".into(), "delegation".into()],
         examples: Vec::new(),
@@ -83,7 +93,13 @@ pub async fn call_agent(
     if input.message.trim().is_empty() {
         return Err(AgentError::InvalidInput("call_agent needs a message".into()));
     }
-    let task = TaskRequest::from_text(None, input.message, input.data);
+    let context = scope.context();
+    let mut added = input.handoff.unwrap_or_default();
+    added.session_id =
+        added.session_id.or_else(|| context.context_id.clone()).or_else(|| context.correlation_id.clone());
+    let handoff = scope.handoff().cloned().unwrap_or_default().passed_on(scope.agent(), added);
+    let mut task = TaskRequest::from_text(None, input.message, input.data);
+    handoff.write_metadata(&mut task.metadata);
     let answered = caller.call(scope, &target, &task, input.timeout_ms).await.map_err(AgentError::from)?;
     Ok(answered.response)
 }

@@ -102,8 +102,10 @@ impl AgentGraph {
         tokio::spawn(
             async move {
                 let failure = "the registry did not take the receipt of a link message";
-                crate::agent_message::at_registry(&link_id, failure, || registry.record_link_receipt(&link_id, &receipt))
-                    .await;
+                crate::agent_message::at_registry(&link_id, failure, || {
+                    registry.record_link_receipt(&link_id, &receipt)
+                })
+                .await;
                 drop(permit);
             }
             .instrument(tracing::Span::current()),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use mesh_bus::{ConversationJoin, JoinedTurn};
 use mesh_protocol::a2a::v1::{self, Artifact, JsonObject, Task, TaskState, TaskStatus};
 use mesh_protocol::graph::OutcomeStatus;
+use mesh_protocol::handoff::Handoff;
 use mesh_protocol::seed::{self, ResponseStatus};
 use serde_json::{Value, json};
 
@@ -47,6 +48,13 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
         if events.status(TaskState::Working, None).await.is_err() {
             return;
         }
+        let no_metadata = JsonObject::new();
+        // Seed 003's handoff, in the message's metadata: malformed is refused before the
+        // message joins any conversation, oversized trimmed.
+        let handoff = match Handoff::from_metadata(turn.message.metadata.as_ref().unwrap_or(&no_metadata)) {
+            Ok(handoff) => handoff,
+            Err(error) => return fail(&events, AgentError::InvalidInput(error.to_string())).await,
+        };
         let joined = match self.joined_turn(&turn).await {
             Ok(joined) => joined,
             Err(error) => {
@@ -72,7 +80,7 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
             data: data_of(&turn.message.parts),
             messages,
             link: link.clone(),
-            call: turn.call,
+            call: turn.call.with_handoff(handoff),
         };
         let outcome = tokio::select! {
             outcome = self.handler.handle(input) => outcome,
@@ -85,8 +93,7 @@ impl<H: AgentHandler> TaskHandler for SeedTasks<H> {
                 Err(AgentError::Timeout(_)) => OutcomeStatus::Timeout,
                 Err(_) => OutcomeStatus::Error,
             };
-            let receipt =
-                receipt_of(link, &receiver, &turn.message.message_id, events.task_id(), &turn.tenant, status);
+            let receipt = receipt_of(link, &receiver, &turn.message.message_id, events.task_id(), &turn.tenant, status);
             graph.report_receipt(link, receipt);
         }
         if let (Some(join), Some(joined)) = (&self.join, &joined) {

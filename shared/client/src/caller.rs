@@ -5,7 +5,10 @@
 //! the depth limit before sending, bounds this agent's outbound calls (a bulkhead: a full one
 //! answers busy at once), retries transient failures with exponential backoff and jitter on the
 //! next healthy replica, keeps a circuit breaker per instance, and tells the registry when an
-//! instance's circuit opens so it checks that instance's health at once. With a link cache it
+//! instance's circuit opens so it checks that instance's health at once. A call that is safe to
+//! repeat (the capability's skill is tagged [`IDEMPOTENT_SKILL_TAG`] on the callee's card) and
+//! that times out is tried once more on each other healthy instance, within the deadline (seed
+//! 002 §7): each attempt then gets a share of the time left. With a link cache it
 //! also refuses, before sending, a call no link allows ([`MeshCaller::with_links`]), and with a
 //! reporter it reports every call it sent to the registry ([`MeshCaller::with_call_reports`]).
 
@@ -15,12 +18,13 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use http::{HeaderName, HeaderValue, Method};
 use mesh_graph::{Decision, Denial, LinkCache};
-use mesh_protocol::a2a::v1::{SendMessageRequest, SendMessageResponse, TaskState};
+use mesh_protocol::a2a::v1::{AgentCard, SendMessageRequest, SendMessageResponse, TaskState};
 use mesh_protocol::a2a::{PROTOCOL_VERSION_1_0, VERSION_HEADER};
 use mesh_protocol::call::{CallContext, CallRejection, call_timeout_ms};
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::graph::{CallReport, OutcomeStatus};
-use mesh_protocol::registry::AgentSummary;
+use mesh_protocol::handoff::Handoff;
+use mesh_protocol::registry::{AgentSummary, HealthStatus};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest, TaskResponse};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -44,6 +48,11 @@ pub const CALL_ATTEMPTS_MAX_DEFAULT: usize = 3;
 pub const RETRY_DELAY_MIN_MS_DEFAULT: u64 = 20;
 /// Longest wait before a retry.
 pub const RETRY_DELAY_MAX_MS_DEFAULT: u64 = 500;
+/// The tag on a card's skill saying a call to it may be repeated on another agent after a
+/// timeout: it has no effect a second call would add to (a search, a lookup, a pure function).
+pub const IDEMPOTENT_SKILL_TAG: &str = "idempotent";
+/// The error code of a callee that stopped at the deadline its caller gave it.
+const DEADLINE_EXCEEDED_CODE: &str = "CALL_DEADLINE_EXCEEDED";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallerSettings {
@@ -69,20 +78,33 @@ impl Default for CallerSettings {
     }
 }
 
-/// The call an agent is handling: who it is, the context the call came with, and when its
-/// caller stops waiting. Every call it makes while handling it derives from this.
+/// The call an agent is handling: who it is, the context the call came with, when its caller
+/// stops waiting, and the handoff context of the work (seed 003) when there is one. Every call it
+/// makes while handling it derives from this.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallScope {
     agent: String,
     context: CallContext,
     deadline: Option<Instant>,
+    handoff: Option<Arc<Handoff>>,
 }
 
 impl CallScope {
     /// The scope of a call `agent` received with `context`, starting now.
     pub fn received(agent: impl Into<String>, context: CallContext) -> Self {
         let deadline = context.deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
-        Self { agent: agent.into(), context, deadline }
+        Self { agent: agent.into(), context, deadline, handoff: None }
+    }
+
+    /// The same scope, working on the workflow `handoff` describes.
+    pub fn with_handoff(mut self, handoff: Option<Handoff>) -> Self {
+        self.handoff = handoff.map(Arc::new);
+        self
+    }
+
+    /// The handoff context of the work (what the caller passed on, or what this agent knows).
+    pub fn handoff(&self) -> Option<&Handoff> {
+        self.handoff.as_deref()
     }
 
     pub fn agent(&self) -> &str {
@@ -404,20 +426,37 @@ impl MeshCaller {
             scope.context().next_hop(scope.agent(), budget_ms).admit(&candidate.name).map_err(CallError::Rejected)?;
         }
         let candidates = self.permitted(scope, candidates, context_id)?;
+        let repeatable = self.repeatable(target, &candidates, deadline).await;
         let mut delays = self.backoff().build();
         let mut last_failure: Option<(String, ClientError)> = None;
         let mut attempts = 0;
         let mut turn = 0;
+        // Instances tried, and those whose attempt timed out (never tried again).
+        let mut tried: Vec<&str> = Vec::new();
+        let mut timed_out: Vec<&str> = Vec::new();
         loop {
             // The next instance whose circuit lets the call through; open ones are skipped at once.
             let mut sent = None;
             for _ in 0..candidates.len() {
                 let agent = &candidates[turn % candidates.len()];
                 turn += 1;
-                let left = deadline.saturating_duration_since(Instant::now());
+                if timed_out.contains(&agent.name.as_str()) {
+                    continue;
+                }
+                let mut left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(out_of_time(last_failure, attempts));
                 }
+                if repeatable {
+                    // A share of the time left for each healthy instance not tried yet, this one
+                    // included: a hanging one leaves the others time to answer.
+                    let untried = candidates
+                        .iter()
+                        .filter(|a| a.health_status == HealthStatus::Healthy && !tried.contains(&a.name.as_str()))
+                        .count();
+                    left /= u32::try_from(untried.max(1)).unwrap_or(u32::MAX);
+                }
+                tried.push(&agent.name);
                 let endpoint = binding.endpoint(agent);
                 let request = self.request(scope, binding, body, &endpoint, context_id, left)?;
                 let was_open = self.circuits.is_open(&agent.process_endpoint);
@@ -454,28 +493,33 @@ impl MeshCaller {
                 });
             };
             attempts += 1;
+            let another_healthy = |timed_out: &[&str]| {
+                candidates.iter().any(|a| {
+                    a.health_status == HealthStatus::Healthy
+                        && a.name != agent.name
+                        && !timed_out.contains(&a.name.as_str())
+                })
+            };
             match outcome {
                 Ok(response) => return Ok(Answered { agent: agent.clone(), response, attempts }),
+                Err(source)
+                    if repeatable
+                        && attempt_timed_out(&source)
+                        && attempts < self.settings.attempts_max.max(1)
+                        && another_healthy(&timed_out) =>
+                {
+                    // Seed 002 §7: the instance is reported (the registry checks its health at
+                    // once) and the call goes to another at once, with the time that is left.
+                    observe_retry(scope, target, &agent.name, attempts, &source);
+                    self.report_failure(agent);
+                    timed_out.push(&agent.name);
+                    last_failure = Some((agent.name.clone(), source));
+                }
                 Err(source) if !is_transient(&source) || attempts >= self.settings.attempts_max.max(1) => {
                     return Err(CallError::Failed { agent: agent.name.clone(), attempts, source: Box::new(source) });
                 }
                 Err(error) => {
-                    tracing::debug!(agent = %agent.name, %error, attempts, "call failed; retrying elsewhere");
-                    mesh_telemetry::span_event(
-                        &tracing::Span::current(),
-                        "retry",
-                        &[
-                            ("mesh.callee", agent.name.clone()),
-                            ("mesh.attempt", attempts.to_string()),
-                            ("error.message", error.to_string()),
-                        ],
-                    );
-                    metrics::counter!(
-                        "mesh_outbound_retries_total",
-                        mesh_telemetry::SERVICE_LABEL => scope.agent().to_owned(),
-                        "capability" => capability_label(target),
-                    )
-                    .increment(1);
+                    observe_retry(scope, target, &agent.name, attempts, &error);
                     last_failure = Some((agent.name.clone(), error));
                     let pause = delays.next().unwrap_or(self.settings.retry_delay_max);
                     if Instant::now() + pause >= deadline {
@@ -484,6 +528,24 @@ impl MeshCaller {
                     tokio::time::sleep(pause).await;
                 }
             }
+        }
+    }
+
+    /// Whether a call to `target` that times out may be repeated on another of `candidates`: it
+    /// names a capability at least two healthy instances offer, and a card of theirs (the first
+    /// to answer, from the discovery cache when fresh) tags that skill [`IDEMPOTENT_SKILL_TAG`].
+    /// Any doubt (no card in time, no such skill) says no.
+    async fn repeatable(&self, target: &Target, candidates: &[AgentSummary], deadline: Instant) -> bool {
+        let Target::Capability { capability, .. } = target else { return false };
+        let healthy: Vec<&AgentSummary> =
+            candidates.iter().filter(|a| a.health_status == HealthStatus::Healthy).collect();
+        if healthy.len() < 2 {
+            return false;
+        }
+        let cards = healthy.into_iter().map(|agent| Box::pin(self.discovery.card(agent)));
+        match tokio::time::timeout_at(deadline, futures::future::select_ok(cards)).await {
+            Ok(Ok((card, _))) => is_idempotent(&card, capability),
+            _ => false,
         }
     }
 
@@ -605,6 +667,42 @@ fn is_transient(error: &ClientError) -> bool {
     }
 }
 
+/// A retry after `attempts` attempts, the last on `agent` failing with `error`: logged, an event
+/// on the call's span, and counted.
+fn observe_retry(scope: &CallScope, target: &Target, agent: &str, attempts: usize, error: &ClientError) {
+    tracing::debug!(agent, %error, attempts, "call failed; retrying elsewhere");
+    mesh_telemetry::span_event(
+        &tracing::Span::current(),
+        "retry",
+        &[
+            ("mesh.callee", agent.to_owned()),
+            ("mesh.attempt", attempts.to_string()),
+            ("error.message", error.to_string()),
+        ],
+    );
+    metrics::counter!(
+        "mesh_outbound_retries_total",
+        mesh_telemetry::SERVICE_LABEL => scope.agent().to_owned(),
+        "capability" => capability_label(target),
+    )
+    .increment(1);
+}
+
+/// Whether `card` tags its skill `capability` as safe to repeat.
+fn is_idempotent(card: &AgentCard, capability: &str) -> bool {
+    card.skills.iter().any(|skill| skill.id == capability && skill.tags.iter().any(|tag| tag == IDEMPOTENT_SKILL_TAG))
+}
+
+/// An attempt that ran out of its time: no answer within it, or the callee saying it stopped at
+/// the deadline it was given. Any other answer (an error included) is the callee's answer.
+fn attempt_timed_out(error: &ClientError) -> bool {
+    match error {
+        ClientError::Transport { source: TransportError::Timeout { .. }, .. } => true,
+        ClientError::Status { status: 504, body: Some(body), .. } => body.error_code == DEADLINE_EXCEEDED_CODE,
+        _ => false,
+    }
+}
+
 /// The internal span of one call to another agent (its attempts' client spans are its children).
 fn call_span(scope: &CallScope, target: &Target, method: &'static str, context_id: Option<&str>) -> tracing::Span {
     if !mesh_telemetry::tracing_enabled() || mesh_telemetry::sampled_out() {
@@ -721,6 +819,34 @@ mod tests {
         for (error, transient) in table {
             assert_eq!(is_transient(&error), transient, "{error}");
         }
+    }
+
+    #[test]
+    fn only_an_attempt_that_ran_out_of_time_is_repeated_after_a_timeout() {
+        assert!(attempt_timed_out(&transport(TransportError::Timeout { timeout_ms: 10 })));
+        let mut stopped = ErrorBody::new(FailureStatus::Timeout, DEADLINE_EXCEEDED_CODE, "deadline");
+        assert!(attempt_timed_out(&ClientError::Status { url: "u".into(), status: 504, body: Some(stopped.clone()) }));
+        // The callee answered: its own callee timed out, or it failed.
+        stopped.error_code = "AGENT_TIMEOUT".into();
+        assert!(!attempt_timed_out(&ClientError::Status { url: "u".into(), status: 504, body: Some(stopped) }));
+        assert!(!attempt_timed_out(&status(504, None)));
+        assert!(!attempt_timed_out(&status(500, Some("INTERNAL_ERROR"))));
+        assert!(!attempt_timed_out(&transport(TransportError::Connect("refused".into()))));
+    }
+
+    #[test]
+    fn a_skill_is_safe_to_repeat_when_its_card_tags_it() {
+        let card = |tags: serde_json::Value| -> AgentCard {
+            serde_json::from_value(serde_json::json!({
+                "name": "w", "description": "d", "version": "1", "capabilities": {},
+                "defaultInputModes": [], "defaultOutputModes": [],
+                "skills": [{"id": "work", "name": "w", "description": "d", "tags": tags}]
+            }))
+            .unwrap()
+        };
+        assert!(is_idempotent(&card(serde_json::json!(["search", IDEMPOTENT_SKILL_TAG])), "work"));
+        assert!(!is_idempotent(&card(serde_json::json!(["search"])), "work"));
+        assert!(!is_idempotent(&card(serde_json::json!([IDEMPOTENT_SKILL_TAG])), "other"), "another skill's tag");
     }
 
     #[test]

@@ -155,7 +155,11 @@ impl RegistryClient {
 
     /// Reports that this agent processed a message it received over link `link_id`
     /// (`POST /api/links/{id}/receipts`): the registry publishes `agent_message_received`.
-    pub async fn record_link_receipt(&self, link_id: &str, receipt: &LinkReceipt) -> Result<StatusMessage, ClientError> {
+    pub async fn record_link_receipt(
+        &self,
+        link_id: &str,
+        receipt: &LinkReceipt,
+    ) -> Result<StatusMessage, ClientError> {
         self.on_any_replica(|base| {
             let url = endpoint(base, &["api", "links", link_id, "receipts"]);
             async move { self.http.call_json(Method::POST, &url, Some(receipt), self.timeout).await }

@@ -18,7 +18,7 @@ use mesh_protocol::call::{CALL_CHAIN_HEADER, CALL_DEADLINE_MS_HEADER, CallContex
 use mesh_protocol::graph::{
     CallReports, GraphMode, GraphPolicy, Link, LinkDirection, LinkRelationship, LinkSource, OutcomeStatus,
 };
-use mesh_protocol::registry::AgentSummary;
+use mesh_protocol::registry::{AGENT_CARD_PATH, AgentSummary};
 use mesh_protocol::seed::TaskRequest;
 use serde_json::json;
 
@@ -53,6 +53,8 @@ struct Scripted {
     registry_down: AtomicBool,
     /// Lookups (by capability or name) the registry answered or failed.
     lookups: AtomicUsize,
+    /// Whether the agents' cards tag the skill `work` idempotent.
+    idempotent: AtomicBool,
 }
 
 impl Scripted {
@@ -147,6 +149,15 @@ impl Transport for Script {
                     json!({"status": "success", "capability": "work", "agents": agents}),
                 ));
             }
+            if uri.path() == AGENT_CARD_PATH {
+                let tags = if script.idempotent.load(Ordering::SeqCst) { json!(["idempotent"]) } else { json!([]) };
+                return Ok(json_response(
+                    StatusCode::OK,
+                    json!({"name": host, "description": "d", "version": "1", "capabilities": {},
+                           "defaultInputModes": [], "defaultOutputModes": [],
+                           "skills": [{"id": "work", "name": "work", "description": "d", "tags": tags}]}),
+                ));
+            }
             let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
             script.log.lock().unwrap().push((host.clone(), header(CALL_CHAIN_HEADER), header(CALL_DEADLINE_MS_HEADER)));
             let behaviour = script.agents.lock().unwrap().iter().find(|(n, _)| *n == host).map(|(_, b)| *b);
@@ -212,6 +223,59 @@ async fn a_failing_replica_is_retried_on_the_next_one_with_the_context_in_header
     assert_eq!(log[1].1.as_deref(), Some("origin,me"), "the caller joins the chain");
     let deadline: u64 = log[1].2.as_deref().unwrap().parse().unwrap();
     assert!(deadline <= 5_000, "never more than the caller has left: {deadline}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_is_repeated_on_another_healthy_agent_only_when_the_skill_is_idempotent() {
+    let script = Scripted::new(&[("w1", Behaviour::Hang), ("w2", Behaviour::Answer)]);
+    script.idempotent.store(true, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let answered = caller(&script, settings())
+        .call(&scope(&[], Some(4_000)), &Target::capability("work"), &task(), None)
+        .await
+        .unwrap();
+    assert_eq!(answered.agent.name, "w2");
+    assert_eq!(script.called(), ["w1", "w2"]);
+    let deadlines: Vec<u64> = script
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, _, deadline)| deadline.as_deref().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(deadlines, [2_000, 2_000], "each of the two healthy agents gets half of the 4 s");
+    assert_eq!(started.elapsed(), Duration::from_millis(2_000), "no pause before the second agent");
+    // The instance that hung is reported: the registry checks its health at once.
+    tokio::time::timeout(Duration::from_secs(1), async {
+        while script.reports.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(script.reports.lock().unwrap()[0], "/agents/w1/failures?url=http%3A%2F%2Fw1");
+
+    // A skill not known to be safe to repeat: the first agent has the whole deadline, alone.
+    script.idempotent.store(false, Ordering::SeqCst);
+    script.log.lock().unwrap().clear();
+    let started = tokio::time::Instant::now();
+    let error = caller(&script, settings())
+        .call(&scope(&[], Some(4_000)), &Target::capability("work"), &task(), None)
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    assert_eq!(script.called(), ["w1"]);
+    assert_eq!(started.elapsed(), Duration::from_millis(4_000));
+
+    // By name there is no other agent to repeat it on.
+    script.idempotent.store(true, Ordering::SeqCst);
+    script.log.lock().unwrap().clear();
+    let error = caller(&script, settings())
+        .call(&scope(&[], Some(1_000)), &Target::Agent("w1".into()), &task(), None)
+        .await
+        .unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    assert_eq!(script.called(), ["w1"]);
 }
 
 #[tokio::test(start_paused = true)]

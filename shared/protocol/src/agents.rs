@@ -252,6 +252,64 @@ pub struct QueryAnswer {
     pub metadata: QueryMetadata,
 }
 
+impl QueryAnswer {
+    /// The answer as a person reads it (`a2a-mesh ask`, and the text part of the orchestrator's
+    /// answer that `chat` shows): the query, the profile chosen, the entities, the ranked results
+    /// with each profile's rank, and the time every agent took. Warnings are the caller's to show.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let meta = &self.metadata;
+        let mut out = String::new();
+        let _ = writeln!(out, "Query: {}", self.query);
+        let _ = writeln!(
+            out,
+            "Profile: {} (confidence {:.2}); searched with: {}",
+            meta.selected_profile,
+            meta.confidence,
+            meta.profiles_used.join(", ")
+        );
+        if !meta.entities.is_empty() {
+            let entities: Vec<String> =
+                meta.entities.iter().map(|e| format!("{} ({:?})", e.text, e.entity_type)).collect();
+            let _ = writeln!(out, "Entities: {}", entities.join(", "));
+        }
+        out.push('\n');
+        if self.results.is_empty() {
+            out.push_str("No results.\n");
+        }
+        for (position, hit) in self.results.iter().enumerate() {
+            let modality = hit.modality.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "{:>2}. [{modality}] {}  (score {:.4}, id {})",
+                position + 1,
+                hit.title,
+                hit.score,
+                hit.id
+            );
+            let ranks: Vec<String> =
+                hit.profile_ranks.iter().map(|(profile, rank)| format!("{profile} #{}", rank.rank + 1)).collect();
+            let _ = writeln!(out, "    {}", ranks.join(", "));
+        }
+        out.push('\n');
+        let _ = write!(
+            out,
+            "Time: planning {:.1} ms, search {:.1} ms, total {:.1} ms",
+            meta.planning_time_ms, meta.search_time_ms, meta.total_time_ms
+        );
+        for call in &meta.agents {
+            let agent = call.agent.as_deref().unwrap_or("-");
+            let error = call.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            let _ = write!(
+                out,
+                "\n  {:<18} {:<18} {:<11} {:>7.1} ms{error}",
+                call.capability, agent, call.status, call.time_ms
+            );
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -269,6 +327,61 @@ mod tests {
 
     fn profile(name: &str) -> SearchProfile {
         SearchProfile { name: name.into(), description: format!("{name} ranking"), strengths: vec!["keyword".into()] }
+    }
+
+    #[test]
+    fn an_answer_reads_as_text() {
+        let hit = SearchHit {
+            id: "d7".into(),
+            title: "Robot football final".into(),
+            text: "t".into(),
+            modality: Some("video".into()),
+            tags: Vec::new(),
+            score: 0.0325,
+            profile_ranks: BTreeMap::from([("bm25".into(), ProfileRank { rank: 0, score: 3.1 })]),
+        };
+        let answer = QueryAnswer {
+            query: "robots playing soccer".into(),
+            results: vec![hit],
+            metadata: QueryMetadata {
+                planning_time_ms: 1.0,
+                search_time_ms: 2.0,
+                fusion_time_ms: 0.1,
+                total_time_ms: 3.5,
+                selected_profile: "bm25".into(),
+                profiles_used: vec!["bm25".into()],
+                confidence: 0.9,
+                entities: vec![Entity {
+                    text: "soccer".into(),
+                    entity_type: EntityType::Concept,
+                    start: 15,
+                    end: 21,
+                    confidence: 0.8,
+                }],
+                agents: vec![AgentCall {
+                    capability: "search".into(),
+                    agent: Some("search".into()),
+                    status: "success".into(),
+                    started_ms: 1.0,
+                    time_ms: 2.0,
+                    agent_time_ms: None,
+                    error: None,
+                }],
+                trace_id: None,
+            },
+        };
+        let text = answer.to_text();
+        for expected in [
+            "Query: robots playing soccer\n",
+            "Profile: bm25 (confidence 0.90); searched with: bm25\n",
+            "Entities: soccer (Concept)\n",
+            " 1. [video] Robot football final  (score 0.0325, id d7)\n    bm25 #1\n",
+            "Time: planning 1.0 ms, search 2.0 ms, total 3.5 ms\n  search ",
+        ] {
+            assert!(text.contains(expected), "{expected:?} missing from {text}");
+        }
+        let empty = QueryAnswer { results: Vec::new(), ..answer };
+        assert!(empty.to_text().contains("No results."));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`error`]: the JSON body every mesh HTTP error answers with.
 //! - [`call`]: the context every agent-to-agent call carries (chain, depth, deadline, ids).
 //! - [`envelope`]: seed 003's response envelope in one shape, for A2A task metadata.
+//! - [`handoff`]: seed 003's handoff context, which an agent routing work passes on.
 
 pub mod a2a;
 pub mod agents;
@@ -16,6 +17,7 @@ pub mod call;
 pub mod envelope;
 pub mod error;
 pub mod graph;
+pub mod handoff;
 pub mod jsonrpc;
 pub mod registry;
 pub mod seed;

@@ -39,6 +39,10 @@ pub struct TaskRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     pub messages: Vec<Message>,
+    /// What A2A carries in message metadata, for a seed task (whose messages have none): the
+    /// handoff context ([`crate::handoff::HANDOFF_METADATA_KEY`]).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
 }
 
 /// Why a [`TaskRequest`] cannot be processed, found before any work starts.
@@ -66,7 +70,7 @@ impl TaskRequest {
     pub fn from_text(id: Option<String>, text: impl Into<String>, data: Option<Value>) -> Self {
         let mut parts = vec![Part::Text { text: text.into() }];
         parts.extend(data.map(|data| Part::Data { data }));
-        Self { id, messages: vec![Message { role: Role::User, parts }] }
+        Self { id, messages: vec![Message { role: Role::User, parts }], metadata: Map::new() }
     }
 
     /// The message the agent must answer: the last one written by the user.
@@ -137,6 +141,11 @@ pub enum ConfidenceLevel {
     Speculative,
 }
 
+/// Lowest score (0 to 1) of each level, highest level first: what [`ConfidenceLevel::from_score`]
+/// maps a planner's or a model's numeric confidence with.
+pub const CONFIDENCE_LEVEL_FLOORS: [(ConfidenceLevel, f64); 3] =
+    [(ConfidenceLevel::High, 0.75), (ConfidenceLevel::Medium, 0.5), (ConfidenceLevel::Low, 0.25)];
+
 impl ConfidenceLevel {
     /// The level an answer gets when its agent names none: a complete answer is `HIGH`, a
     /// partial one `MEDIUM`.
@@ -145,6 +154,27 @@ impl ConfidenceLevel {
             ResponseStatus::Success => Self::High,
             ResponseStatus::Partial => Self::Medium,
         }
+    }
+
+    /// The level of a score between 0 and 1 (clamped; NaN is `SPECULATIVE`): `HIGH` from 0.75,
+    /// `MEDIUM` from 0.5, `LOW` from 0.25, `SPECULATIVE` below.
+    pub fn from_score(score: f64) -> Self {
+        let score = if score.is_nan() { 0.0 } else { score.clamp(0.0, 1.0) };
+        CONFIDENCE_LEVEL_FLOORS.iter().find(|(_, floor)| score >= *floor).map_or(Self::Speculative, |(level, _)| *level)
+    }
+
+    /// This level lowered by `steps` (never below `SPECULATIVE`).
+    pub fn lowered(self, steps: usize) -> Self {
+        const ORDER: [ConfidenceLevel; 4] =
+            [ConfidenceLevel::High, ConfidenceLevel::Medium, ConfidenceLevel::Low, ConfidenceLevel::Speculative];
+        let at = ORDER.iter().position(|level| *level == self).unwrap_or(ORDER.len() - 1);
+        ORDER[(at + steps).min(ORDER.len() - 1)]
+    }
+
+    /// The lower of the two levels.
+    pub fn at_most(self, cap: Self) -> Self {
+        // The enum lists levels from the highest down: the lower level is the greater variant.
+        if (self as u8) < (cap as u8) { cap } else { self }
     }
 }
 
@@ -210,16 +240,38 @@ mod tests {
 
     #[test]
     fn rejects_tasks_without_a_usable_user_message() {
-        let empty = TaskRequest { id: None, messages: vec![] };
+        let empty = TaskRequest { id: None, messages: vec![], metadata: Map::new() };
         assert_eq!(empty.last_user_message(), Err(TaskShapeError::NoMessages));
-        let agent_only = TaskRequest { id: None, messages: vec![Message { role: Role::Agent, parts: vec![] }] };
+        let agent_only = TaskRequest {
+            id: None,
+            messages: vec![Message { role: Role::Agent, parts: vec![] }],
+            metadata: Map::new(),
+        };
         assert_eq!(agent_only.last_user_message(), Err(TaskShapeError::NoUserMessage));
-        let no_parts = TaskRequest { id: None, messages: vec![Message { role: Role::User, parts: vec![] }] };
+        let no_parts =
+            TaskRequest { id: None, messages: vec![Message { role: Role::User, parts: vec![] }], metadata: Map::new() };
         assert_eq!(no_parts.last_user_message(), Err(TaskShapeError::EmptyUserMessage));
         // The words a caller reads in the error body.
         assert_eq!(TaskShapeError::NoMessages.to_string(), "the task has no messages");
         assert_eq!(TaskShapeError::NoUserMessage.to_string(), "the task has no message with role \"user\"");
         assert_eq!(TaskShapeError::EmptyUserMessage.to_string(), "the last user message has no parts");
+    }
+
+    #[test]
+    fn scores_map_to_levels_and_levels_lower() {
+        use ConfidenceLevel::*;
+        let table = [(1.0, High), (0.75, High), (0.74, Medium), (0.5, Medium), (0.3, Low), (0.1, Speculative)];
+        for (score, level) in table {
+            assert_eq!(ConfidenceLevel::from_score(score), level, "{score}");
+        }
+        assert_eq!(ConfidenceLevel::from_score(7.0), High, "clamped");
+        assert_eq!(ConfidenceLevel::from_score(-1.0), Speculative, "clamped");
+        assert_eq!(ConfidenceLevel::from_score(f64::NAN), Speculative);
+        assert_eq!(High.lowered(0), High);
+        assert_eq!(High.lowered(2), Low);
+        assert_eq!(Medium.lowered(9), Speculative);
+        assert_eq!(High.at_most(Medium), Medium);
+        assert_eq!(Low.at_most(Medium), Low);
     }
 
     #[test]

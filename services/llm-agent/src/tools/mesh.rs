@@ -81,6 +81,8 @@ impl Tool for CallAgentTool {
             data: None,
             // The caller caps it at the maximum and at what this turn has left.
             timeout_ms: args.timeout_ms,
+            // The turn's handoff context (its scope's) is passed on as it is, this agent added.
+            handoff: None,
         };
         let caller = &self.0.caller;
         let answered = match call_agent(caller, scope, input(Some(args.agent_id.clone()), None)).await {
