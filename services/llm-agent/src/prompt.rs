@@ -21,7 +21,7 @@ pub const SYSTEM_TEMPLATE: &str = "system.md.j2";
 /// The system prompt of the completion that summarises a conversation's older part.
 pub const SUMMARY_TEMPLATE: &str = "summary.md.j2";
 /// Each template by name, as shipped.
-const SHIPPED: [(&str, &str); 5] = [
+const SHIPPED: [(&str, &str); 6] = [
     (SYSTEM_TEMPLATE, include_str!("../templates/system.md.j2")),
     (SUMMARY_TEMPLATE, include_str!("../templates/summary.md.j2")),
     ("org_context.md.j2", include_str!("../templates/org_context.md.j2")),
