@@ -185,3 +185,52 @@ async fn with_the_graph_enforced_the_suite_answers_over_its_links_and_refuses_ot
     assert!(error.error_message.starts_with("no enabled link lets search call orchestrator"), "{error:?}");
     suite.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_gateway_lists_the_suites_agents_and_relays_a_message_to_the_orchestrator() {
+    let data = tempfile::tempdir().unwrap();
+    let suite = start_suite(&data).await;
+    let http = reqwest::Client::new();
+
+    let listed: serde_json::Value =
+        http.get(format!("{}/agents", suite.urls.gateway)).send().await.unwrap().json().await.unwrap();
+    let mut names: Vec<&str> = listed["agents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["entity_extraction", "orchestrator", "profile_selection", "search"], "{listed}");
+
+    let card: serde_json::Value = http
+        .get(format!("{}/agents/orchestrator/.well-known/agent-card.json", suite.urls.gateway))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let interfaces = card["supportedInterfaces"].as_array().unwrap_or_else(|| panic!("{card}"));
+    assert!(!interfaces.is_empty(), "{card}");
+    assert!(
+        interfaces.iter().all(|i| i["url"].as_str().unwrap_or_default().starts_with(&suite.urls.gateway)),
+        "every interface points at the gateway: {card}"
+    );
+
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m-gateway-1", "role": "ROLE_USER", "parts": [{"text": "robots playing soccer"}]}}});
+    let answer: serde_json::Value = http
+        .post(format!("{}/agents/orchestrator/", suite.urls.gateway))
+        .header("A2A-Version", "1.0")
+        .json(&message)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    assert!(answer.to_string().to_lowercase().contains("soccer"), "{answer}");
+    suite.stop().await.unwrap();
+}
