@@ -52,6 +52,9 @@ async fn the_bindings_refuse_an_oversize_body_a_bad_path_and_a_bare_websocket_re
             .send()
             .await
             .unwrap();
+        // The body was left unread: the connection is not to be reused (the request below would
+        // go into a socket being closed).
+        assert_eq!(answer.headers().get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]), "{path}");
         assert_eq!(
             mesh_error(answer).await,
             (StatusCode::PAYLOAD_TOO_LARGE, "REQUEST_BODY_TOO_LARGE".into()),

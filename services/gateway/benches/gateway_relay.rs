@@ -1,193 +1,305 @@
-//! What the gateway costs (issue #36): a blocking JSON-RPC `SendMessage` to a bare echo agent
-//! (an axum server answering a completed task of about 1 KB, as fast as a server can), called
-//! directly and through the gateway (authentication, rules, tenant records, chain, circuit, call
-//! report: everything a call gets), all in this process on port 0 beside a registry.
+//! What the gateway costs (issue #36): a blocking JSON-RPC `SendMessage`, called directly and
+//! through the gateway (authentication, rules, tenant records, chain, circuit, call report:
+//! everything a call gets), to two upstreams:
 //!
-//! 1. Closed loop at `--concurrency` (16): requests per second direct and through the gateway,
-//!    and their ratio (goal ≥ 0.7); the gateway's figure is its rate in front of a bare echo.
-//! 2. Open loop at `--rate` (1,000) requests per second for `--seconds`: p50 and p99 latency
-//!    direct and through the gateway, and the p99 the gateway adds (goal ≤ 1 ms).
+//! - K: an echo agent on the agent kit (`task_durability = "memory"`, a bearer JWT checked), the
+//!   agent the issue's ratio is about;
+//! - E: a bare axum echo answering a fixed completed task of about 1 KB, as fast as a server can:
+//!   the gateway's own rate, to set beside agentgateway's published figure (about 13.6k QPS on
+//!   2 CPUs for 1 KB bodies, another machine).
+//!
+//! Every server runs in a process of its own (this binary re-executed): K, E, and the gateway
+//! with a registry beside it. The load generator ([`load`], raw hyper connections) is this
+//! process. Measured, in `--rounds` interleaved rounds:
+//!
+//! 1. closed loop at `--concurrency` (16): requests per second of K direct and through the
+//!    gateway, and their ratio (goal ≥ 0.7); E direct and through the gateway;
+//! 2. open loop at `--rate` (1,000) requests per second: p50 and p99 of K direct and through the
+//!    gateway, and the p99 the gateway adds (goal ≤ 1 ms).
 //!
 //! ```sh
-//! cargo bench -p gateway --bench gateway_relay -- [--concurrency 16] [--seconds 10] [--rate 1000]
+//! cargo bench -p gateway --bench gateway_relay -- [--concurrency 16] [--seconds 10] [--rate 1000] [--rounds 3]
 //! ```
 //!
-//! The load generator shares the machine (and this process) with both servers: on a small
-//! machine the figures are the three together, not the gateway alone.
+//! On a small machine the gateway and the agent it relays to share the cores: through the
+//! gateway, one request costs both processes' work, so the ratio is bounded by what the agent's
+//! share of that work is.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use axum::Json;
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::routing::{get, post};
+use bytes::Bytes;
 use gateway::{Gateway, GatewayConfig};
+use mesh_agent_kit::{AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskDurability, TaskInput};
 use mesh_auth::{AuthConfig, Claims, Role};
-use serde_json::{Value, json};
+use mesh_protocol::seed::Part;
+use serde::Deserialize;
+use serde_json::json;
 
 #[path = "../../../benches/support/mod.rs"]
 mod support;
+#[path = "../../../benches/support/load.rs"]
+mod load;
 
-use support::{Samples, arg};
+use load::{Outcome, Target};
+use support::arg;
 
 const SECRET: &str = "gateway-bench-secret-of-32-bytes-at-least";
-/// Text of the echoed artifact, so the answer is about 1 KB (agentgateway's published figure is
-/// for 1 KB bodies).
+/// Text of E's artifact, so its answer is about 1 KB.
 const PAYLOAD_CHARS: usize = 700;
-/// Warm-up requests before each measurement (connections opened, caches filled).
-const WARM_UP_REQUESTS: usize = 500;
-const REQUEST_TIMEOUT_MS: u64 = 10_000;
+const ECHO_TEXT: &str = "hello a2a";
+const WARM_UP_SECS: u64 = 1;
+/// The child process's role, and what it needs.
+const SERVE_ENV: &str = "GATEWAY_BENCH_SERVE";
+const UPSTREAMS_ENV: &str = "GATEWAY_BENCH_UPSTREAMS";
+const GOAL_RATIO: f64 = 0.7;
+const GOAL_ADDED_P99_US: f64 = 1_000.0;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match std::env::var(SERVE_ENV) {
+        Ok(role) => runtime.block_on(serve(&role)),
+        Err(_) => runtime.block_on(run()),
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     let concurrency = usize::try_from(arg("--concurrency", 16))?;
-    let seconds = arg("--seconds", 10);
+    let measure = Duration::from_secs(arg("--seconds", 10));
     let rate = arg("--rate", 1_000);
-    let data = tempfile::tempdir()?;
-    let echo = echo_agent().await?;
-    let registry = registry(&data).await?;
-    register(&registry, &echo).await?;
-    let gateway = gateway(&registry).await?;
-    let token = mesh_auth::mint_hs256(SECRET.as_bytes(), &Claims::new("bench", "acme", &[Role::User], 3_600))?;
-    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency * 2).build()?;
-    let direct = Target { url: format!("{echo}/"), token: None };
-    let through = Target { url: format!("{gateway}/agents/echo/"), token: Some(token) };
-    for target in [&direct, &through] {
-        for _ in 0..WARM_UP_REQUESTS {
-            target.send(&client).await?;
+    let rounds = arg("--rounds", 3);
+    let kit = Server::start("kit", &[])?;
+    let echo = Server::start("echo", &[])?;
+    let upstreams = format!("kit=http://{},echo=http://{}", kit.addr, echo.addr);
+    let gateway = Server::start("gateway", &[(UPSTREAMS_ENV, &upstreams)])?;
+    let user = mesh_auth::mint_hs256(SECRET.as_bytes(), &Claims::new("bench", "acme", &[Role::User], 24 * 3_600))?;
+    let at = |server: &Server, path: &str| Target { addr: server.addr, path: path.into(), bearer: Some(user.clone()) };
+    let targets = [
+        ("K direct", at(&kit, "/")),
+        ("K gateway", at(&gateway, "/agents/kit/")),
+        ("E direct", at(&echo, "/")),
+        ("E gateway", at(&gateway, "/agents/echo/")),
+    ];
+    for (name, target) in &targets {
+        load::probe(target, request_body, check)
+            .await
+            .map_err(|e| anyhow::anyhow!("{name} answered SendMessage wrongly: {e}"))?;
+    }
+
+    println!("closed loop, concurrency {concurrency}, {} s each, {rounds} rounds:", measure.as_secs());
+    let mut rates = vec![Vec::new(); targets.len()];
+    for _ in 0..rounds {
+        for ((name, target), rates) in targets.iter().zip(&mut rates) {
+            let outcome =
+                load::closed_loop(target, concurrency, Duration::from_secs(WARM_UP_SECS), measure, request_body, check)
+                    .await;
+            failures(name, &outcome)?;
+            rates.push(outcome.rate);
         }
     }
-
-    println!("closed loop, concurrency {concurrency}, {seconds} s each:");
-    let direct_rate = closed_loop(&client, &direct, concurrency, seconds).await?;
-    let gateway_rate = closed_loop(&client, &through, concurrency, seconds).await?;
-    println!("  direct   {direct_rate:>9.0} req/s");
-    println!("  gateway  {gateway_rate:>9.0} req/s   ({:.2}x direct; goal >= 0.70)", gateway_rate / direct_rate);
-
-    println!("open loop, {rate} req/s, {seconds} s each:");
-    let direct_latency = open_loop(&client, &direct, rate, seconds).await?;
-    let gateway_latency = open_loop(&client, &through, rate, seconds).await?;
-    for (name, samples) in [("direct", &direct_latency), ("gateway", &gateway_latency)] {
-        println!(
-            "  {name:<8} p50 {:>7.0} us   p99 {:>7.0} us   ({} answers)",
-            samples.p50(),
-            samples.p99(),
-            samples.len()
-        );
+    let medians: Vec<f64> = rates.iter().map(|r| median(r)).collect();
+    for ((name, _), (rates, median)) in targets.iter().zip(rates.iter().zip(&medians)) {
+        let each: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+        println!("  {name:<10} {median:>8.0} req/s (median; rounds {})", each.join(" / "));
     }
-    let added = gateway_latency.p99() - direct_latency.p99();
-    println!("  the gateway adds {added:.0} us at p99 (goal <= 1000 us)");
+    println!("  K gateway / K direct = {:.2} (goal >= {GOAL_RATIO})", medians[1] / medians[0]);
+    println!("  E gateway / E direct = {:.2}; the gateway before a bare echo: {:.0} req/s", medians[3] / medians[2], medians[3]);
+
+    println!("open loop, {rate} req/s, {} s each:", measure.as_secs());
+    let mut p99s = Vec::new();
+    for (name, target) in &targets[..2] {
+        let outcome = load::open_loop(target, rate, measure, request_body, check).await;
+        failures(name, &outcome)?;
+        println!(
+            "  {name:<10} p50 {:>7.0} us   p99 {:>7.0} us   ({} answers)",
+            outcome.latencies.p50(),
+            outcome.latencies.p99(),
+            outcome.latencies.len()
+        );
+        p99s.push(outcome.latencies.p99());
+    }
+    println!("  the gateway adds {:.0} us at p99 (goal <= {GOAL_ADDED_P99_US} us)", p99s[1] - p99s[0]);
     Ok(())
 }
 
-/// Where the load goes.
-struct Target {
-    url: String,
-    token: Option<String>,
-}
-
-impl Target {
-    async fn send(&self, client: &reqwest::Client) -> anyhow::Result<()> {
-        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
-            "role": "ROLE_USER", "messageId": uuid::Uuid::new_v4().to_string(), "parts": [{"text": "bench"}]}}});
-        let mut call = client
-            .post(&self.url)
-            .json(&request)
-            .header("A2A-Version", "1.0")
-            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
-        if let Some(token) = &self.token {
-            call = call.bearer_auth(token);
-        }
-        let response = call.send().await?;
-        anyhow::ensure!(response.status().is_success(), "{} answered {}", self.url, response.status());
-        response.bytes().await?;
-        Ok(())
+fn failures(name: &str, outcome: &Outcome) -> anyhow::Result<()> {
+    match &outcome.first_error {
+        Some(error) => anyhow::bail!("{name}: {} failures, the first: {error}", outcome.errors),
+        None => Ok(()),
     }
 }
 
-/// Requests per second `concurrency` callers get, each sending its next request on the answer.
-async fn closed_loop(
-    client: &reqwest::Client,
-    target: &Target,
-    concurrency: usize,
-    seconds: u64,
-) -> anyhow::Result<f64> {
-    let done = Arc::new(AtomicU64::new(0));
-    let ends = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let callers = (0..concurrency).map(|_| {
-        let done = done.clone();
-        async move {
-            while Instant::now() < ends {
-                target.send(client).await?;
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            anyhow::Ok(())
-        }
-    });
-    for result in futures::future::join_all(callers).await {
-        result?;
-    }
-    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// The latency of requests sent at a fixed `rate`, whether or not the previous ones answered.
-async fn open_loop(client: &reqwest::Client, target: &Target, rate: u64, seconds: u64) -> anyhow::Result<Samples> {
-    let mut ticks = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate.max(1)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let (target, client) = (Arc::new(Target { url: target.url.clone(), token: target.token.clone() }), client.clone());
-    let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..rate * seconds {
-        ticks.tick().await;
-        let (target, client) = (target.clone(), client.clone());
-        calls.spawn(async move {
-            let sent = Instant::now();
-            target.send(&client).await.map(|()| sent.elapsed())
-        });
-    }
-    let mut samples = Samples::default();
-    while let Some(result) = calls.join_next().await {
-        samples.push(result??.as_secs_f64() * 1e6);
-    }
-    Ok(samples)
+/// A `SendMessage` with fresh ids: K keeps its tasks, and a repeated message id could be
+/// answered differently.
+fn request_body() -> Bytes {
+    let (message_id, request_id) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    Bytes::from(format!(
+        r#"{{"method":"SendMessage","params":{{"message":{{"messageId":"{message_id}","role":"ROLE_USER","parts":[{{"text":"{ECHO_TEXT}"}}]}},"configuration":{{}}}},"id":"{request_id}","jsonrpc":"2.0"}}"#
+    ))
 }
 
-/// The bare echo agent: its card and a completed task for every message; its URL.
-async fn echo_agent() -> anyhow::Result<String> {
+/// The part of an answer checked: a completed task.
+#[derive(Deserialize)]
+struct Reply<'a> {
+    #[serde(borrow)]
+    result: ReplyResult<'a>,
+}
+
+#[derive(Deserialize)]
+struct ReplyResult<'a> {
+    #[serde(borrow)]
+    task: ReplyTask<'a>,
+}
+
+#[derive(Deserialize)]
+struct ReplyTask<'a> {
+    #[serde(borrow)]
+    status: ReplyStatus<'a>,
+}
+
+#[derive(Deserialize)]
+struct ReplyStatus<'a> {
+    state: &'a str,
+}
+
+fn check(status: StatusCode, body: &[u8]) -> Result<(), String> {
+    let excerpt = || String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+    if status != StatusCode::OK {
+        return Err(format!("HTTP {status}: {}", excerpt()));
+    }
+    let reply: Reply = serde_json::from_slice(body).map_err(|e| format!("no completed task ({e}): {}", excerpt()))?;
+    match reply.result.task.status.state {
+        "TASK_STATE_COMPLETED" => Ok(()),
+        state => Err(format!("task {state}: {}", excerpt())),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The servers
+
+/// A server process, killed when dropped (also when the benchmark fails half-way).
+struct Server {
+    addr: SocketAddr,
+    process: Child,
+}
+
+impl Server {
+    /// This binary re-executed as `role`; it prints its address on its first line.
+    fn start(role: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let mut process = Command::new(std::env::current_exe()?)
+            .env(SERVE_ENV, role)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            // The request log lines: written, as in production, and discarded.
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdout = process.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout from {role}"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let addr = line.trim().parse().map_err(|e| anyhow::anyhow!("{role}: no address first ({e}): {line:?}"))?;
+        Ok(Self { addr, process })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+fn announce(url: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", url.trim_start_matches("http://"))?;
+    stdout.flush()
+}
+
+async fn serve(role: &str) -> anyhow::Result<()> {
+    mesh_telemetry::init(mesh_telemetry::LogFormat::Text);
+    match role {
+        "kit" => serve_kit().await,
+        "echo" => serve_echo().await,
+        "gateway" => serve_gateway().await,
+        _ => anyhow::bail!("unknown {SERVE_ENV}={role}"),
+    }
+}
+
+/// K's handler.
+#[derive(Debug)]
+struct Echo;
+
+impl AgentHandler for Echo {
+    async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        Ok(AgentReply { parts: vec![Part::Text { text: format!("echo: {}", task.text) }], ..AgentReply::default() })
+    }
+}
+
+async fn serve_kit() -> anyhow::Result<()> {
+    let card = serde_json::from_value(json!({
+        "name": "kit", "description": "echo on the agent kit", "version": "1",
+        "supportedInterfaces": [],
+        "capabilities": {"streaming": true},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["echo"]}],
+    }))?;
+    let mut config = AgentConfig {
+        port: 0,
+        registry_url: None,
+        task_durability: TaskDurability::Memory,
+        // Throughput is measured, not the per-tenant limit (one tenant sends everything).
+        rate_limit_per_s: 0,
+        ..AgentConfig::default()
+    };
+    config.auth.jwt_hs256_secret = Some(SECRET.into());
+    let app = AgentApp::build(&config, card, Echo, mesh_client::HttpClient::with_reqwest()?).await?;
+    announce(app.url())?;
+    app.run_until_stopped(std::future::pending()).await?;
+    Ok(())
+}
+
+async fn serve_echo() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let card = json!({
-        "name": "echo",
-        "description": "bare echo",
-        "version": "1",
+        "name": "echo", "description": "bare echo", "version": "1",
         "supportedInterfaces": [{"url": format!("{url}/"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
         "capabilities": {},
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["echo"]}],
     });
-    let text = "e".repeat(PAYLOAD_CHARS);
-    let answer = move |Json(request): Json<Value>| {
-        let text = text.clone();
-        async move {
-            let id = uuid::Uuid::new_v4().to_string();
-            Json(json!({"jsonrpc": "2.0", "id": request["id"], "result": {"task": {
-                "id": id, "contextId": id, "status": {"state": "TASK_STATE_COMPLETED"},
-                "artifacts": [{"artifactId": "a", "parts": [{"text": text}]}]}}}))
-        }
-    };
+    let id = uuid::Uuid::new_v4();
+    let answer = Bytes::from(serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "result": {"task": {
+        "id": id, "contextId": id, "status": {"state": "TASK_STATE_COMPLETED"},
+        "artifacts": [{"artifactId": "a", "parts": [{"text": "e".repeat(PAYLOAD_CHARS)}]}]}}}))?);
     let app = axum::Router::new()
         .route("/.well-known/agent-card.json", get(move || std::future::ready(Json(card.clone()))))
-        .route("/", post(answer));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(url)
+        // Takes the body as bytes so the request is read in full, and parses nothing.
+        .route("/", post(move |_request: Bytes| std::future::ready(([(CONTENT_TYPE, "application/json")], answer.clone()))));
+    announce(&url)?;
+    axum::serve(listener, app).await?;
+    Ok(())
 }
 
 fn auth() -> AuthConfig {
     AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() }
 }
 
-async fn registry(data: &tempfile::TempDir) -> anyhow::Result<String> {
+/// A registry, the upstreams registered in it, and the gateway in front of them.
+async fn serve_gateway() -> anyhow::Result<()> {
+    let data = tempfile::tempdir()?;
     let config = registry::RegistryConfig {
         port: 0,
         database_url: format!("sqlite://{}", data.path().join("registry.db").display()),
@@ -195,32 +307,23 @@ async fn registry(data: &tempfile::TempDir) -> anyhow::Result<String> {
         ..registry::RegistryConfig::default()
     };
     let app = registry::Application::build(&config).await?;
-    let url = app.url();
+    let registry = app.url();
     tokio::spawn(app.run_until_stopped(std::future::pending()));
-    Ok(url)
-}
-
-async fn register(registry: &str, echo: &str) -> anyhow::Result<()> {
-    let admin = mesh_auth::mint_hs256(SECRET.as_bytes(), &Claims::new("operator", "", &[Role::Admin], 600))?;
-    let registration = json!({
-        "name": "echo", "url": format!("{echo}/"), "capabilities": ["echo"],
-        "health_endpoint": "/.well-known/agent-card.json", "process_endpoint": "/",
-        "agent_card_url": format!("{echo}/.well-known/agent-card.json"),
-    });
-    let response = reqwest::Client::new()
-        .post(format!("{registry}/register"))
-        .bearer_auth(admin)
-        .json(&registration)
-        .send()
-        .await?;
-    anyhow::ensure!(response.status().is_success(), "registration refused: {}", response.text().await?);
-    Ok(())
-}
-
-async fn gateway(registry: &str) -> anyhow::Result<String> {
+    let admin = mesh_auth::mint_hs256(SECRET.as_bytes(), &Claims::new("operator", "", &[Role::Admin], 3_600))?;
+    let client = reqwest::Client::new();
+    for upstream in std::env::var(UPSTREAMS_ENV)?.split(',') {
+        let (name, url) = upstream.split_once('=').ok_or_else(|| anyhow::anyhow!("{UPSTREAMS_ENV}: name=url"))?;
+        let registration = json!({
+            "name": name, "url": format!("{url}/"), "capabilities": ["echo"],
+            "health_endpoint": "/.well-known/agent-card.json", "process_endpoint": "/",
+            "agent_card_url": format!("{url}/.well-known/agent-card.json"),
+        });
+        let response = client.post(format!("{registry}/register")).bearer_auth(&admin).json(&registration).send().await?;
+        anyhow::ensure!(response.status().is_success(), "registration refused: {}", response.text().await?);
+    }
     let config = GatewayConfig {
         port: 0,
-        registry_url: Some(registry.to_owned()),
+        registry_url: Some(registry),
         auth: AuthConfig { credential_self_issued_ttl_s: Some(3_600), ..auth() },
         upstream_allowed_networks: vec!["127.0.0.0/8".into()],
         // The bench measures the relay, not the per-tenant limit.
@@ -228,7 +331,7 @@ async fn gateway(registry: &str) -> anyhow::Result<String> {
         ..GatewayConfig::default()
     };
     let gateway = Gateway::build(&config).await?;
-    let url = gateway.url().to_owned();
-    tokio::spawn(gateway.run_until_stopped(std::future::pending()));
-    Ok(url)
+    announce(gateway.url())?;
+    gateway.run_until_stopped(std::future::pending()).await?;
+    Ok(())
 }

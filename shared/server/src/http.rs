@@ -6,13 +6,14 @@ use std::any::Any;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, Method, StatusCode, header};
+use axum::http::{HeaderName, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use mesh_protocol::error::ErrorBody;
@@ -159,6 +160,7 @@ pub fn with_common_layers(router: Router, limits: HttpLimits) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(
             ServiceBuilder::new()
+                .layer(layer(CloseAfterUnreadBody))
                 .layer(layer(PrintableHeaders))
                 .option_layer(host_check)
                 .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
@@ -208,6 +210,74 @@ async fn method_not_allowed(request: Request) -> ErrorResponse {
         "METHOD_NOT_ALLOWED",
         format!("{} is not allowed on {}", request.method(), request.uri().path()),
     )
+}
+
+/// Closes an HTTP/1 connection whose request body was not read to its end.
+///
+/// A refusal (an oversize body, an overload, a bad credential) or a handler that needs no body
+/// answers without reading it, and hyper then closes the connection, because the rest of the
+/// body would be read as the next request. Whether the answer's head says so depends on whether
+/// the body's last bytes had arrived when hyper wrote it, so a client could put the connection
+/// back in its pool and send its next request into a socket being closed ("connection closed
+/// before message completed", "Server disconnected without sending a response"). Saying
+/// `Connection: close` whenever the body was not read to its end removes the race.
+#[derive(Debug, Clone, Copy)]
+struct CloseAfterUnreadBody;
+
+impl Middleware for CloseAfterUnreadBody {
+    /// Set once an HTTP/1 request's body was read to its end; `None` for a request without one.
+    type Pass = Option<Arc<AtomicBool>>;
+
+    fn before(&self, request: &mut Request) -> Result<Self::Pass, Refusal> {
+        if request.version() >= Version::HTTP_2 || request.body().is_end_stream() {
+            return Ok(None);
+        }
+        let read = Arc::new(AtomicBool::new(false));
+        let body = std::mem::take(request.body_mut());
+        *request.body_mut() = Body::new(ReadToEnd { body, read: read.clone() });
+        Ok(Some(read))
+    }
+
+    async fn after<F>(read: Self::Pass, answer: F) -> Response
+    where
+        F: Future<Output = Response> + Send + 'static,
+    {
+        let mut response = answer.await;
+        if read.is_some_and(|read| !read.load(Ordering::Acquire)) {
+            response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        }
+        response
+    }
+}
+
+/// A request body that says when it was read to its end.
+struct ReadToEnd {
+    body: Body,
+    read: Arc<AtomicBool>,
+}
+
+impl http_body::Body for ReadToEnd {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) || self.body.is_end_stream() {
+            self.read.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Largest error body [`JsonErrors`] rewrites; mesh error bodies are far smaller.
@@ -412,5 +482,50 @@ mod tests {
         assert_eq!(reachable_url("0.0.0.0:8002".parse().unwrap()), "http://127.0.0.1:8002");
         assert_eq!(reachable_url("[::]:8002".parse().unwrap()), "http://[::1]:8002");
         assert_eq!(reachable_url("10.1.2.3:80".parse().unwrap()), "http://10.1.2.3:80");
+    }
+
+    /// The answer of the common layers around two routes to `body`, sent in frames of at most
+    /// 16 bytes (as a body arrives in pieces over a connection).
+    async fn answer_to(version: Version, path: &str, body: &'static str) -> Response {
+        use tower::ServiceExt;
+        let limits = HttpLimits { body_limit_bytes: 16, ..HttpLimits::default() };
+        let router = Router::new()
+            .route("/echo", axum::routing::post(|body: Bytes| async move { body }))
+            .route("/ignore", axum::routing::post(|| async { "ignored" }));
+        let frames: Vec<Result<Bytes, std::io::Error>> =
+            body.as_bytes().chunks(16).map(|chunk| Ok(Bytes::from_static(chunk))).collect();
+        let request = axum::http::Request::post(path)
+            .version(version)
+            .header(header::HOST, "127.0.0.1")
+            .header(header::CONTENT_LENGTH, body.len())
+            .body(if body.is_empty() { Body::empty() } else { Body::from_stream(futures::stream::iter(frames)) })
+            .unwrap();
+        with_common_layers(router, limits).oneshot(request).await.unwrap()
+    }
+
+    fn closes(response: &Response) -> bool {
+        response.headers().get(header::CONNECTION).is_some_and(|v| v == "close")
+    }
+
+    #[tokio::test]
+    async fn an_http1_body_left_unread_closes_the_connection_and_one_read_keeps_it() {
+        let refused = answer_to(Version::HTTP_11, "/echo", "a body longer than sixteen bytes").await;
+        assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(closes(&refused));
+        let ignored = answer_to(Version::HTTP_11, "/ignore", "short").await;
+        assert_eq!(ignored.status(), StatusCode::OK);
+        assert!(closes(&ignored));
+        let missing = answer_to(Version::HTTP_11, "/nowhere", "short").await;
+        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+        assert!(closes(&missing));
+        let read = answer_to(Version::HTTP_11, "/echo", "short").await;
+        assert_eq!(read.status(), StatusCode::OK);
+        assert!(!closes(&read));
+        let empty = answer_to(Version::HTTP_11, "/ignore", "").await;
+        assert!(!closes(&empty));
+        // HTTP/2 has no `Connection` header: a stream left unread leaves the connection alone.
+        let refused = answer_to(Version::HTTP_2, "/echo", "a body longer than sixteen bytes").await;
+        assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(!closes(&refused));
     }
 }
