@@ -8,7 +8,6 @@
 #[path = "common/secured.rs"]
 mod secured;
 
-use std::time::Duration;
 
 use a2a_mesh::SuiteConfig;
 use mesh_auth::Role;
@@ -152,14 +151,16 @@ async fn tenants_never_see_each_others_tasks() {
         mesh.http.post(&agent).bearer_auth(&bob).json(&body).send().await.unwrap().json().await.unwrap();
     assert_eq!(answer["error"]["code"], -32001, "{answer}");
     // Naming another tenant does not help a user.
-    let (status, _) = mesh.call(Method::GET, &format!("{agent}/acme/tasks/{id}"), Some(&bob), None).await;
-    assert_ne!(status, StatusCode::OK);
+    let (status, body) = mesh.call(Method::GET, &format!("{agent}/acme/tasks/{id}"), Some(&bob), None).await;
+    // A2A's HTTP+JSON binding answers it as invalid parameters, naming the tenant refused.
+    assert_eq!((status, body["error"]["status"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_ARGUMENT")), "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("do not grant tenant \"acme\"")), "{body}");
 
     // Seed `/tasks/send` records land in the caller's tenant.
     let seed = json!({"id": "seed-1", "messages": [{"role": "user", "parts": [{"type": "text", "text": "Berlin"}]}]});
     let (status, _) = mesh.call(Method::POST, &format!("{agent}/tasks/send"), Some(&alice), Some(seed)).await;
     assert_eq!(status, StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Acknowledged, so stored: readable at once.
     assert_eq!(mesh.rpc(&agent, &alice, "GetTask", json!({"id": "seed-1"})).await["result"]["id"], "seed-1");
     assert_eq!(mesh.rpc(&agent, &bob, "GetTask", json!({"id": "seed-1"})).await["error"]["code"], -32001);
     // A caller-chosen id never overwrites another caller's record, even in the same tenant; in
