@@ -50,6 +50,10 @@ mod load;
 use load::{Outcome, Target};
 use support::arg;
 
+/// The gateway binary's allocator, for every server here: K and E are measured under the same.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SECRET: &str = "gateway-bench-secret-of-32-bytes-at-least";
 /// Text of E's artifact, so its answer is about 1 KB.
 const PAYLOAD_CHARS: usize = 700;
@@ -94,12 +98,21 @@ async fn run() -> anyhow::Result<()> {
 
     println!("closed loop, concurrency {concurrency}, {} s each, {rounds} rounds:", measure.as_secs());
     let mut rates = vec![Vec::new(); targets.len()];
+    // CPU time per request of the gateway and of K, whatever else the machine runs.
+    let (mut gateway_cpu, mut kit_cpu) = ((0.0, 0), (0.0, 0));
     for _ in 0..rounds {
-        for ((name, target), rates) in targets.iter().zip(&mut rates) {
+        for (index, ((name, target), rates)) in targets.iter().zip(&mut rates).enumerate() {
+            let (gateway_before, kit_before) = (gateway.cpu_s()?, kit.cpu_s()?);
             let outcome =
                 load::closed_loop(target, concurrency, Duration::from_secs(WARM_UP_SECS), measure, request_body, check)
                     .await;
             failures(name, &outcome)?;
+            let requests = outcome.latencies.len() + outcome.errors;
+            match index {
+                0 => kit_cpu = (kit_cpu.0 + kit.cpu_s()? - kit_before, kit_cpu.1 + requests),
+                1 => gateway_cpu = (gateway_cpu.0 + gateway.cpu_s()? - gateway_before, gateway_cpu.1 + requests),
+                _ => {}
+            }
             rates.push(outcome.rate);
         }
     }
@@ -110,6 +123,13 @@ async fn run() -> anyhow::Result<()> {
     }
     println!("  K gateway / K direct = {:.2} (goal >= {GOAL_RATIO})", medians[1] / medians[0]);
     println!("  E gateway / E direct = {:.2}; the gateway before a bare echo: {:.0} req/s", medians[3] / medians[2], medians[3]);
+    let per_request_us = |(cpu_s, requests): (f64, usize)| cpu_s * 1e6 / requests.max(1) as f64;
+    let (gateway_us, kit_us) = (per_request_us(gateway_cpu), per_request_us(kit_cpu));
+    println!(
+        "  CPU per request: the gateway {gateway_us:.0} us, K {kit_us:.0} us; sharing its cores with K, \
+         the gateway leaves K at most {:.2} of its direct rate",
+        kit_us / (kit_us + gateway_us)
+    );
 
     println!("open loop, {rate} req/s, {} s each:", measure.as_secs());
     let mut p99s = Vec::new();
@@ -211,6 +231,18 @@ impl Server {
         BufReader::new(stdout).read_line(&mut line)?;
         let addr = line.trim().parse().map_err(|e| anyhow::anyhow!("{role}: no address first ({e}): {line:?}"))?;
         Ok(Self { addr, process })
+    }
+}
+
+impl Server {
+    /// CPU time the process has used (user and system), in seconds.
+    fn cpu_s(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.process.id()))?;
+        // The fields after the command (which may hold spaces): utime and stime are the 12th and
+        // 13th, in clock ticks of 1/100 s (USER_HZ).
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        let ticks = |index: usize| fields.get(index).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        Ok((ticks(11) + ticks(12)) / 100.0)
     }
 }
 
