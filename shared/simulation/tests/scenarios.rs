@@ -516,15 +516,19 @@ where
     shared.trace.lock().expect("the trace").clone()
 }
 
-/// Runs a scenario under every seed.
+/// Runs a scenario under every seed, and checks that the seed decides the run: the first seed
+/// run again gives the same trace, and the seeds do not all give one trace (as they would if the
+/// seed stopped reaching turmoil, making the hundred runs one).
 fn under_every_seed<F, Fut>(world: World, faults: &[(When, Fault)], client: F)
 where
     F: Fn(Client) -> Fut + Clone + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    for seed in 0..SEEDS {
-        run(seed, world, faults.to_vec(), client.clone());
-    }
+    let traces: Vec<Vec<String>> = (0..SEEDS).map(|seed| run(seed, world, faults.to_vec(), client.clone())).collect();
+    assert!(traces.iter().all(|trace| !trace.is_empty()), "every run records what the client saw");
+    assert_eq!(run(0, world, faults.to_vec(), client), traces[0], "seed 0 run again");
+    let distinct: std::collections::BTreeSet<&Vec<String>> = traces.iter().collect();
+    assert!(distinct.len() > 1, "{SEEDS} seeds gave one trace: {:?}", traces[0]);
 }
 
 fn expect_answer(seen: &Seen, what: &str) -> String {
