@@ -1,10 +1,13 @@
 //! The documentation against the code, without a network: the settings reference is generated
-//! from the configuration types, every benchmark table from the result file kept beside it, and
+//! from the configuration types, the registry's operations from its OpenAPI document, every
+//! benchmark table from the result file kept beside it, and
 //! every relative link and anchor of README.md, ARCHITECTURE.md and docs/ must resolve. A page
 //! that drifted from what generates it fails with the command that regenerates it.
 
 #[path = "docs/links.rs"]
 mod links;
+#[path = "docs/openapi.rs"]
+mod openapi;
 #[path = "docs/settings.rs"]
 mod settings;
 #[path = "docs/tables.rs"]
@@ -54,6 +57,11 @@ fn check_generated(relative: &str, generated: &str) {
 #[test]
 fn the_settings_reference_is_generated_from_the_configuration_types() {
     check_generated(settings::PAGE, &settings::render());
+}
+
+#[test]
+fn the_registrys_operations_are_rendered_from_its_openapi_document() {
+    check_generated(openapi::PAGE, &openapi::render());
 }
 
 #[test]
