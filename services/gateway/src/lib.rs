@@ -76,7 +76,9 @@ const UPSTREAM_IDLE_CONNECTIONS_PER_AGENT: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
+    /// Address to listen on.
     pub host: String,
+    /// Port to listen on; 0 picks a free one.
     pub port: u16,
     /// The URL callers reach the gateway at, written into the cards it serves; the bound
     /// address when absent.
@@ -92,26 +94,44 @@ pub struct GatewayConfig {
     /// Private networks (CIDR) the agents may be on; public addresses are always allowed, cloud
     /// metadata addresses never.
     pub upstream_allowed_networks: Vec<String>,
+    /// Milliseconds an agent may take to answer a call (a stream: to start), shortened to the caller's
+    /// deadline.
     pub upstream_timeout_ms: u64,
+    /// Milliseconds a relayed stream may stay open.
     pub stream_ms_max: u64,
+    /// Bytes one relayed stream may carry, at most.
     pub stream_bytes_max: u64,
+    /// Largest answer (not a stream) an agent may give.
     pub response_bytes_max: usize,
+    /// Largest request body accepted; a larger one is answered 413.
     pub body_limit_bytes: usize,
+    /// Requests handled at once, at most; more are answered 503 at once.
     pub concurrency_max: usize,
     /// Calls per second per tenant (0: no limit) and the burst above it.
     pub rate_limit_per_s: u32,
+    /// Calls a tenant may make at once above `rate_limit_per_s`.
     pub rate_limit_burst: u32,
+    /// Milliseconds an agent's registration and card are used before they are asked for again.
     pub agent_cache_ms: u64,
+    /// Tasks and conversations whose tenant the gateway remembers, at most.
     pub owned_ids_max: usize,
+    /// Conversations forwarded to agents whose call chain, tenant and deadline the gateway remembers, at
+    /// most.
     pub forwards_max: usize,
     /// A call this many agents deep is refused; at most the mesh's limit.
     pub call_depth_max: u32,
+    /// Failed calls in a row to one agent that open its circuit.
     pub circuit_consecutive_failures: usize,
+    /// Milliseconds an open circuit refuses calls before letting a probe through.
     pub circuit_open_ms: u64,
     /// How the graph's link policy is applied until the registry's is loaded.
     pub graph_mode_until_loaded: GraphMode,
+    /// Milliseconds between polls of the registry's link policy (`GET /api/policy`).
     pub graph_refresh_ms: u64,
+    /// Milliseconds a stopping gateway keeps accepting requests while it answers not ready, before the drain
+    /// begins.
     pub shutdown_unready_ms: u64,
+    /// How connections are timed and capped, and the hosts an open gateway answers to.
     pub serve: ServeConfig,
 }
 

@@ -51,11 +51,13 @@ pub const DISCOVERY_CACHE_TTL_MS_DEFAULT: u64 = 5_000;
 pub struct LlmAgentsConfig {
     #[serde(flatten)]
     pub agent: AgentConfig,
+    /// The folder of agent definitions: one folder per agent, holding `agent.toml` and `ROLE.md`.
     pub definitions_dir: PathBuf,
     /// Templates replacing the shipped ones; `<definitions_dir>/templates` when absent.
     pub templates_dir: Option<PathBuf>,
     /// The OpenAI-compatible endpoint; its `model` serves the agents whose definition names none.
     pub llm: mesh_llm::LlmConfig,
+    /// Milliseconds discovered agents are reused before asking the registry again.
     pub discovery_cache_ttl_ms: u64,
     /// Private networks (CIDR) the agents' MCP servers may be on; public addresses always may.
     /// Empty: only public ones, so a definition cannot point a tool at the cloud's metadata

@@ -22,11 +22,19 @@ pub const ENSEMBLE_PROFILES_MAX_DEFAULT: usize = 3;
 pub struct OrchestratorConfig {
     #[serde(flatten)]
     pub agent: AgentConfig,
+    /// Milliseconds each planning agent gets; planning is optional, so this is short.
     pub planning_timeout_ms: u64,
+    /// Milliseconds the search agent gets; the kit's request timeout stays above it so the orchestrator
+    /// answers with its own error first.
     pub search_timeout_ms: u64,
+    /// Milliseconds discovered agents and fetched cards are reused before asking the registry again.
     pub discovery_cache_ttl_ms: u64,
+    /// Results an answer holds when the query names no `top_k`.
     pub top_k_default: usize,
+    /// Below this profile-selection confidence the search runs an ensemble of the selected profile and its
+    /// best alternatives; at or above it, the selected profile alone.
     pub ensemble_below_confidence: f64,
+    /// Profiles in such an ensemble, at most.
     pub ensemble_profiles_max: usize,
 }
 

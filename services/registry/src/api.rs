@@ -145,8 +145,8 @@ impl RegistryState {
 )]
 struct ApiDoc;
 
-/// The OpenAPI document served at `/openapi.json`.
-pub(crate) fn openapi_document() -> String {
+/// The OpenAPI document served at `/openapi.json` (also rendered into the docs by `tests/docs.rs`).
+pub fn openapi_document() -> String {
     ApiDoc::openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 

@@ -28,20 +28,29 @@ pub const ENV_PREFIX: &str = "MESH_REGISTRY";
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryConfig {
+    /// Address to listen on.
     pub host: String,
+    /// Port to listen on; 0 picks a free one.
     pub port: u16,
     /// `sqlite://PATH` (created when missing) or `postgres://...`.
     pub database_url: String,
+    /// Milliseconds between two health checks of each agent, however many replicas share the database.
     pub health_check_interval_ms: u64,
+    /// Milliseconds one health check may take; an agent that does not answer within it is `unreachable`.
     pub health_check_timeout_ms: u64,
+    /// Health checks this replica runs at once; due checks beyond its free permits are left to the other
+    /// replicas.
     pub health_check_concurrency_max: usize,
     /// Milliseconds between two reads of whether registrations or healths changed in the
     /// database (through another replica); a change is seen here within this plus a reload.
     pub sync_interval_ms: u64,
     /// Fetch each registering agent's card and refuse a registration it does not confirm.
     pub verify_registrations: bool,
+    /// Milliseconds fetching a registering agent's card may take.
     pub card_fetch_timeout_ms: u64,
+    /// Milliseconds a request may take before the registry answers 504 itself.
     pub request_timeout_ms: u64,
+    /// Largest request body accepted; a larger one is answered 413.
     pub body_limit_bytes: usize,
     /// `open` (every call allowed) or `enforced` (agents allow only calls over enabled links).
     pub graph_mode: GraphMode,
@@ -71,13 +80,14 @@ pub struct RegistryConfig {
     pub concurrency_max: usize,
     /// Requests per second each tenant may make (sustained), and the burst above it.
     pub rate_limit_per_s: u32,
+    /// Requests a tenant may make at once above `rate_limit_per_s`.
     pub rate_limit_burst: u32,
     /// Milliseconds shutdown waits for open requests and streams before closing them.
     pub shutdown_drain_ms: u64,
     /// Milliseconds a stopping registry keeps accepting requests while it answers not ready,
     /// before the drain begins (the time its load balancer takes to notice).
     pub shutdown_unready_ms: u64,
-    /// How callers authenticate (see the README's "Authentication"); open when empty.
+    /// How callers authenticate (see docs/guides/secure.md); open when empty.
     pub auth: mesh_auth::AuthConfig,
     /// How connections are timed and capped, and the hosts an open registry answers to.
     pub serve: mesh_server::http::ServeConfig,

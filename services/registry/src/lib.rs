@@ -27,6 +27,7 @@ mod ownership;
 mod store;
 mod tenancy;
 
+pub use api::openapi_document;
 pub use app::{Application, RegistryService};
 pub use config::{LinkDef, RegistryCli, RegistryConfig};
 pub use error::RegistryError;

@@ -35,9 +35,14 @@ pub struct SearchConfig {
     pub corpus_path: Option<PathBuf>,
     /// RRF constant with 0-indexed ranks (60 = the seed's; equals canonical 1-based k = 59).
     pub rrf_k: f64,
+    /// Results a search returns when the caller names no `top_k`.
     pub top_k_default: usize,
+    /// Largest `top_k` a caller may ask for.
     pub top_k_max: usize,
+    /// Candidates each profile contributes to the fusion; deeper than `top_k` so that a document ranked
+    /// modestly by several profiles can still rise.
     pub candidates_per_profile: usize,
+    /// The embedding model behind the `dense` profile.
     pub dense: DenseConfig,
     /// The document log replicas share (`sqlite://PATH` or `postgres://...`): every replica builds
     /// its own index from it. Without it the agent keeps its documents in its index alone.

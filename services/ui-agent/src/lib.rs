@@ -76,8 +76,11 @@ const SOCKETS_FULL_RETRY_AFTER_S: u64 = 5;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct UiAgentConfig {
+    /// Address to listen on.
     pub host: String,
+    /// Port to listen on; 0 picks a free one.
     pub port: u16,
+    /// The conversation bus the sockets' conversations live on.
     pub bus: BusConfig,
     /// Conversations untouched this many days are deleted from docmem; kept forever when absent.
     pub retention_days: Option<u64>,
@@ -104,6 +107,7 @@ pub struct UiAgentConfig {
     /// Messages a socket may send per second (0: no limit) and the burst above it; a faster
     /// sender is read no faster, so it waits on its own connection rather than being dropped.
     pub ws_messages_per_s: u32,
+    /// Messages a socket may send at once above `ws_messages_per_s`.
     pub ws_messages_burst: u32,
     /// How connections are timed and capped, and the hosts an open UI agent answers to.
     pub serve: ServeConfig,

@@ -50,7 +50,9 @@ pub const REGISTRATION_REFRESH_MS_DEFAULT: u64 = 30_000;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct AgentConfig {
+    /// Address to listen on.
     pub host: String,
+    /// Port to listen on; 0 picks a free one.
     pub port: u16,
     /// URL other agents reach this one at; derived from host and the bound port when absent.
     pub public_url: Option<String>,
@@ -67,7 +69,9 @@ pub struct AgentConfig {
     /// Milliseconds between re-registrations once registered, so a registry that lost the entry
     /// (a wiped database, a name taken over and released) gets it back without a restart.
     pub registration_refresh_ms: u64,
+    /// Milliseconds a request may take before the agent answers 504 itself.
     pub request_timeout_ms: u64,
+    /// Largest request body accepted; a larger one is answered 413.
     pub body_limit_bytes: usize,
     /// Where the agent's A2A tasks are kept: `sqlite://PATH`, `postgres://...`, or
     /// `sqlite::memory:` (gone at exit). Default: `sqlite://data/tasks/<agent name>.db` under the
@@ -109,6 +113,7 @@ pub struct AgentConfig {
     /// Requests per second each tenant may make (sustained; 0 turns the limit off), and the
     /// burst above it.
     pub rate_limit_per_s: u32,
+    /// Requests a tenant may make at once above `rate_limit_per_s`.
     pub rate_limit_burst: u32,
     /// Milliseconds shutdown waits for open requests and streams before closing them.
     pub shutdown_drain_ms: u64,
@@ -120,6 +125,7 @@ pub struct AgentConfig {
     /// Milliseconds a finished task is kept after its last change (default 7 days), and between
     /// two purges of older ones.
     pub finished_task_ttl_ms: u64,
+    /// Milliseconds between two purges of finished tasks older than `finished_task_ttl_ms`.
     pub task_purge_interval_ms: u64,
     /// Unfinished tasks kept in memory at once, at most.
     pub live_tasks_max: usize,
@@ -136,6 +142,7 @@ pub struct AgentConfig {
     /// On PostgreSQL, milliseconds after which a replica that stopped renewing its task lease is
     /// taken for dead (its running tasks are then failed), and between two renewals.
     pub task_lease_ttl_ms: u64,
+    /// Milliseconds between two renewals of this process's task lease (and sweeps of dead processes' tasks).
     pub task_lease_renew_ms: u64,
     /// How callers authenticate, and the credential this agent presents (see [`mesh_server::auth`]).
     pub auth: mesh_auth::AuthConfig,
@@ -152,17 +159,21 @@ pub struct AgentConfig {
     pub push_delivery_attempts_max: u32,
     /// Milliseconds before the first retry of a notification, doubling (plus jitter) up to the max.
     pub push_retry_delay_min_ms: u64,
+    /// Longest wait, in milliseconds, between two retries of a notification.
     pub push_retry_delay_max_ms: u64,
     /// Notifications in delivery at once, at most, and of one tenant.
     pub push_deliveries_max: usize,
+    /// Notifications of one tenant in delivery at once, at most.
     pub push_deliveries_per_tenant_max: usize,
     /// Notifications waiting for delivery, at most, and of one tenant (its share): past either,
     /// new ones are refused and recorded on their task.
     pub push_outbox_rows_max: usize,
+    /// Notifications of one tenant waiting for delivery, at most.
     pub push_outbox_tenant_rows_max: usize,
     /// Failed attempts in a row at one webhook destination that open its circuit, and the
     /// milliseconds it then refuses attempts before letting one through.
     pub push_circuit_failures: usize,
+    /// Milliseconds an open webhook circuit refuses attempts before letting one through.
     pub push_circuit_open_ms: u64,
     /// Extensions the agent declares on its card (`capabilities.extensions`, after the card's
     /// own), in the card's shape: `uri`, `description`, `required`, `params`. A call that does not

@@ -12,6 +12,7 @@ use crate::{AuthError, Claims, Role, mint_hs256};
 pub struct AuthConfig {
     /// HS256 tokens: the shared secret (at least 32 bytes), or a file holding it.
     pub jwt_hs256_secret: Option<String>,
+    /// A file holding the HS256 secret, instead of `jwt_hs256_secret`.
     pub jwt_hs256_secret_file: Option<PathBuf>,
     /// EdDSA or ES256 tokens: public keys in PEM files, each under the `kid` tokens name it by.
     pub jwt_public_keys: Vec<JwtPublicKey>,
@@ -24,6 +25,7 @@ pub struct AuthConfig {
     /// The credential (a token or an API key) this service presents to the registry and to other
     /// agents, or a file holding it.
     pub credential: Option<String>,
+    /// A file holding that credential, re-read every 30 s so a deployment can rotate it.
     pub credential_file: Option<PathBuf>,
     /// Instead of a given credential, an agent mints its own: an `agent` token naming it, signed
     /// with `jwt_hs256_secret`, valid this many seconds and renewed halfway (what `up` gives its

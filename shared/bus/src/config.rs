@@ -25,6 +25,7 @@ pub struct BusConfig {
     pub database_url: String,
     /// This agent's instance id: its topic and id are `{agent-type}-{instance_id}`.
     pub instance_id: String,
+    /// Conversations an agent keeps cached.
     pub cache_conversations_max: usize,
     /// Records the embedded log keeps per topic (older ones are deleted, like Kafka's retention);
     /// all when absent.

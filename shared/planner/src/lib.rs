@@ -15,6 +15,8 @@ use serde::Deserialize;
 pub struct PlannerConfig {
     #[serde(flatten)]
     pub agent: AgentConfig,
+    /// The OpenAI-compatible endpoint the planner asks instead of its rules, when both `base_url` and `model`
+    /// are set; the rules answer when it fails.
     pub llm: LlmConfig,
 }
 
