@@ -293,3 +293,71 @@ async fn a_sqlite_stores_write_ahead_log_stays_bounded() {
     assert!(log_bytes <= bound_bytes, "{commits} commits left {log_bytes} bytes of log, over {bound_bytes}");
     assert_eq!(store.get("", "t000000").await.unwrap().map(|t| t.status.state), Some(TaskState::Completed));
 }
+
+/// The writes a store counts by state, its writer's queue depth and its write durations: what
+/// `deploy/observability`'s dashboard and alerts read.
+#[test]
+fn a_store_counts_its_writes_by_state_and_gauges_its_queue() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use mesh_tasks::model::state_name;
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // Every snapshot takes the counts and samples recorded since the one before: all are kept.
+    let readings = std::cell::RefCell::new(Vec::new());
+    // The values the store recorded under `name` whose labels include `labels` (and its service).
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Reading {
+        Count(u64),
+        Gauge(f64),
+        Samples(usize),
+    }
+    let values = |name: &str, labels: &[(&str, &str)]| -> Vec<Reading> {
+        let mut readings = readings.borrow_mut();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let labelled: Vec<(String, String)> =
+                key.labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect();
+            let value = match value {
+                DebugValue::Counter(n) => Reading::Count(n),
+                DebugValue::Gauge(g) => Reading::Gauge(g.into_inner()),
+                DebugValue::Histogram(samples) => Reading::Samples(samples.len()),
+            };
+            readings.push((key.name().to_owned(), labelled, value));
+        }
+        let wanted = |(k, v): &(&str, &str)| (k.to_string(), v.to_string());
+        let mut labels: Vec<(String, String)> = labels.iter().map(wanted).collect();
+        labels.push(("service".into(), "metered".into()));
+        readings
+            .iter()
+            .filter(|(n, l, _)| n == name && labels.iter().all(|label| l.contains(label)))
+            .map(|(_, _, value)| *value)
+            .collect()
+    };
+    let count = |name: &str, labels: &[(&str, &str)]| -> u64 {
+        values(name, labels).iter().map(|v| if let Reading::Count(n) = v { *n } else { 0 }).sum()
+    };
+    metrics::with_local_recorder(&recorder, || {
+        // One thread: the writer cannot take from the queue until the test awaits something.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let store = TaskStore::open_buffered(&url, "metered", FLUSH_INTERVAL_NEVER).await.unwrap();
+            let saves = [("t1", TaskState::Working), ("t1", TaskState::Completed), ("t2", TaskState::Completed)];
+            for (depth, (id, state)) in saves.into_iter().enumerate() {
+                store.save("", task(id, "c1", state)).await.unwrap();
+                let queued = values("mesh_task_store_queue_depth", &[]).pop();
+                assert_eq!(queued, Some(Reading::Gauge(depth as f64 + 1.0)), "after save {depth}");
+            }
+            assert_eq!(count("mesh_task_writes_total", &[("state", state_name(TaskState::Completed))]), 2);
+            assert_eq!(count("mesh_task_writes_total", &[("state", state_name(TaskState::Working))]), 1);
+            let durations: usize = values("mesh_task_store_write_duration_seconds", &[])
+                .iter()
+                .map(|v| if let Reading::Samples(n) = v { *n } else { 0 })
+                .sum();
+            assert_eq!(durations, 3, "one write duration per save");
+            store.flush().await.unwrap();
+        });
+    });
+}
