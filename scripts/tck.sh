@@ -88,7 +88,8 @@ if [ -z "$tck_dir" ] || [ ! -f "$tck_dir/run_tck.py" ]; then
     exit 2
 fi
 tck_dir=$(cd "$tck_dir" && pwd)
-if [ ! -w "$tck_dir" ]; then
+# Read-only: not writable by us, or (root writes anywhere) without its owner's write bit.
+if [ ! -w "$tck_dir" ] || [ -n "$(find "$tck_dir" -maxdepth 0 ! -perm -u+w)" ]; then
     copy=${TCK_COPY_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/a2a-mesh/a2a-tck}
     if [ ! -f "$copy/PINNED.txt" ] || ! cmp -s "$tck_dir/PINNED.txt" "$copy/PINNED.txt"; then
         echo "== copying the read-only kit $tck_dir to $copy"
