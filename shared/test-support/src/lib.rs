@@ -114,6 +114,17 @@ pub fn a2a_sdk_python() -> Option<String> {
     )
 }
 
+/// The official JS SDK agent of the gateway's tests (`MESH_A2A_JS_AGENT`: the path of
+/// `tests/js-agent/agent.mjs` once `npm ci` installed its packages beside it).
+#[track_caller]
+pub fn a2a_js_agent() -> Option<String> {
+    env_part(
+        "the A2A JS SDK agent",
+        "MESH_A2A_JS_AGENT",
+        "tests/js-agent/agent.mjs after `npm ci` in tests/js-agent; .ci/run installs it and sets it",
+    )
+}
+
 /// The schemathesis executable (`MESH_SCHEMATHESIS`), for the registry's schema fuzzing test.
 #[track_caller]
 pub fn schemathesis() -> Option<String> {

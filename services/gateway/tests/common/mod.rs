@@ -1,6 +1,6 @@
 //! A mesh for the gateway's tests, every part a real process or server on port 0: a registry
-//! with authentication, the gateway in front of it, and official-SDK agents
-//! (`tests/interop/gateway_agent.py`) registered with it.
+//! with authentication, the gateway in front of it, and official-SDK agents registered with it
+//! (Python: `tests/interop/gateway_agent.py`; JS: `tests/js-agent/agent.mjs`).
 
 #![allow(dead_code)] // Each test binary uses its own part of this.
 
@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 
 /// The HS256 secret every part verifies tokens with.
 pub const SECRET: &str = "gateway-test-secret-of-32-bytes-at-least";
-/// Longest wait for an SDK agent to listen, or a client run to end.
+/// Longest wait for an SDK agent (Python or JS) to listen, or a client run to end.
 const PYTHON_WAIT_S: u64 = 60;
 
 /// A token for `subject` in `tenant` holding `roles`.
@@ -69,16 +69,34 @@ impl Mesh {
         Self { python, registry, gateway: url, http: reqwest::Client::new(), agents: Vec::new(), _data: data }
     }
 
-    /// Starts SDK agent `name` (calling through the gateway with an agent token of its own) and
-    /// registers it with `capabilities`; its URL, and its index for [`Mesh::kill`].
+    /// Starts the Python SDK agent `name` (calling through the gateway with an agent token of its
+    /// own) and registers it with `capabilities`; its URL, and its index for [`Mesh::kill`].
     pub async fn agent(&mut self, name: &str, capabilities: &[&str]) -> (String, usize) {
-        let mut child = Command::new(&self.python)
-            .arg(interop_script("gateway_agent.py"))
-            .args(["--name", name, "--gateway", &self.gateway, "--token", &token(name, "", &[Role::Agent])])
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the SDK agent");
+        let mut command = Command::new(&self.python);
+        command.arg(interop_script("gateway_agent.py")).args([
+            "--name",
+            name,
+            "--gateway",
+            &self.gateway,
+            "--token",
+            &token(name, "", &[Role::Agent]),
+        ]);
+        self.start_agent(command, name, capabilities).await
+    }
+
+    /// Starts the official JS SDK agent `script` (`tests/js-agent/agent.mjs`) as `name` and
+    /// registers it with `capabilities`, as [`Mesh::agent`] does.
+    pub async fn js_agent(&mut self, script: &str, name: &str, capabilities: &[&str]) -> (String, usize) {
+        let mut command = Command::new("node");
+        command.arg(script).args(["--name", name]);
+        self.start_agent(command, name, capabilities).await
+    }
+
+    /// Runs `command`, an agent that prints `PORT <n>` once listening, and registers it as
+    /// `name` with `capabilities`.
+    async fn start_agent(&mut self, mut command: Command, name: &str, capabilities: &[&str]) -> (String, usize) {
+        let mut child =
+            command.stdout(Stdio::piped()).kill_on_drop(true).spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let port = tokio::time::timeout(Duration::from_secs(PYTHON_WAIT_S), async {
             while let Some(line) = lines.next_line().await.unwrap() {
@@ -86,10 +104,10 @@ impl Mesh {
                     return port.trim().to_owned();
                 }
             }
-            panic!("the SDK agent {name} ended before listening")
+            panic!("the agent {name} ended before listening")
         })
         .await
-        .expect("the SDK agent listens");
+        .expect("the agent listens");
         let url = format!("http://127.0.0.1:{port}/");
         let registration = json!({
             "name": name,
