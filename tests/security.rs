@@ -8,7 +8,6 @@
 #[path = "common/secured.rs"]
 mod secured;
 
-
 use a2a_mesh::SuiteConfig;
 use mesh_auth::Role;
 use reqwest::{Method, StatusCode};
@@ -153,7 +152,11 @@ async fn tenants_never_see_each_others_tasks() {
     // Naming another tenant does not help a user.
     let (status, body) = mesh.call(Method::GET, &format!("{agent}/acme/tasks/{id}"), Some(&bob), None).await;
     // A2A's HTTP+JSON binding answers it as invalid parameters, naming the tenant refused.
-    assert_eq!((status, body["error"]["status"].as_str()), (StatusCode::BAD_REQUEST, Some("INVALID_ARGUMENT")), "{body}");
+    assert_eq!(
+        (status, body["error"]["status"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("INVALID_ARGUMENT")),
+        "{body}"
+    );
     assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("do not grant tenant \"acme\"")), "{body}");
 
     // Seed `/tasks/send` records land in the caller's tenant.

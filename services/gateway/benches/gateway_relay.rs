@@ -42,10 +42,10 @@ use mesh_protocol::seed::Part;
 use serde::Deserialize;
 use serde_json::json;
 
-#[path = "../../../benches/support/mod.rs"]
-mod support;
 #[path = "../../../benches/support/load.rs"]
 mod load;
+#[path = "../../../benches/support/mod.rs"]
+mod support;
 
 use load::{Outcome, Target};
 use support::arg;
@@ -122,7 +122,11 @@ async fn run() -> anyhow::Result<()> {
         println!("  {name:<10} {median:>8.0} req/s (median; rounds {})", each.join(" / "));
     }
     println!("  K gateway / K direct = {:.2} (goal >= {GOAL_RATIO})", medians[1] / medians[0]);
-    println!("  E gateway / E direct = {:.2}; the gateway before a bare echo: {:.0} req/s", medians[3] / medians[2], medians[3]);
+    println!(
+        "  E gateway / E direct = {:.2}; the gateway before a bare echo: {:.0} req/s",
+        medians[3] / medians[2],
+        medians[3]
+    );
     let per_request_us = |(cpu_s, requests): (f64, usize)| cpu_s * 1e6 / requests.max(1) as f64;
     let (gateway_us, kit_us) = (per_request_us(gateway_cpu), per_request_us(kit_cpu));
     println!(
@@ -319,7 +323,10 @@ async fn serve_echo() -> anyhow::Result<()> {
     let app = axum::Router::new()
         .route("/.well-known/agent-card.json", get(move || std::future::ready(Json(card.clone()))))
         // Takes the body as bytes so the request is read in full, and parses nothing.
-        .route("/", post(move |_request: Bytes| std::future::ready(([(CONTENT_TYPE, "application/json")], answer.clone()))));
+        .route(
+            "/",
+            post(move |_request: Bytes| std::future::ready(([(CONTENT_TYPE, "application/json")], answer.clone()))),
+        );
     announce(&url)?;
     axum::serve(listener, app).await?;
     Ok(())
@@ -350,7 +357,8 @@ async fn serve_gateway() -> anyhow::Result<()> {
             "health_endpoint": "/.well-known/agent-card.json", "process_endpoint": "/",
             "agent_card_url": format!("{url}/.well-known/agent-card.json"),
         });
-        let response = client.post(format!("{registry}/register")).bearer_auth(&admin).json(&registration).send().await?;
+        let response =
+            client.post(format!("{registry}/register")).bearer_auth(&admin).json(&registration).send().await?;
         anyhow::ensure!(response.status().is_success(), "registration refused: {}", response.text().await?);
     }
     let config = GatewayConfig {

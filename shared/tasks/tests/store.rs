@@ -298,8 +298,8 @@ async fn a_sqlite_stores_write_ahead_log_stays_bounded() {
 /// `deploy/observability`'s dashboard and alerts read.
 #[test]
 fn a_store_counts_its_writes_by_state_and_gauges_its_queue() {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use mesh_tasks::model::state_name;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("tasks.db").display());
