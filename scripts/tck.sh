@@ -168,15 +168,22 @@ start_front() {
     setsid bash -c "exec $cmd" >"$log" 2>&1 &
     local pid=$!
     front_pids+=("$pid")
+    await_answer "$name" "$pid" "$ready_url" "$log"
+}
+
+# Waits until `url` answers, failing when process `pid` (the `name`, logging to `log`) exits first
+# or `start_timeout_s` passes.
+await_answer() {
+    local name=$1 pid=$2 url=$3 log=$4
     local waited_s=0
-    until curl -fs -o /dev/null "$ready_url"; do
+    until curl -fs -o /dev/null "$url"; do
         if ! kill -0 "$pid" 2>/dev/null; then
             echo "the $name exited before answering; its log ends with:" >&2
             tail -n 20 "$log" >&2
             exit 1
         fi
         if [ "$waited_s" -ge "$start_timeout_s" ]; then
-            echo "no answer from the $name at $ready_url after ${start_timeout_s}s" >&2
+            echo "no answer from the $name at $url after ${start_timeout_s}s" >&2
             exit 1
         fi
         sleep 1
@@ -244,20 +251,7 @@ start_agent() {
     fi
     env "${agent_env[@]}" setsid bash -c "exec $cmd" >"$agent_log" 2>&1 &
     agent_pid=$!
-    local waited_s=0
-    until curl -fs -o /dev/null "$url/.well-known/agent-card.json"; do
-        if ! kill -0 "$agent_pid" 2>/dev/null; then
-            echo "the agent exited before serving its card; its log ends with:" >&2
-            tail -n 20 "$agent_log" >&2
-            exit 1
-        fi
-        if [ "$waited_s" -ge "$start_timeout_s" ]; then
-            echo "no agent card at $url after ${start_timeout_s}s" >&2
-            exit 1
-        fi
-        sleep 1
-        waited_s=$((waited_s + 1))
-    done
+    await_answer agent "$agent_pid" "$url/.well-known/agent-card.json" "$agent_log"
 }
 
 given_url=${1:-${TCK_AGENT_URL:-}}
