@@ -37,7 +37,9 @@ impl Up {
         let data = dir.path().join("data");
         let mut command = Command::new(env!("CARGO_BIN_EXE_a2a-mesh"));
         command.arg("up").args(args).current_dir(dir.path());
-        for service in ["REGISTRY", "ORCHESTRATOR", "SEARCH", "ENTITY_EXTRACTION", "PROFILE_SELECTION", "UI_AGENT", "GATEWAY"] {
+        for service in
+            ["REGISTRY", "ORCHESTRATOR", "SEARCH", "ENTITY_EXTRACTION", "PROFILE_SELECTION", "UI_AGENT", "GATEWAY"]
+        {
             command.env(format!("MESH_{service}_PORT"), "0");
         }
         let mut child = command
