@@ -515,23 +515,10 @@ async fn a_message_answered_with_a_failed_task_is_reported_as_an_error() {
 
 /// What the caller records in the process's metrics, read through a debugging recorder.
 mod metrics_recorded {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+    use mesh_test_support::metrics::{Reading, read};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     use super::*;
-
-    /// A metric's name, its labels (sorted) and its value.
-    type Reading = (String, Vec<(String, String)>, DebugValue);
-
-    /// What was recorded: each gauge's value, each histogram's values since the last reading.
-    fn read(snapshotter: &Snapshotter) -> Vec<Reading> {
-        let readings = snapshotter.snapshot().into_vec().into_iter().map(|(key, _, _, value)| {
-            let key = key.key();
-            let mut labels: Vec<_> = key.labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect();
-            labels.sort_unstable();
-            (key.name().to_owned(), labels, value)
-        });
-        readings.collect()
-    }
 
     fn labelled(name: &str, labels: &[(&str, &str)]) -> impl Fn(&&Reading) -> bool {
         let mut wanted: Vec<_> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();

@@ -387,9 +387,6 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for SharedBuffer {
 
 // --- telemetry ---
 
-/// A metric's name, its labels (sorted) and its value.
-type Reading = (String, Vec<(String, String)>, metrics_util::debugging::DebugValue);
-
 #[test]
 fn token_usage_and_durations_are_recorded_by_model_and_type() {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -411,17 +408,7 @@ fn token_usage_and_durations_are_recorded_by_model_and_type() {
             client.chat(&first_turn()).await.unwrap_err();
         });
     });
-    let readings: Vec<Reading> = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let key = key.key();
-            let mut labels: Vec<_> = key.labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect();
-            labels.sort_unstable();
-            (key.name().to_owned(), labels, value)
-        })
-        .collect();
+    let readings = mesh_test_support::metrics::read(&snapshotter);
     let find = |name: &str, extra: &[(&str, &str)]| {
         let mut wanted: Vec<(String, String)> =
             [("service", SERVICE), ("gen_ai_operation_name", "chat"), ("gen_ai_request_model", MODEL)]

@@ -316,16 +316,13 @@ fn a_store_counts_its_writes_by_state_and_gauges_its_queue() {
     }
     let values = |name: &str, labels: &[(&str, &str)]| -> Vec<Reading> {
         let mut readings = readings.borrow_mut();
-        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-            let key = key.key();
-            let labelled: Vec<(String, String)> =
-                key.labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect();
+        for (name, labels, value) in mesh_test_support::metrics::read(&snapshotter) {
             let value = match value {
                 DebugValue::Counter(n) => Reading::Count(n),
                 DebugValue::Gauge(g) => Reading::Gauge(g.into_inner()),
                 DebugValue::Histogram(samples) => Reading::Samples(samples.len()),
             };
-            readings.push((key.name().to_owned(), labelled, value));
+            readings.push((name, labels, value));
         }
         let wanted = |(k, v): &(&str, &str)| (k.to_string(), v.to_string());
         let mut labels: Vec<(String, String)> = labels.iter().map(wanted).collect();

@@ -12,6 +12,7 @@ use std::fmt::Display;
 
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
 
 /// Whether this is a CI run: `CI` set to anything but empty, `0` or `false` (`.ci/run` and the
 /// usual CI services set `CI=true`).
