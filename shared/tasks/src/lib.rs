@@ -25,4 +25,4 @@ pub use push::{
     PushLimits, PushOutcome, Undelivered, UndeliveredPush,
 };
 pub use retention::{FINISHED_TASK_TTL_MS_DEFAULT, Retention, TASK_PURGE_INTERVAL_MS_DEFAULT};
-pub use store::{SQLITE_WAL_CHECKPOINT_PAGES, TASK_FLUSH_INTERVAL_MS_DEFAULT, TaskStore};
+pub use store::{TASK_FLUSH_INTERVAL_MS_DEFAULT, TaskStore};

@@ -204,12 +204,10 @@ impl TaskStore {
         let pending = Arc::new(PendingWrites::default());
         let pool = database.pool().clone();
         let keeps_connection = pool.options().get_max_connections() > 1;
-        let checkpoints_rarely = database.backend() == Backend::Sqlite && keeps_connection;
         let writer = Writer {
             pool: pool.clone(),
             connection: None,
             keeps_connection,
-            checkpoints_rarely,
             agent: agent.to_owned(),
             replica: replica.clone(),
             pending: pending.clone(),
@@ -539,9 +537,6 @@ struct Writer {
     /// the store's reads need too.
     connection: Option<PoolConnection<sqlx::Any>>,
     keeps_connection: bool,
-    /// A SQLite file: the writer's commits checkpoint its log once it holds
-    /// `SQLITE_WAL_CHECKPOINT_PAGES` pages rather than SQLite's 1,000.
-    checkpoints_rarely: bool,
     agent: String,
     replica: String,
     pending: Arc<PendingWrites>,
@@ -586,20 +581,11 @@ impl Writer {
     }
 
     async fn commit_on_own_connection(&mut self, batch: &[Write]) -> Result<(), sqlx::Error> {
+        // The pool's SQLite connections checkpoint their log every
+        // `mesh_storage::SQLITE_WAL_CHECKPOINT_PAGES` pages, so commits rarely stall on one.
         let mut connection = match self.connection.take() {
             Some(connection) => connection,
-            None => {
-                let mut connection = self.pool.acquire().await?;
-                if self.checkpoints_rarely {
-                    // It leaves the pool once the writer lets it go, so no other user inherits
-                    // the setting.
-                    connection.close_on_drop();
-                    let pages = format!("PRAGMA wal_autocheckpoint = {SQLITE_WAL_CHECKPOINT_PAGES}");
-                    // Audited: built from a constant.
-                    sqlx::query(sqlx::AssertSqlSafe(pages)).execute(&mut *connection).await?;
-                }
-                connection
-            }
+            None => self.pool.acquire().await?,
         };
         let committed = commit(&mut connection, &self.agent, &self.replica, batch).await;
         if committed.is_ok() && self.keeps_connection {
@@ -608,19 +594,6 @@ impl Writer {
         committed
     }
 }
-
-/// Pages a SQLite file's write-ahead log holds before the writer's commit that passes them
-/// checkpoints it (copies them into the database and syncs it).
-///
-/// SQLite's default is 1,000 pages (4 MiB). A task's commit writes a few pages, so under load
-/// that was a checkpoint every few dozen milliseconds, each stalling the commit that ran it and
-/// every save waiting behind it: the durable store's p99 at concurrency 16 was over 5 ms against
-/// a p50 under 1 ms. At 10,000 (about 40 MiB of log) the stalls are ten times rarer, and the
-/// p99 fell to about 1.5 ms (`send_message` bench, A). The price: with `synchronous = NORMAL` the
-/// log is synced at checkpoints, so a power loss may take back up to this much. A checkpoint run
-/// beside the writer instead (a passive one, on another connection) never completed while the
-/// writer kept appending, and the log grew without end.
-pub const SQLITE_WAL_CHECKPOINT_PAGES: u32 = 10_000;
 
 /// Takes more of the queue into `taken` until `interval` has passed, a batch is full, a flush is
 /// asked for or the queue closes.

@@ -6,8 +6,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, Message, Role, Task, TaskState, TaskStatus};
+use mesh_storage::SQLITE_WAL_CHECKPOINT_PAGES;
 use mesh_tasks::model::now_timestamp;
-use mesh_tasks::{SQLITE_WAL_CHECKPOINT_PAGES, TaskError, TaskStore};
+use mesh_tasks::{TaskError, TaskStore};
 
 fn task(id: &str, context_id: &str, state: TaskState) -> Task {
     Task {
