@@ -9,6 +9,10 @@
 //! - Am: A with `task_durability = "memory"`: no database at all, as the Python SDK's default
 //!   `InMemoryTaskStore` (issue #17's goal: Am/C >= 0.5 at concurrency 16);
 //! - B: the official Python SDK's echo agent (`a2a-sdk`, uvicorn, one worker);
+//! - R: the official Rust SDK's echo agent (`a2a-server-lf` 0.5.3: its default handler, its
+//!   in-memory task store and its JSON-RPC router; the crate `benches/a2a-rs-peer`, outside the
+//!   workspace, built by this bench unless `--rust-sdk` names its binary). Its store never frees a
+//!   task, so it is started afresh for each of its cells (issue #38's peer to beat);
 //! - C: a bare axum handler answering A's own response bytes: the floor HTTP and axum cost;
 //! - A': A with authentication on (an HS256 secret), every request carrying a bearer JWT that
 //!   the server verifies: the cost of auth (issue #12), as A'/A;
@@ -21,10 +25,11 @@
 //! INFO log line per request, written to a discarded stderr); only T and T10 have an endpoint.
 //!
 //! `cargo bench -p mesh-agent-kit --bench send_message -- [--seconds N] [--rounds R]
-//! [--python PATH] [--python-agent SCRIPT] [--servers A,T,T10] [--concurrency 16]` (`--servers`
-//! picks the servers measured besides A, which every ratio is over: any of Ab, Am, B, C, A', T,
-//! T10, G; all by default; `--concurrency` some of 1, 16 and 64). Ab and Am are also shown over B
-//! and C, beside A. `scripts/profile-task-path.sh` samples A and Am under this load with `perf`.
+//! [--python PATH] [--python-agent SCRIPT] [--rust-sdk BINARY] [--servers A,T,T10] [--concurrency 16]`
+//! (`--servers` picks the servers measured besides A: any of Ab, Am, B, R, C, A', T, T10, G; all by
+//! default; `--concurrency` some of 1, 16 and 64). Ab and Am are also shown over B and C, beside A,
+//! and A, Ab, Am and G over R. `scripts/profile-task-path.sh` samples A and Am under this load with
+//! `perf`.
 //!
 //! Each server runs in its own process (A and C are this binary re-executed), so the load
 //! generator never shares a runtime with the server it measures. Every response is checked;
@@ -94,6 +99,12 @@ const GOAL_AUTH_OVER_OPEN: f64 = 0.95;
 /// Goals of issue #13: every span exported costs at most 10%, a 10% sampling ratio at most 2%.
 const GOAL_TRACED_OVER_OPEN: f64 = 0.90;
 const GOAL_TRACED_10_OVER_OPEN: f64 = 0.98;
+/// Issue #38: the kit, its tasks in memory, against the official Rust SDK's in-memory store.
+const GOAL_MEMORY_OVER_R_AT_16: f64 = 1.5;
+/// Issue #38: the kit, its tasks durable (committed before the answer), against the same.
+const GOAL_DURABLE_OVER_R_AT_16: f64 = 1.0;
+/// Issue #38: the durable kit's p99 at concurrency 16, a saturating load, in milliseconds.
+const GOAL_DURABLE_P99_AT_16_MS: f64 = 5.0;
 /// The sampling ratio of T10.
 const TRACE_RATIO_10: &str = "0.1";
 
@@ -136,6 +147,8 @@ struct Options {
     rounds: u32,
     python: PathBuf,
     python_agent: PathBuf,
+    /// R's binary; built from `benches/a2a-rs-peer` when not given.
+    rust_sdk: Option<PathBuf>,
     /// The servers measured; A always is.
     servers: Vec<Kind>,
     /// The concurrencies measured (all of [`CONCURRENCIES`] by default).
@@ -150,6 +163,7 @@ impl Options {
             rounds: ROUNDS_DEFAULT,
             python,
             python_agent: PYTHON_AGENT_DEFAULT.into(),
+            rust_sdk: None,
             servers: Kind::ALL.to_vec(),
             concurrencies: CONCURRENCIES.to_vec(),
         };
@@ -160,6 +174,7 @@ impl Options {
                 "--rounds" => options.rounds = value()?.parse()?,
                 "--python" => options.python = value()?.into(),
                 "--python-agent" => options.python_agent = value()?.into(),
+                "--rust-sdk" => options.rust_sdk = Some(value()?.into()),
                 "--servers" => {
                     let mut servers = vec![Kind::AgentKit];
                     for name in value()?.split(',') {
@@ -180,7 +195,7 @@ impl Options {
                 _ => {
                     return Err(format!(
                         "unknown argument {arg}; expected --seconds N, --rounds R, --python PATH, --python-agent SCRIPT, \
-                         --servers Ab,Am,B,C,A',T,T10,G, --concurrency 1,16,64"
+                         --rust-sdk BINARY, --servers Ab,Am,B,R,C,A',T,T10,G, --concurrency 1,16,64"
                     )
                     .into());
                 }
@@ -202,6 +217,7 @@ enum Kind {
     AgentKitBuffered,
     AgentKitMemory,
     PythonSdk,
+    RustSdk,
     BareAxum,
     AgentKitAuth,
     AgentKitTraced,
@@ -210,11 +226,12 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Self; 9] = [
+    const ALL: [Self; 10] = [
         Self::AgentKit,
         Self::AgentKitBuffered,
         Self::AgentKitMemory,
         Self::PythonSdk,
+        Self::RustSdk,
         Self::BareAxum,
         Self::AgentKitAuth,
         Self::AgentKitTraced,
@@ -233,6 +250,7 @@ impl Kind {
             Self::AgentKitBuffered => "Ab kit buffered",
             Self::AgentKitMemory => "Am kit memory",
             Self::PythonSdk => "B Python SDK",
+            Self::RustSdk => "R Rust SDK",
             Self::BareAxum => "C bare axum",
             Self::AgentKitAuth => "A' kit + JWT",
             Self::AgentKitTraced => "T kit traced",
@@ -306,6 +324,42 @@ fn start_python(options: &Options) -> Result<Server, String> {
         .spawn()
         .map_err(|e| format!("{}: {e}", options.python.display()))?;
     Ok(Server { kind: Kind::PythonSdk, target: Target { addr, bearer: None, grpc: false }, process })
+}
+
+/// R's binary: `--rust-sdk`, or `benches/a2a-rs-peer` built now (release, into a target directory
+/// of its own beside this bench's), or why it cannot run.
+fn rust_sdk_binary(options: &Options) -> Result<PathBuf, String> {
+    if let Some(binary) = &options.rust_sdk {
+        return Ok(binary.clone());
+    }
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/a2a-rs-peer/Cargo.toml");
+    // This bench runs from <target>/<profile>/deps/.
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let target = exe.ancestors().nth(3).ok_or("no target directory above the bench")?.join("a2a-rs-peer");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    println!("Building R (the official Rust SDK's echo agent) into {} ...", target.display());
+    let built = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !built.success() {
+        return Err(format!("cargo build --manifest-path {} failed: {built}", manifest.display()));
+    }
+    Ok(target.join("release/a2a-rs-peer"))
+}
+
+/// R: the official Rust SDK's echo agent, a process of its own printing its address first.
+fn start_rust_sdk(binary: &std::path::Path) -> Result<Server, BoxError> {
+    let mut process = Command::new(binary).stdin(Stdio::null()).stdout(Stdio::piped()).spawn()?;
+    let mut line = String::new();
+    let stdout = process.stdout.take().ok_or("no stdout from R")?;
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line.trim().parse().map_err(|e| format!("R: no address on its first line ({e}): {line:?}"))?;
+    Ok(Server { kind: Kind::RustSdk, target: Target { addr, bearer: None, grpc: false }, process })
 }
 
 /// Runs the server a child was re-executed for, until it is killed.
@@ -767,13 +821,34 @@ async fn run(options: Options) -> Result<(), BoxError> {
             Err(reason) => println!("B (the Python SDK) is not measured: {reason}."),
         }
     }
+    let rust_sdk = if measured(Kind::RustSdk) {
+        match rust_sdk_binary(&options) {
+            Ok(binary) => {
+                let mut r = start_rust_sdk(&binary)?;
+                ready(&mut r).await?;
+                servers.push(r);
+                Some(binary)
+            }
+            Err(reason) => {
+                println!("R (the Rust SDK) is not measured: {reason}.");
+                None
+            }
+        }
+    } else {
+        None
+    };
     servers.sort_by_key(|server| server.kind);
     println!("C answers A's response, {} bytes: {}", a_reply.len(), String::from_utf8_lossy(&a_reply));
 
     let mut results: BTreeMap<(Kind, usize), Sample> = BTreeMap::new();
     for round in 1..=options.rounds {
         for &concurrency in &options.concurrencies {
-            for server in &servers {
+            for server in &mut servers {
+                if let (Kind::RustSdk, Some(binary)) = (server.kind, &rust_sdk) {
+                    // Its store keeps every task it ever made: each cell starts from an empty one.
+                    *server = start_rust_sdk(binary)?;
+                    ready(server).await?;
+                }
                 let cell = measure_cell(&server.target, concurrency, options.measure).await;
                 let rate = cell.rate();
                 eprintln!(
@@ -851,11 +926,29 @@ fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
         println!("| {concurrency} | {} |", cells.join(" | "));
     }
     println!();
+    println!("| concurrency | A/R req/s | Ab/R req/s | Am/R req/s | G/R req/s |");
+    println!("|---:|---:|---:|---:|---:|");
+    for concurrency in CONCURRENCIES {
+        let cells: Vec<String> = [Kind::AgentKit, Kind::AgentKitBuffered, Kind::AgentKitMemory, Kind::AgentKitGrpc]
+            .map(|kind| shown(over(kind, Kind::RustSdk, concurrency)))
+            .into();
+        println!("| {concurrency} | {} |", cells.join(" | "));
+    }
+    println!();
     let goal = |name: String, value: Option<f64>, floor: f64| match value {
         Some(v) => println!("Goal {name} >= {floor}: {} ({v:.2}).", if v >= floor { "met" } else { "NOT met" }),
         None => println!("Goal {name} >= {floor}: not measured."),
     };
     goal("A/B at c=16".to_owned(), ratio(Kind::PythonSdk, 16), GOAL_A_OVER_B_AT_16);
+    goal("Am/R at c=16".to_owned(), over(Kind::AgentKitMemory, Kind::RustSdk, 16), GOAL_MEMORY_OVER_R_AT_16);
+    goal("A/R at c=16 (A durable)".to_owned(), ratio(Kind::RustSdk, 16), GOAL_DURABLE_OVER_R_AT_16);
+    match results.get(&(Kind::AgentKit, 16)).map(|sample| sample.percentile_ms(0.99)) {
+        Some(p99) => println!(
+            "Goal A's p99 at c=16 <= {GOAL_DURABLE_P99_AT_16_MS} ms: {} ({p99:.2} ms).",
+            if p99 <= GOAL_DURABLE_P99_AT_16_MS { "met" } else { "NOT met" }
+        ),
+        None => println!("Goal A's p99 at c=16 <= {GOAL_DURABLE_P99_AT_16_MS} ms: not measured."),
+    }
     let memory_over_c = over(Kind::AgentKitMemory, Kind::BareAxum, 16);
     goal("Am/C at c=16".to_owned(), memory_over_c, GOAL_MEMORY_OVER_C_AT_16);
     for concurrency in CONCURRENCIES {
