@@ -54,9 +54,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start the registry (:8000), orchestrator (:8001), search (:8002), entity-extraction (:8010)
-    /// and profile-selection (:8011), and the UI agent (:8020), until Ctrl-C. Each service reads
-    /// its MESH_<SERVICE>_* environment variables, e.g. MESH_SEARCH_CORPUS_PATH=corpus.jsonl or
-    /// MESH_REGISTRY_PORT=9000; MESH_BUS_KAFKA_BROKERS=HOST:PORT puts conversations on Kafka.
+    /// and profile-selection (:8011), the UI agent (:8020), the A2A gateway (:8030) and, when
+    /// MESH_LLM_BASE_URL and MESH_LLM_MODEL name a model, the LLM agents (:8040 and up), until
+    /// Ctrl-C. Each service reads its MESH_<SERVICE>_* environment variables, e.g.
+    /// MESH_SEARCH_CORPUS_PATH=corpus.jsonl or MESH_REGISTRY_PORT=9000;
+    /// MESH_BUS_KAFKA_BROKERS=HOST:PORT puts conversations on Kafka.
     Up {
         /// Turn authentication on with keys generated into data/auth (kept for the next run):
         /// every call then needs a token, which `token` mints and `ask`, `chat` and `ingest`
