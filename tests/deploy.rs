@@ -81,6 +81,8 @@ const HEALTH_PORT_VAR: &str = "MESH_HEALTH_PORT";
 const SHARED_VARS: [&str; 3] = ["POD_NAME", "POD_IP", "MESH_LOG_FORMAT"];
 /// Stands for a value a manifest takes from a Secret.
 const SECRET_PLACEHOLDER: &str = "postgres://from-a-secret@db.invalid/mesh";
+/// Stands for a value a manifest takes from a ConfigMap (the Kafka overlay's brokers).
+const CONFIG_MAP_PLACEHOLDER: &str = "from-a-config-map.invalid:9092";
 
 fn repository() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -105,8 +107,8 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// A container's environment as a map; values taken from a Secret or the downward API read as
-/// [`SECRET_PLACEHOLDER`] and the field's path.
+/// A container's environment as a map; values taken from a Secret, a ConfigMap or the downward
+/// API read as [`SECRET_PLACEHOLDER`], [`CONFIG_MAP_PLACEHOLDER`] and the field's path.
 fn container_env(container: &Value) -> BTreeMap<String, String> {
     container["env"]
         .as_sequence()
@@ -116,6 +118,7 @@ fn container_env(container: &Value) -> BTreeMap<String, String> {
         .map(|var| {
             let value = match (&var["value"], &var["valueFrom"]) {
                 (Value::Null, from) if !from["secretKeyRef"].is_null() => SECRET_PLACEHOLDER.to_owned(),
+                (Value::Null, from) if !from["configMapKeyRef"].is_null() => CONFIG_MAP_PLACEHOLDER.to_owned(),
                 (Value::Null, from) => text(&from["fieldRef"]["fieldPath"]),
                 (value, _) => text(value),
             };
@@ -360,4 +363,100 @@ fn the_gateways_configuration_and_rules_load_as_deployed() {
     // The agents' network is the one the gateway may reach.
     let subnet = text(&compose["networks"]["default"]["ipam"]["config"][0]["subnet"]);
     assert!(config.upstream_allowed_networks.contains(&subnet), "compose's network {subnet} is not the gateway's");
+}
+
+/// The Kafka brokers a service that joins conversations loads from `env`; `None` for the
+/// services that join none (registry, gateway).
+fn kafka_brokers_of(service: &Service, env: &BTreeMap<String, String>) -> Option<Option<String>> {
+    match service.name {
+        "registry" | "gateway" => None,
+        "ui-agent" => Some(load::<UiAgentConfig>(service.env_prefix, env).bus.kafka_brokers),
+        _ => Some(load::<AgentConfig>(service.env_prefix, env).bus.and_then(|bus| bus.kafka_brokers)),
+    }
+}
+
+/// The environment of a compose service.
+fn compose_env(service: &Value, origin: &str) -> BTreeMap<String, String> {
+    service["environment"]
+        .as_mapping()
+        .unwrap_or_else(|| panic!("{origin}: no environment"))
+        .iter()
+        .map(|(name, value)| (text(name), text(value)))
+        .collect()
+}
+
+#[test]
+fn the_kafka_deployments_put_every_service_that_joins_conversations_on_the_brokers() {
+    let joins = |env: &BTreeMap<String, String>| env.keys().any(|name| name.ends_with("_BUS__DATABASE_URL"));
+    let base_container = |name: &str| {
+        let docs = documents(&format!("deploy/kubernetes/base/{name}.yaml"));
+        let deployment = docs.into_iter().find(|d| d["kind"].as_str() == Some("Deployment")).expect("a Deployment");
+        deployment["spec"]["template"]["spec"]["containers"][0].clone()
+    };
+    let joining: BTreeSet<&str> =
+        SERVICES.iter().filter(|s| joins(&container_env(&base_container(s.name)))).map(|s| s.name).collect();
+    assert_eq!(joining.len(), 5, "the services with a bus database in the base: {joining:?}");
+
+    // Kubernetes: each Deployment patch laid over its base container's environment.
+    let overlay = "deploy/kubernetes/overlays/kafka";
+    let mut patched = BTreeSet::new();
+    for patch in documents(&format!("{overlay}/bus-on-kafka.yaml")) {
+        let name = text(&patch["metadata"]["name"]);
+        let origin = format!("{overlay}/bus-on-kafka.yaml {name}");
+        let service = SERVICES.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{origin}: no such service"));
+        let base = base_container(&name);
+        let container = &patch["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["name"], base["name"], "{origin}: patches another container");
+        let mut env = container_env(&base);
+        env.extend(container_env(container));
+        check_env(service, &env, &SHARED_VARS, &origin);
+        let brokers = kafka_brokers_of(service, &env).unwrap_or_else(|| panic!("{origin}: joins no conversation"));
+        assert_eq!(brokers.as_deref(), Some(CONFIG_MAP_PLACEHOLDER), "{origin}: the brokers");
+        patched.insert(service.name);
+    }
+    assert_eq!(patched, joining, "{overlay}: every service that joins conversations, and only those");
+    // The ConfigMap the patches read names the broker the overlay runs, as it advertises itself.
+    let kustomization = documents(&format!("{overlay}/kustomization.yaml")).remove(0);
+    let generator = kustomization["configMapGenerator"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"].as_str() == Some("mesh-bus"))
+        .expect("the mesh-bus generator");
+    let literals: Vec<String> = generator["literals"].as_sequence().unwrap().iter().map(text).collect();
+    let brokers = literals.iter().find_map(|l| l.strip_prefix("kafka-brokers=")).expect("kafka-brokers");
+    let broker = documents(&format!("{overlay}/broker.yaml"));
+    let statefulset = broker.iter().find(|d| d["kind"].as_str() == Some("StatefulSet")).expect("a StatefulSet");
+    let advertised = container_env(&statefulset["spec"]["template"]["spec"]["containers"][0]);
+    assert_eq!(advertised["KAFKA_ADVERTISED_LISTENERS"], format!("PLAINTEXT://{brokers}"), "{overlay}: the broker");
+    let namespace = text(&kustomization["namespace"]);
+    let pod_dns = format!(
+        "{}-0.{}.{namespace}.svc:",
+        text(&statefulset["metadata"]["name"]),
+        text(&statefulset["spec"]["serviceName"])
+    );
+    assert!(brokers.starts_with(&pod_dns), "{overlay}: {brokers} is not the broker's pod ({pod_dns}...)");
+
+    // Compose: the override's variables over compose.yaml's.
+    let compose = documents("deploy/compose.yaml").remove(0);
+    let kafka = documents("deploy/compose.kafka.yaml").remove(0);
+    let advertised = compose_env(&kafka["services"]["kafka"], "deploy/compose.kafka.yaml kafka");
+    let mut overridden = BTreeSet::new();
+    for service in &SERVICES {
+        let origin = format!("deploy/compose.kafka.yaml service {}", service.name);
+        let mut env = compose_env(&compose["services"][service.name], &origin);
+        if !joins(&env) {
+            assert!(kafka["services"][service.name].is_null(), "{origin}: joins no conversation");
+            continue;
+        }
+        env.extend(compose_env(&kafka["services"][service.name], &origin));
+        check_env(service, &env, &[HEALTH_PORT_VAR, "PGPASSFILE"], &origin);
+        let brokers = kafka_brokers_of(service, &env).flatten().unwrap_or_else(|| panic!("{origin}: no brokers"));
+        // Compose's interpolation: the brokers named when started, or the override's own broker.
+        let default = brokers.strip_prefix("${MESH_KAFKA_BROKERS:-").and_then(|rest| rest.strip_suffix('}'));
+        let default = default.unwrap_or_else(|| panic!("{origin}: {brokers} is not ${{MESH_KAFKA_BROKERS:-...}}"));
+        assert_eq!(advertised["KAFKA_ADVERTISED_LISTENERS"], format!("PLAINTEXT://{default}"), "{origin}");
+        overridden.insert(service.name);
+    }
+    assert_eq!(overridden, joining, "deploy/compose.kafka.yaml: every service that joins conversations");
 }
