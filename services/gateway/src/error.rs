@@ -1,12 +1,17 @@
-//! What the gateway refuses or fails with, answered in the caller's binding: a JSON-RPC error
-//! (the request's id echoed, the mesh error body as its `data`) on JSON-RPC, problem JSON
-//! (RFC 9457, with the mesh error fields beside) on HTTP+JSON and every other route.
+//! What the gateway refuses or fails with, answered in the caller's binding. An error the A2A
+//! protocol defines (a task not found, an unsupported operation, a body that is not JSON) is
+//! answered as an agent would: a JSON-RPC error with `[ErrorInfo]` as its `data` (1.0) or
+//! `"data": null` (0.3), HTTP 200; on HTTP+JSON an AIP-193 body with the error's own status. The
+//! mesh's own refusals (policy, tenants, links, call chains, unreachable agents) are a JSON-RPC
+//! error with the mesh error body as its `data`, or problem JSON (RFC 9457, with the mesh error
+//! fields beside) on HTTP+JSON and every other route.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mesh_graph::Denial;
 use mesh_protocol::call::CallRejection;
+use mesh_protocol::jsonrpc::{A2aErrorCode, ErrorObject, Id, Response as RpcResponse, RestErrorBody};
 use mesh_server::ErrorResponse;
 use mesh_server::call_safety::call_failure_status;
 use serde_json::{Value, json};
@@ -18,10 +23,6 @@ pub const POLICY_DENIED_JSONRPC_CODE: i64 = -32043;
 pub const CALL_REFUSED_JSONRPC_CODE: i64 = -32044;
 /// JSON-RPC code of a call the gateway could not deliver (agent down, circuit open, timeout).
 pub const UPSTREAM_FAILED_JSONRPC_CODE: i64 = -32045;
-/// A2A's `TaskNotFoundError`: another tenant's task is answered as one that does not exist.
-pub const TASK_NOT_FOUND_JSONRPC_CODE: i64 = -32001;
-/// A2A's `UnsupportedOperationError`.
-pub const UNSUPPORTED_JSONRPC_CODE: i64 = -32004;
 const INVALID_REQUEST_JSONRPC_CODE: i64 = -32600;
 const INTERNAL_JSONRPC_CODE: i64 = -32603;
 
@@ -71,11 +72,29 @@ pub enum GatewayError {
     Invalid(String),
     #[error("{0} is not offered through the gateway")]
     NotOffered(String),
+    /// An error of the protocol itself: a body not declared JSON, not JSON, or no request.
+    #[error("{message}")]
+    Protocol { code: A2aErrorCode, message: String },
 }
 
 impl GatewayError {
+    /// The A2A error this is, when the protocol defines it: answered in the binding's own shape.
+    /// Another tenant's task is answered as one that does not exist.
+    fn a2a_code(&self) -> Option<A2aErrorCode> {
+        match self {
+            Self::TaskNotFound(_) => Some(A2aErrorCode::TaskNotFound),
+            Self::NotOffered(_) => Some(A2aErrorCode::UnsupportedOperation),
+            Self::Protocol { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
     /// The HTTP status, the mesh error code and the JSON-RPC code of this error.
     fn codes(&self) -> (StatusCode, &str, i64) {
+        if let Some(code) = self.a2a_code() {
+            let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+            return (status, code.reason(), code.code());
+        }
         match self {
             Self::PolicyDenied(_) => (StatusCode::FORBIDDEN, "POLICY_DENIED", POLICY_DENIED_JSONRPC_CODE),
             Self::CallRefused(rejection) => {
@@ -88,7 +107,6 @@ impl GatewayError {
             Self::DeadlinePassed(_) => {
                 (StatusCode::GATEWAY_TIMEOUT, "CALL_DEADLINE_EXCEEDED", CALL_REFUSED_JSONRPC_CODE)
             }
-            Self::TaskNotFound(_) => (StatusCode::NOT_FOUND, "TASK_NOT_FOUND", TASK_NOT_FOUND_JSONRPC_CODE),
             Self::AgentNotFound(_) => (StatusCode::NOT_FOUND, "AGENT_NOT_FOUND", UPSTREAM_FAILED_JSONRPC_CODE),
             Self::NoAgentForSkill(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "AGENT_UNAVAILABLE", UPSTREAM_FAILED_JSONRPC_CODE)
@@ -105,7 +123,6 @@ impl GatewayError {
                 (StatusCode::SERVICE_UNAVAILABLE, "REGISTRY_UNAVAILABLE", UPSTREAM_FAILED_JSONRPC_CODE)
             }
             Self::Invalid(_) => (StatusCode::BAD_REQUEST, "REQUEST_INVALID", INVALID_REQUEST_JSONRPC_CODE),
-            Self::NotOffered(_) => (StatusCode::NOT_IMPLEMENTED, "NOT_OFFERED", UNSUPPORTED_JSONRPC_CODE),
             Self::Auth(error) => {
                 let answer = mesh_server::auth::auth_error_response(error);
                 let code = if answer.status == StatusCode::UNAUTHORIZED {
@@ -118,6 +135,9 @@ impl GatewayError {
             Self::Bind { .. } | Self::Serve(_) | Self::Server(_) | Self::Config(_) | Self::Policy { .. } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", INTERNAL_JSONRPC_CODE)
             }
+            Self::TaskNotFound(_) | Self::NotOffered(_) | Self::Protocol { .. } => {
+                unreachable!("A2A errors are answered above")
+            }
         }
     }
 
@@ -127,8 +147,14 @@ impl GatewayError {
         ErrorResponse::new(status, code, self.to_string())
     }
 
-    /// This error answering a JSON-RPC request whose id is `id` (null when unread).
-    pub fn jsonrpc(&self, id: Value) -> Response {
+    /// This error answering a JSON-RPC request whose id is `id` (null when unread), of A2A 1.0
+    /// (`v1`) or 0.3.
+    pub fn jsonrpc(&self, id: Value, v1: bool) -> Response {
+        if let Some(code) = self.a2a_code() {
+            let id = serde_json::from_value(id).unwrap_or(Id::Null);
+            let error = ErrorObject::in_version(code, self.to_string(), v1);
+            return Json(RpcResponse::<Value>::error(id, error)).into_response();
+        }
         let (status, _, code) = self.codes();
         let body = self.body();
         let answer = json!({
@@ -151,13 +177,19 @@ fn auth_code(error: &mesh_auth::AuthError) -> &'static str {
 
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
-        self.problem()
+        self.rest()
     }
 }
 
 impl GatewayError {
-    /// Problem JSON (RFC 9457) with the mesh error body's fields beside its own.
-    pub fn problem(&self) -> Response {
+    /// This error on HTTP+JSON and the gateway's own routes: an A2A error as an AIP-193 body;
+    /// the mesh's refusals as problem JSON (RFC 9457) with the mesh error body's fields beside
+    /// its own.
+    pub fn rest(&self) -> Response {
+        if let Some(code) = self.a2a_code() {
+            let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+            return (status, Json(RestErrorBody::new(code, self.to_string()))).into_response();
+        }
         let answer = self.body();
         let status = answer.status;
         let mut problem = serde_json::to_value(&answer.body).unwrap_or_else(|_| json!({}));
@@ -185,20 +217,69 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_is_a_json_rpc_error_or_problem_json_with_the_mesh_code() {
         let error = GatewayError::PolicyDenied("rule no-cancel".into());
-        let response = error.jsonrpc(json!("r1"));
+        let response = error.jsonrpc(json!("r1"), true);
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
         let answer = body(response).await;
         assert_eq!(answer["id"], "r1");
         assert_eq!(answer["error"]["code"], POLICY_DENIED_JSONRPC_CODE);
         assert_eq!(answer["error"]["data"]["error_code"], "POLICY_DENIED");
 
-        let response = GatewayError::TaskNotFound("t1".into()).into_response();
-        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let response = error.rest();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
         let problem = body(response).await;
-        assert_eq!(problem["status"], 404);
-        assert_eq!(problem["error_code"], "TASK_NOT_FOUND");
-        assert_eq!(problem["type"], "urn:a2a-mesh:error:TASK_NOT_FOUND");
+        assert_eq!(problem["status"], 403);
+        assert_eq!(problem["error_code"], "POLICY_DENIED");
+        assert_eq!(problem["type"], "urn:a2a-mesh:error:POLICY_DENIED");
+    }
+
+    /// The conformance kit's JSONRPC-ERR-003, JSONRPC-SSE-002, HTTP_JSON-ERR-001 and -002: what
+    /// the gateway answers itself of the protocol's errors has the protocol's shape.
+    #[tokio::test]
+    async fn an_a2a_error_has_the_bindings_own_shape_in_each_version() {
+        let missing = GatewayError::TaskNotFound("t1".into());
+        let response = missing.jsonrpc(json!(7), true);
+        assert_eq!(response.status(), StatusCode::OK);
+        let answer = body(response).await;
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["code"], -32001);
+        assert_eq!(
+            answer["error"]["data"],
+            json!([{
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "TASK_NOT_FOUND",
+                "domain": "a2a-protocol.org",
+                "metadata": {},
+            }])
+        );
+        let answer = body(missing.jsonrpc(json!(7), false)).await;
+        assert_eq!(answer["error"]["code"], -32001);
+        assert_eq!(answer["error"]["data"], Value::Null);
+        assert!(answer["error"].as_object().unwrap().contains_key("data"), "0.3 writes data: null");
+
+        let response = missing.rest();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let rest = body(response).await;
+        assert_eq!(rest["error"]["code"], 404);
+        assert_eq!(rest["error"]["status"], "NOT_FOUND");
+        assert_eq!(rest["error"]["message"], "task t1 not found");
+        assert_eq!(rest["error"]["details"][0]["reason"], "TASK_NOT_FOUND");
+        assert_eq!(rest["error"]["details"][0]["domain"], "a2a-protocol.org");
+
+        let wrong_type = GatewayError::Protocol {
+            code: A2aErrorCode::ContentTypeNotSupported,
+            message: "content type \"text/plain\" is not JSON: send application/json".into(),
+        };
+        let answer = body(wrong_type.jsonrpc(Value::Null, true)).await;
+        assert_eq!(answer["error"]["code"], -32005);
+        assert_eq!(answer["error"]["data"][0]["reason"], "CONTENT_TYPE_NOT_SUPPORTED");
+        let not_json = GatewayError::Protocol { code: A2aErrorCode::ParseError, message: "not JSON".into() };
+        let answer = body(not_json.jsonrpc(Value::Null, true)).await;
+        assert_eq!(answer["error"]["code"], -32700);
+        assert!(answer["error"].get("data").is_none(), "protocol-level errors carry no data: {answer}");
+        let unsupported = body(GatewayError::NotOffered("ListTasks".into()).rest()).await;
+        assert_eq!(unsupported["error"]["details"][0]["reason"], "UNSUPPORTED_OPERATION");
     }
 
     #[test]

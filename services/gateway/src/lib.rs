@@ -41,10 +41,7 @@ use mesh_server::{ServiceMetrics, own_credential};
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
-pub use error::{
-    CALL_REFUSED_JSONRPC_CODE, GatewayError, POLICY_DENIED_JSONRPC_CODE, TASK_NOT_FOUND_JSONRPC_CODE,
-    UPSTREAM_FAILED_JSONRPC_CODE,
-};
+pub use error::{CALL_REFUSED_JSONRPC_CODE, GatewayError, POLICY_DENIED_JSONRPC_CODE, UPSTREAM_FAILED_JSONRPC_CODE};
 
 /// Prefix of the environment variables the gateway reads (`MESH_GATEWAY_PORT`, ...).
 pub const ENV_PREFIX: &str = "MESH_GATEWAY";

@@ -26,6 +26,7 @@ use mesh_client::{
 use mesh_graph::{Decision, LinkCache};
 use mesh_protocol::call::{CallContext, CallRejection};
 use mesh_protocol::graph::{CallReport, OutcomeStatus};
+use mesh_protocol::jsonrpc::{A2aErrorCode, is_json_content_type};
 use mesh_server::auth::RequestCaller;
 use mesh_server::http::PathParam;
 use serde_json::{Value, json};
@@ -205,18 +206,23 @@ struct Outbound {
     body: Bytes,
 }
 
-/// How a refusal is answered: a JSON-RPC error with the request's id, or problem JSON.
+/// How a refusal is answered: a JSON-RPC error with the request's id, in the request's A2A
+/// version (1.0 when `v1`), or on HTTP+JSON.
 #[derive(Debug, Clone)]
 enum Answer {
-    JsonRpc(Value),
-    Problem,
+    JsonRpc { id: Value, v1: bool },
+    Rest,
 }
 
 impl Answer {
+    fn jsonrpc(id: Value, call: &A2aCall) -> Self {
+        Self::JsonRpc { id, v1: call.version == a2a::VERSION_1_0 }
+    }
+
     fn refuse(&self, error: &GatewayError) -> Response {
         match self {
-            Self::JsonRpc(id) => error.jsonrpc(id.clone()),
-            Self::Problem => error.problem(),
+            Self::JsonRpc { id, v1 } => error.jsonrpc(id.clone(), *v1),
+            Self::Rest => error.rest(),
         }
     }
 }
@@ -591,14 +597,23 @@ fn error_label(error: &GatewayError) -> &'static str {
     }
 }
 
-/// A JSON-RPC request's method, parameters and id; a body that is not one is refused.
-fn read_jsonrpc(body: &Bytes) -> Result<(A2aCall, Value), Box<Response>> {
+/// A JSON-RPC request's method, parameters and id; a body that is not one is refused as an
+/// agent refuses it: not declared JSON, not JSON, or no request (answered in 1.0's shape, as the
+/// version is not known yet).
+fn read_jsonrpc(headers: &HeaderMap, body: &Bytes) -> Result<(A2aCall, Value), Box<Response>> {
+    let refuse =
+        |code, message: String, id: Value| Box::new(GatewayError::Protocol { code, message }.jsonrpc(id, true));
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !is_json_content_type(content_type) {
+        let message = format!("content type {content_type:?} is not JSON: send application/json");
+        return Err(refuse(A2aErrorCode::ContentTypeNotSupported, message, Value::Null));
+    }
     let request: Value = serde_json::from_slice(body)
-        .map_err(|e| Box::new(GatewayError::Invalid(format!("the body is not JSON: {e}")).jsonrpc(Value::Null)))?;
+        .map_err(|e| refuse(A2aErrorCode::ParseError, format!("the body is not JSON: {e}"), Value::Null))?;
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     let Some(method) = request.get("method").and_then(Value::as_str) else {
-        let error = GatewayError::Invalid("a JSON-RPC request (one object with a method) is expected".into());
-        return Err(Box::new(error.jsonrpc(id)));
+        let message = "a JSON-RPC request (one object with a method) is expected".to_owned();
+        return Err(refuse(A2aErrorCode::InvalidRequest, message, id));
     };
     Ok((a2a::jsonrpc_call(method, request.get("params")), id))
 }
@@ -611,11 +626,11 @@ pub(crate) async fn jsonrpc(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (call, id) = match read_jsonrpc(&body) {
+    let (call, id) = match read_jsonrpc(&headers, &body) {
         Ok(read) => read,
         Err(refusal) => return *refusal,
     };
-    let answer = Answer::JsonRpc(id);
+    let answer = Answer::jsonrpc(id, &call);
     let who = match admit_caller(&state, caller, &headers, call.context_id.as_deref()) {
         Ok(who) => who,
         Err(error) => return answer.refuse(&error),
@@ -632,11 +647,11 @@ pub(crate) async fn skill(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (call, id) = match read_jsonrpc(&body) {
+    let (call, id) = match read_jsonrpc(&headers, &body) {
         Ok(read) => read,
         Err(refusal) => return *refusal,
     };
-    let answer = Answer::JsonRpc(id);
+    let answer = Answer::jsonrpc(id, &call);
     if !matches!(call.method.as_str(), "SendMessage" | "SendStreamingMessage") {
         return answer.refuse(&GatewayError::NotOffered(format!(
             "{} on a skill (only messages are routed by skill; address the agent for its tasks)",
@@ -665,23 +680,23 @@ pub(crate) async fn http_json(
     let (parts, body) = request.into_parts();
     let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(body) => body,
-        Err(error) => return GatewayError::Invalid(format!("the body cannot be read: {error}")).problem(),
+        Err(error) => return GatewayError::Invalid(format!("the body cannot be read: {error}")).rest(),
     };
     let json = if body.is_empty() { None } else { serde_json::from_slice::<Value>(&body).ok() };
     let path = format!("/{rest}");
     let Some(call) = a2a::http_json_call(&parts.method, &path, json.as_ref()) else {
-        return GatewayError::NotOffered(format!("{} {path}", parts.method)).problem();
+        return GatewayError::NotOffered(format!("{} {path}", parts.method)).rest();
     };
     let who = match admit_caller(&state, caller, &parts.headers, call.context_id.as_deref()) {
         Ok(who) => who,
-        Err(error) => return error.problem(),
+        Err(error) => return error.rest(),
     };
     let suffix = match parts.uri.query() {
         Some(query) => format!("{path}?{query}"),
         None => path,
     };
     let outbound = Outbound { method: parts.method, suffix, headers: parts.headers, body };
-    relay(&state, &who, &[name], "", &call, outbound, &Answer::Problem).await
+    relay(&state, &who, &[name], "", &call, outbound, &Answer::Rest).await
 }
 
 /// `GET /agents/{name}/.well-known/agent-card.json`: the agent's card, pointed at the gateway.
@@ -707,7 +722,7 @@ pub(crate) async fn card(
     };
     match served.await {
         Ok(card) => axum::Json(card).into_response(),
-        Err(error) => error.problem(),
+        Err(error) => error.rest(),
     }
 }
 
@@ -765,6 +780,6 @@ pub(crate) async fn list_agents(
     };
     match listed.await {
         Ok(list) => axum::Json(list).into_response(),
-        Err(error) => error.problem(),
+        Err(error) => error.rest(),
     }
 }

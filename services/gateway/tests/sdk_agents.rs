@@ -118,10 +118,13 @@ async fn refusals_carry_json_in_the_callers_binding() {
     let globex = token("bob", "globex", USER);
     let get = json!({"jsonrpc": "2.0", "id": 8, "method": "GetTask", "params": {"id": task}});
     let (status, hidden) = mesh.rpc("/agents/echo/", Some(&globex), &get).await;
-    assert_eq!((status, hidden["error"]["code"].clone()), (404, json!(-32001)), "{hidden}");
+    assert_eq!((status, hidden["error"]["code"].clone()), (200, json!(-32001)), "{hidden}");
+    assert_eq!(hidden["error"]["data"][0]["reason"], "TASK_NOT_FOUND", "as an agent answers it: {hidden}");
     let response =
         mesh.http.get(format!("{}/agents/echo/tasks/{task}", mesh.gateway)).bearer_auth(&globex).send().await.unwrap();
     assert_eq!(response.status(), 404);
+    let hidden: Value = response.json().await.unwrap();
+    assert_eq!(hidden["error"]["details"][0]["reason"], "TASK_NOT_FOUND", "AIP-193, as an agent answers: {hidden}");
     let (status, own) = mesh.rpc("/agents/echo/", Some(&acme), &get).await;
     assert_eq!((status, own["result"]["id"].as_str()), (200, Some(task.as_str())), "{own}");
 

@@ -125,14 +125,7 @@ const STREAMING: [&str; 4] = [
 /// The JSON-RPC error for a failure, in the version's shape: 1.0 carries `ErrorInfo` details,
 /// 0.3 an explicit `"data": null`, as each SDK writes them.
 fn error_object(version: Version, failure: Failure) -> ErrorObject {
-    match failure.code {
-        // Protocol-level errors carry no data in either version.
-        A2aErrorCode::ParseError | A2aErrorCode::InvalidRequest | A2aErrorCode::MethodNotFound => {
-            ErrorObject::new(failure.code, failure.message)
-        }
-        _ if version == Version::V1 => ErrorObject::with_error_info(failure.code, failure.message),
-        _ => ErrorObject::with_null_data(failure.code, failure.message),
-    }
+    ErrorObject::in_version(failure.code, failure.message, version == Version::V1)
 }
 
 /// Reads the envelope: content type, JSON, the JSON-RPC request shape.

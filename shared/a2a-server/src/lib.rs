@@ -139,8 +139,7 @@ impl From<TaskError> for Failure {
 /// Checks that the request body is declared JSON (`application/json` or any `+json` type).
 fn require_json(headers: &HeaderMap) -> Result<(), Failure> {
     let content_type = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    if essence == "application/json" || essence.ends_with("+json") {
+    if mesh_protocol::jsonrpc::is_json_content_type(content_type) {
         return Ok(());
     }
     Err(Failure::new(

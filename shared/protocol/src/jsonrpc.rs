@@ -132,6 +132,26 @@ impl ErrorObject {
     pub fn with_null_data(code: A2aErrorCode, message: impl Into<String>) -> Self {
         Self { data: Some(Value::Null), ..Self::new(code, message) }
     }
+
+    /// An error in the shape each version's SDK writes it: protocol-level errors (parse error,
+    /// invalid request, unknown method) without `data`; the others with `[ErrorInfo]` in 1.0
+    /// (`v1`) and `"data": null` in 0.3.
+    pub fn in_version(code: A2aErrorCode, message: impl Into<String>, v1: bool) -> Self {
+        match code {
+            A2aErrorCode::ParseError | A2aErrorCode::InvalidRequest | A2aErrorCode::MethodNotFound => {
+                Self::new(code, message)
+            }
+            _ if v1 => Self::with_error_info(code, message),
+            _ => Self::with_null_data(code, message),
+        }
+    }
+}
+
+/// Whether a `Content-Type` value declares JSON (`application/json` or any `+json` type), as a
+/// JSON-RPC or HTTP+JSON request body must.
+pub fn is_json_content_type(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
 }
 
 /// `@type` of a `google.rpc.ErrorInfo` detail.
