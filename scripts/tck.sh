@@ -28,8 +28,9 @@
 # which serves the agent's card with its JSON-RPC and HTTP+JSON interfaces pointed at the
 # gateway. The gateway relays no gRPC, so the kit's transports are jsonrpc,http_json unless
 # TCK_TRANSPORTS says otherwise. The kit calls as an open gateway's anonymous caller: not an
-# admin, so ListTasks is refused by design (tasks may be other tenants'); and the gateway never
-# forwards a caller's credential (the extended-card variant's token does not reach the agent).
+# admin, so ListTasks answers only the tasks created through the gateway for its tenant (here,
+# every task the kit created); and the gateway never forwards a caller's credential (the
+# extended-card variant's token does not reach the agent).
 #
 # Usage: scripts/tck.sh [--gateway] [AGENT_URL]
 # Settings by environment:

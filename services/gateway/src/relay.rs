@@ -178,11 +178,7 @@ fn check_call(
     if who.is_admin() {
         return Ok(());
     }
-    if call.method == "ListTasks" {
-        return Err(GatewayError::NotOffered(
-            "listing tasks (they may be other tenants'); ask for each task by id".into(),
-        ));
-    }
+    // ListTasks goes through; its answer keeps only the caller's tenant's tasks (`own_tasks`).
     // Tasks not created through the gateway are not known to be the caller's: refused too.
     if let Some(task) = &call.task_id
         && state.ownership.owner(agent, task, &who.tenant) != Owner::Same
@@ -425,6 +421,30 @@ fn remember_answer(state: &GatewayState, who: &Admitted, agent: &str, answer: &V
     }
 }
 
+/// Keeps in a ListTasks answer (JSON-RPC `result` or the HTTP+JSON body) only the tasks created
+/// through the gateway for the caller's tenant: the agent lists every tenant's tasks, and tasks
+/// the gateway did not see created are not known to be the caller's. `totalSize` drops by as
+/// many as were left out of this page.
+fn own_tasks(ownership: &Ownership, agent: &str, tenant: &str, answer: &mut Value) {
+    let page = match answer.get_mut("result") {
+        Some(result) => result,
+        None => answer,
+    };
+    let Some(tasks) = page.get_mut("tasks").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let listed = tasks.len();
+    tasks.retain(|task| {
+        task.get("id").and_then(Value::as_str).is_some_and(|id| ownership.owner(agent, id, tenant) == Owner::Same)
+    });
+    let left_out = listed - tasks.len();
+    if let Some(total) = page.get_mut("totalSize")
+        && let Some(n) = total.as_u64()
+    {
+        *total = Value::from(n.saturating_sub(u64::try_from(left_out).unwrap_or(u64::MAX)));
+    }
+}
+
 /// The answer relayed to the caller: a stream as it comes (its beginning read for the task it
 /// creates), anything else read whole (bounded) and its task recorded.
 async fn answer_of(
@@ -461,12 +481,17 @@ async fn answer_of(
                 })?
                 .map_err(|e| unavailable(format!("its answer: {e}")))?
                 .to_bytes();
-        if parts.status.is_success()
-            && let Ok(answer) = serde_json::from_slice::<Value>(&collected)
-        {
-            remember_answer(state, who, agent, &answer);
+        match serde_json::from_slice::<Value>(&collected) {
+            Ok(mut answer) if parts.status.is_success() && call.method == "ListTasks" && !who.is_admin() => {
+                own_tasks(&state.ownership, agent, &who.tenant, &mut answer);
+                Body::from(serde_json::to_vec(&answer).map_err(|e| GatewayError::Invalid(e.to_string()))?)
+            }
+            Ok(answer) if parts.status.is_success() => {
+                remember_answer(state, who, agent, &answer);
+                Body::from(collected)
+            }
+            _ => Body::from(collected),
         }
-        Body::from(collected)
     };
     builder.body(body).map_err(|e| GatewayError::Invalid(e.to_string()))
 }
@@ -781,5 +806,33 @@ pub(crate) async fn list_agents(
     match listed.await {
         Ok(list) => axum::Json(list).into_response(),
         Err(error) => error.rest(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_listing_keeps_only_the_callers_tenants_tasks() {
+        let ownership = Ownership::new(16);
+        ownership.record("echo", "mine", "acme");
+        ownership.record("echo", "theirs", "globex");
+        let tasks = json!([{"id": "mine"}, {"id": "theirs"}, {"id": "unseen"}, {"status": {}}]);
+        // JSON-RPC: the page is the result.
+        let mut rpc = json!({"jsonrpc": "2.0", "id": 1, "result": {"tasks": tasks, "totalSize": 4, "pageSize": 50}});
+        own_tasks(&ownership, "echo", "acme", &mut rpc);
+        assert_eq!(rpc["result"]["tasks"], json!([{"id": "mine"}]));
+        assert_eq!(rpc["result"]["totalSize"], 1);
+        assert_eq!(rpc["result"]["pageSize"], 50, "the rest of the page is the agent's");
+        // HTTP+JSON: the page is the body.
+        let mut rest = json!({"tasks": tasks, "nextPageToken": ""});
+        own_tasks(&ownership, "echo", "globex", &mut rest);
+        assert_eq!(rest["tasks"], json!([{"id": "theirs"}]));
+        assert_eq!(rest["nextPageToken"], "");
+        // Task ids are per agent: another agent's "mine" is not acme's.
+        let mut other = json!({"tasks": [{"id": "mine"}]});
+        own_tasks(&ownership, "other", "acme", &mut other);
+        assert_eq!(other["tasks"], json!([]));
     }
 }

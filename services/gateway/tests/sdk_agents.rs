@@ -127,6 +127,10 @@ async fn refusals_carry_json_in_the_callers_binding() {
     assert_eq!(hidden["error"]["details"][0]["reason"], "TASK_NOT_FOUND", "AIP-193, as an agent answers: {hidden}");
     let (status, own) = mesh.rpc("/agents/echo/", Some(&acme), &get).await;
     assert_eq!((status, own["result"]["id"].as_str()), (200, Some(task.as_str())), "{own}");
+    // Another tenant's listing never shows the task (the gateway keeps only the caller's tenant's).
+    let list = json!({"jsonrpc": "2.0", "id": 9, "method": "ListTasks", "params": {}});
+    let (_, listed) = mesh.rpc("/agents/echo/", Some(&globex), &list).await;
+    assert!(!listed.to_string().contains(task.as_str()), "another tenant listed the task: {listed}");
 
     // The listing shows the agent with its skills.
     let listed: Value = mesh
