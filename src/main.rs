@@ -23,7 +23,7 @@ use mesh_client::{ClientError, HttpClient, reply_data, send_task};
 use mesh_protocol::agents::{QueryAnswer, QueryOptions};
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use mesh_server::http::shutdown_signal;
-use search::eval::{RETRIEVED_PER_QUERY, eval_data_dir, evaluate, index_collection, load_beir};
+use search::eval::{RETRIEVED_PER_QUERY, eval_data_dir, evaluate, index_collection, load_beir, open_eval_index};
 use search::{
     DENSE_PROFILE, DenseStatus, IngestAnswer, IngestReport, SearchConfig, SearchIndex, open_index, read_corpus,
 };
@@ -117,7 +117,8 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "bm25,dense")]
         profiles: Vec<String>,
         /// Data directory the collection's index persists in between runs, so that document
-        /// vectors are computed once (default: ~/.cache/a2a-mesh/indexes/<the dataset folder's name>).
+        /// vectors are computed once (default: ~/.cache/a2a-mesh/indexes/<the dataset folder's name>);
+        /// rebuilt when the indexing code, the schema, the model or the engine changed.
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
@@ -275,7 +276,7 @@ async fn eval(dataset: &Path, split: &str, profiles: &[String], data_dir: &Path)
         collection.queries.len()
     );
     let config = SearchConfig { data_dir: Some(data_dir.to_owned()), ..SearchConfig::default() };
-    let index = open_for_cli(&config, profiles.iter().any(|p| p == DENSE_PROFILE)).await?;
+    let index = dense_checked(open_eval_index(&config).await?, profiles.iter().any(|p| p == DENSE_PROFILE))?;
     if let Some(unknown) = profiles.iter().find(|p| !index.has_profile(p)) {
         let available: Vec<String> = index.profiles().into_iter().map(|p| p.name).collect();
         anyhow::bail!("unknown profile {unknown:?}; available: {}", available.join(", "));
@@ -302,7 +303,14 @@ async fn eval(dataset: &Path, split: &str, profiles: &[String], data_dir: &Path)
 /// Opens the index of `config` for a command-line run; fails when the dense profile is needed
 /// but its model cannot be had.
 async fn open_for_cli(config: &SearchConfig, dense_needed: bool) -> anyhow::Result<Arc<SearchIndex>> {
-    let (index, status) = open_index(config).await?;
+    dense_checked(open_index(config).await?, dense_needed)
+}
+
+/// The index opened, or why not when the dense profile is needed and unavailable.
+fn dense_checked(
+    (index, status): (Arc<SearchIndex>, DenseStatus),
+    dense_needed: bool,
+) -> anyhow::Result<Arc<SearchIndex>> {
     if let (true, DenseStatus::Unavailable { reason }) = (dense_needed, &status) {
         anyhow::bail!("the dense profile is unavailable: {reason}");
     }

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use search::eval::{eval_data_dir, index_collection, quantile};
+use search::eval::{eval_data_dir, index_collection, prepare_eval_data_dir, quantile};
 use search::{
     Change, DENSE_PROFILE, DenseConfig, DenseMethod, Document, DocumentVector, IndexLocation, SearchAgent, SearchIndex,
     SearchSettings, index_directory,
@@ -57,12 +57,11 @@ async fn main() {
     let Some((dataset, collection, encoder)) = support::scifact_with_model().await else { return };
     let (sizes, rounds) = args();
     let threads = DenseConfig::default().threads();
-    let scifact = SearchIndex::open(
-        &IndexLocation::Directory(index_directory(&eval_data_dir(&dataset))),
-        Some(encoder.clone()),
-        threads,
-    )
-    .expect("SciFact's index opens");
+    let data_dir = eval_data_dir(&dataset);
+    prepare_eval_data_dir(&data_dir, Some(&encoder)).expect("the index's folder is ready");
+    let scifact =
+        SearchIndex::open(&IndexLocation::Directory(index_directory(&data_dir)), Some(encoder.clone()), threads)
+            .expect("SciFact's index opens");
     index_collection(&scifact, &collection, &|_| {}).expect("SciFact indexed");
     let parents: Vec<DocumentVector> = scifact
         .changes()

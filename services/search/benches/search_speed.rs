@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mesh_embedding::{Encoder, Engine};
-use search::eval::{eval_data_dir, index_collection, quantile};
+use search::eval::{eval_data_dir, index_collection, prepare_eval_data_dir, quantile};
 use search::{
     DENSE_PROFILE, DenseConfig, IndexLocation, SearchAgent, SearchIndex, SearchSettings, index_directory, load_encoder,
 };
@@ -62,6 +62,7 @@ async fn main() {
 
     // 1. Query latency.
     let data_dir = eval_data_dir(&dataset);
+    prepare_eval_data_dir(&data_dir, Some(&encoder)).expect("the index's folder is ready");
     let location = IndexLocation::Directory(index_directory(&data_dir));
     let settings = SearchSettings { rrf_k: 60.0, top_k_default: TOP_K, top_k_max: 100, candidates_per_profile: 100 };
     let open = |encoder: &Arc<Encoder>| {

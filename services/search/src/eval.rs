@@ -8,14 +8,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use mesh_embedding::{Encoder, MODEL_ID, MODEL_WHEEL_SHA256};
 use mesh_protocol::agents::SearchRequest;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::agent::{SearchAgent, SearchSettings};
+use crate::config::SearchConfig;
 use crate::corpus::{self, Document};
 use crate::error::SearchError;
 use crate::fusion::RRF_K_DEFAULT;
-use crate::index::{IngestReport, SearchIndex};
+use crate::index::{IngestReport, SearchIndex, index_directory, schema_json};
+use crate::{DenseStatus, load_encoder, open_index_with};
 
 /// Results retrieved per query: the depth Recall@100 needs.
 pub const RETRIEVED_PER_QUERY: usize = 100;
@@ -147,6 +150,78 @@ pub fn eval_data_dir(dataset: &Path) -> PathBuf {
         .and_then(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "dataset".to_owned());
     mesh_embedding::cache_dir().join("indexes").join(name)
+}
+
+/// The version of the code that turns documents into a stored index: the analyzer, the layout,
+/// the document text given to the model. A persisted evaluation index records it and is rebuilt
+/// when it differs, so floors are never measured on an index older code wrote. Bump it with any
+/// change to that code: `tests::the_indexing_code_is_the_one_its_format_version_names` fails
+/// until then.
+pub const INDEX_FORMAT_VERSION: u32 = 1;
+
+/// The file beside a persisted evaluation index naming what shaped it.
+const INDEX_KEY_FILE: &str = "index-key.json";
+
+/// Everything that shapes a persisted evaluation index; it is reused only when all of it agrees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexKey {
+    pub format_version: u32,
+    /// tantivy's schema, as JSON (fields, their options, the analyzer's name).
+    pub schema: String,
+    /// The model and the digest of its pinned files' wheel; `None` without a model (no vectors).
+    pub model: Option<String>,
+    pub model_digest: Option<String>,
+    /// What computed the vectors: engines differ in their last bits.
+    pub engine: Option<String>,
+}
+
+impl IndexKey {
+    /// The key of an index written now, with `encoder` computing the vectors.
+    pub fn current(encoder: Option<&Encoder>) -> Self {
+        Self {
+            format_version: INDEX_FORMAT_VERSION,
+            schema: schema_json(),
+            model: encoder.map(|_| MODEL_ID.to_owned()),
+            model_digest: encoder.map(|_| MODEL_WHEEL_SHA256.to_owned()),
+            engine: encoder.map(|e| e.engine().as_str().to_owned()),
+        }
+    }
+}
+
+/// Readies `data_dir` for an evaluation index written with `encoder`: when the index there was
+/// written under another [`IndexKey`] (or none was recorded), deletes it so it is built afresh.
+/// Returns whether it was deleted.
+pub fn prepare_eval_data_dir(data_dir: &Path, encoder: Option<&Encoder>) -> Result<bool, SearchError> {
+    let failed = |reason: String| SearchError::IndexDirectory { path: data_dir.display().to_string(), reason };
+    let key = IndexKey::current(encoder);
+    let key_file = data_dir.join(INDEX_KEY_FILE);
+    let recorded: Option<IndexKey> =
+        std::fs::read(&key_file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    if recorded.as_ref() == Some(&key) {
+        return Ok(false);
+    }
+    let index = index_directory(data_dir);
+    let rebuilt = index.exists();
+    if rebuilt {
+        tracing::info!(dir = %index.display(), ?recorded, ?key, "the evaluation index was written otherwise: rebuilding it");
+        std::fs::remove_dir_all(&index).map_err(|e| failed(format!("cannot delete the stale index: {e}")))?;
+    }
+    std::fs::create_dir_all(data_dir).map_err(|e| failed(e.to_string()))?;
+    let json = serde_json::to_vec_pretty(&key).map_err(|e| failed(e.to_string()))?;
+    std::fs::write(&key_file, json).map_err(|e| failed(format!("cannot record the index key: {e}")))?;
+    Ok(rebuilt)
+}
+
+/// [`crate::open_index`] for an evaluation index in `config`'s data directory, rebuilt first
+/// when what shapes it changed ([`prepare_eval_data_dir`]).
+pub async fn open_eval_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, DenseStatus), SearchError> {
+    let data_dir = config.data_dir.clone().ok_or_else(|| SearchError::IndexDirectory {
+        path: "(none)".to_owned(),
+        reason: "an evaluation index needs a data directory".to_owned(),
+    })?;
+    let (encoder, status) = load_encoder(&config.dense).await;
+    prepare_eval_data_dir(&data_dir, encoder.as_deref())?;
+    open_index_with(config, encoder, status).await
 }
 
 /// Makes `index` hold exactly the collection's documents: adds or replaces what differs (so a
@@ -366,5 +441,90 @@ mod tests {
         assert_eq!(ids, ["d1", "d2", "d3"], "the document the collection lacks is deleted");
         let again = index_collection(&index, &collection, &|_| {}).unwrap();
         assert_eq!((again.added, again.replaced, again.unchanged), (0, 0, 3), "an indexed collection is reused as is");
+    }
+
+    /// The files whose code shapes a stored index (analysis and layout, the document text given to
+    /// the model, the model's forward pass), from this crate's folder.
+    const INDEXING_SOURCES: &[&str] = &[
+        "src/corpus.rs",
+        "src/embed.rs",
+        "src/index/keys.rs",
+        "src/index/schema.rs",
+        "src/index/write.rs",
+        "../../shared/embedding/src/encoder.rs",
+        "../../shared/embedding/src/onnx.rs",
+    ];
+
+    /// Each [`INDEX_FORMAT_VERSION`] with the SHA-256 of [`INDEXING_SOURCES`] it was given for,
+    /// oldest first. A change to those files appends a line with the next version.
+    const INDEXING_SOURCES_BY_VERSION: &[(u32, &str)] =
+        &[(1, "2b45c35ed1c024aa859392f8e9b91d8e47487ae3d1f47777e89fd5fd462e3299")];
+
+    fn indexing_sources_sha256() -> String {
+        use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        for path in INDEXING_SOURCES {
+            let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+            let text = std::fs::read(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()));
+            hasher.update(path.as_bytes());
+            hasher.update((text.len() as u64).to_le_bytes());
+            hasher.update(&text);
+        }
+        format!("{:x}", hasher.finalize())
+    }
+
+    #[test]
+    fn the_indexing_code_is_the_one_its_format_version_names() {
+        let versions: Vec<u32> = INDEXING_SOURCES_BY_VERSION.iter().map(|(version, _)| *version).collect();
+        assert!(versions.windows(2).all(|pair| pair[0] < pair[1]), "versions only grow: {versions:?}");
+        let (version, digest) = INDEXING_SOURCES_BY_VERSION.last().copied().unwrap();
+        let actual = indexing_sources_sha256();
+        assert!(
+            version == INDEX_FORMAT_VERSION && digest == actual,
+            "the indexing code changed: bump INDEX_FORMAT_VERSION to {} (persisted evaluation indexes are then \
+             rebuilt) and append ({}, \"{actual}\") to INDEXING_SOURCES_BY_VERSION",
+            version + 1,
+            version + 1,
+        );
+    }
+
+    #[test]
+    fn an_evaluation_index_written_under_another_key_is_deleted_and_the_current_key_recorded() {
+        let data = tempfile::tempdir().unwrap();
+        let location = crate::IndexLocation::Directory(index_directory(data.path()));
+        let write_one = || {
+            let index = SearchIndex::open(&location, None, 1).unwrap();
+            index.upsert(None, vec![document("d1", "Aspirin", "aspirin lowers fever")], &|_| {}).unwrap();
+        };
+        write_one();
+        // An index with no key recorded (written before keys, or by hand) is not trusted.
+        assert!(prepare_eval_data_dir(data.path(), None).unwrap());
+        assert!(!index_directory(data.path()).exists());
+        let recorded: IndexKey =
+            serde_json::from_slice(&std::fs::read(data.path().join(INDEX_KEY_FILE)).unwrap()).unwrap();
+        assert_eq!(recorded, IndexKey::current(None));
+        assert_eq!(recorded.format_version, INDEX_FORMAT_VERSION);
+        assert!(recorded.schema.contains("\"embedding_model\""), "{}", recorded.schema);
+
+        // Under the same key the index is kept.
+        write_one();
+        assert!(!prepare_eval_data_dir(data.path(), None).unwrap());
+        assert_eq!(SearchIndex::open(&location, None, 1).unwrap().len(), 1);
+
+        // Any part of the key differing rebuilds it: here the format version, then the model.
+        for stale in [
+            IndexKey { format_version: INDEX_FORMAT_VERSION - 1, ..IndexKey::current(None) },
+            IndexKey {
+                model: Some(MODEL_ID.to_owned()),
+                model_digest: Some("another digest".to_owned()),
+                engine: Some("candle".to_owned()),
+                ..IndexKey::current(None)
+            },
+        ] {
+            std::fs::write(data.path().join(INDEX_KEY_FILE), serde_json::to_vec(&stale).unwrap()).unwrap();
+            assert!(prepare_eval_data_dir(data.path(), None).unwrap(), "{stale:?}");
+            assert!(SearchIndex::open(&location, None, 1).unwrap().is_empty());
+            write_one();
+        }
     }
 }

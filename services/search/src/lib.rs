@@ -146,6 +146,15 @@ async fn load_on_blocking_thread(
 /// Loads the model and opens the index `config` names (creating it when new), ingesting nothing.
 pub async fn open_index(config: &SearchConfig) -> Result<(Arc<SearchIndex>, DenseStatus), SearchError> {
     let (encoder, status) = load_encoder(&config.dense).await;
+    open_index_with(config, encoder, status).await
+}
+
+/// [`open_index`] with the model loaded already.
+pub(crate) async fn open_index_with(
+    config: &SearchConfig,
+    encoder: Option<Arc<Encoder>>,
+    status: DenseStatus,
+) -> Result<(Arc<SearchIndex>, DenseStatus), SearchError> {
     let location = match &config.data_dir {
         Some(dir) => IndexLocation::Directory(index_directory(dir)),
         None => IndexLocation::Memory,

@@ -3,8 +3,9 @@
 //! repository (or `MESH_SCIFACT_DIR`); skips with a message where it is absent, and fails under CI.
 //!
 //! The index persists between runs (in `MESH_SCIFACT_INDEX_DIR`, else the user's cache folder,
-//! shared with `a2a-mesh eval`),
-//! so the document vectors are computed by the first run only. The dense profile needs the
+//! shared with `a2a-mesh eval`), so the document vectors are computed by the first run only; it
+//! is rebuilt when anything that shapes it changed (`search::eval::IndexKey`: the indexing code's
+//! format version, the schema, the model's digest, the engine). The dense profile needs the
 //! embedding model, found or downloaded as the agent does; without it only BM25 is checked, and
 //! under CI the test fails.
 
@@ -12,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use search::eval::{
-    Collection, RunReport, eval_data_dir, evaluate, index_collection, load_beir, missing_judged_documents, scifact_dir,
+    Collection, RunReport, eval_data_dir, evaluate, index_collection, load_beir, missing_judged_documents,
+    open_eval_index, scifact_dir,
 };
 use search::{DENSE_PROFILE, DenseStatus, SearchConfig, SearchIndex};
 
@@ -37,7 +39,7 @@ fn run<'a>(reports: &'a [RunReport], name: &str) -> &'a RunReport {
 /// The collection's index, and whether it has the dense profile (under CI it must).
 async fn open_index(dataset: &Path, collection: &Collection) -> (Arc<SearchIndex>, bool) {
     let config = SearchConfig { data_dir: Some(index_dir(dataset)), ..SearchConfig::default() };
-    let (index, status) = search::open_index(&config).await.expect("the test index opens");
+    let (index, status) = open_eval_index(&config).await.expect("the test index opens");
     let model = match status {
         DenseStatus::Available { .. } => Ok(()),
         other => Err(format!("the dense profile is {other:?}: the dense and fused checks cannot run")),

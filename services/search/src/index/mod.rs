@@ -397,6 +397,11 @@ pub fn index_directory(data_dir: &Path) -> PathBuf {
     data_dir.join("index")
 }
 
+/// The index's tantivy schema as JSON: part of what a persisted evaluation index is keyed on.
+pub fn schema_json() -> String {
+    serde_json::to_string(&schema::schema().0).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
