@@ -127,6 +127,14 @@ fn container_env(container: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The ConfigMap generator named `name` of a kustomization.
+fn config_map_generator<'a>(kustomization: &'a Value, name: &str) -> &'a Value {
+    kustomization["configMapGenerator"]
+        .as_sequence()
+        .and_then(|generators| generators.iter().find(|g| g["name"].as_str() == Some(name)))
+        .unwrap_or_else(|| panic!("no ConfigMap generator named {name}"))
+}
+
 /// Loads `T` from `env` as the service with `prefix` would from its environment.
 fn load<T: serde::de::DeserializeOwned>(prefix: &str, env: &BTreeMap<String, String>) -> T {
     let vars: HashMap<String, String> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -323,12 +331,7 @@ fn the_gateways_configuration_and_rules_load_as_deployed() {
         pod["volumes"].as_sequence().unwrap().iter().find(|v| !v["configMap"].is_null()).expect("a ConfigMap volume");
     assert_eq!(volume["configMap"]["name"].as_str(), Some("gateway-config"));
     let kustomization = documents("deploy/kubernetes/base/kustomization.yaml").remove(0);
-    let generated = kustomization["configMapGenerator"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"].as_str() == Some("gateway-config"))
-        .expect("the gateway-config generator");
+    let generated = config_map_generator(&kustomization, "gateway-config");
     let files: Vec<String> = generated["files"].as_sequence().unwrap().iter().map(text).collect();
     let mount = container["volumeMounts"]
         .as_sequence()
@@ -417,12 +420,7 @@ fn the_kafka_deployments_put_every_service_that_joins_conversations_on_the_broke
     assert_eq!(patched, joining, "{overlay}: every service that joins conversations, and only those");
     // The ConfigMap the patches read names the broker the overlay runs, as it advertises itself.
     let kustomization = documents(&format!("{overlay}/kustomization.yaml")).remove(0);
-    let generator = kustomization["configMapGenerator"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"].as_str() == Some("mesh-bus"))
-        .expect("the mesh-bus generator");
+    let generator = config_map_generator(&kustomization, "mesh-bus");
     let literals: Vec<String> = generator["literals"].as_sequence().unwrap().iter().map(text).collect();
     let brokers = literals.iter().find_map(|l| l.strip_prefix("kafka-brokers=")).expect("kafka-brokers");
     let broker = documents(&format!("{overlay}/broker.yaml"));
