@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use a2a_mesh::{RunningSuite, SuiteConfig};
 use mesh_client::{HttpClient, RegistryClient, reply_data, send_task};
-use mesh_protocol::agents::QueryAnswer;
+use mesh_protocol::agents::{QueryAnswer, QueryOptions};
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::seed::{ResponseStatus, TaskRequest};
 use registry::RegistryConfig;
@@ -55,6 +55,36 @@ async fn the_suite_answers_queries_with_sensible_results() {
         assert_eq!(answer.metadata.agents.len(), 3, "{query}: both planners and search were called");
         assert!(answer.metadata.agents.iter().all(|c| c.status == "success"), "{query}: {:?}", answer.metadata.agents);
     }
+    suite.stop().await.unwrap();
+}
+
+/// The dense profile through the whole suite (issue #40 item 5): a query the orchestrator sends
+/// to the dense profile alone is answered by it, with sensible results, so a broken dense path
+/// (encoder, vectors, the profile's ranking, the orchestrator passing it on) fails here rather
+/// than hiding behind BM25. Needs the embedding model: fetched when absent, required under CI.
+#[tokio::test]
+async fn the_dense_profile_answers_through_the_orchestrator() {
+    let dir = mesh_embedding::default_model_dir();
+    let found = mesh_embedding::ensure_model(&dir, "python3")
+        .await
+        .map_err(|error| format!("none at {} and none could be downloaded: {error}", dir.display()));
+    if mesh_test_support::require("the embedding model", found).is_none() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let suite = start_suite(&data).await;
+    let http = HttpClient::with_reqwest().unwrap();
+    let options = QueryOptions { profiles: Some(vec!["dense".into()]), ..QueryOptions::default() };
+    let task =
+        TaskRequest::from_text(None, "show me robots playing soccer", Some(serde_json::to_value(options).unwrap()));
+    let response =
+        send_task(&http, &suite.urls.orchestrator, &task, Duration::from_millis(WAIT_DEADLINE_MS)).await.unwrap();
+    assert_eq!(response.status, ResponseStatus::Success, "{response:?}");
+    let answer: QueryAnswer = reply_data(&suite.urls.orchestrator, &response).unwrap();
+    assert_eq!(answer.metadata.profiles_used, ["dense"], "{:?}", answer.metadata);
+    let top = answer.results.first().expect("the dense profile found nothing");
+    let haystack = format!("{} {} {}", top.title, top.text, top.tags.join(" ")).to_lowercase();
+    assert!(haystack.contains("robot") && haystack.contains("soccer"), "top result {:?}", top.title);
     suite.stop().await.unwrap();
 }
 
