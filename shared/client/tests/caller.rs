@@ -576,6 +576,59 @@ mod metrics_recorded {
         assert_eq!(calls_timed(&readings, "w1", "circuit_open"), 1);
         assert_eq!(calls_timed(&readings, "ok", "success"), 1);
     }
+
+    fn counted(readings: &[Reading], name: &str, capability: &str) -> u64 {
+        let labels = [("service", "me"), ("capability", capability)];
+        let counts = readings.iter().filter(labelled(name, &labels));
+        counts
+            .map(|(.., value)| match value {
+                DebugValue::Counter(n) => *n,
+                other => panic!("{name} {capability}: {other:?}"),
+            })
+            .sum()
+    }
+
+    /// The counters the outbound dashboard and its alerts read (deploy/observability).
+    #[test]
+    fn retries_and_bulkhead_rejections_are_counted_by_capability() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let mut readings = Vec::new();
+        metrics::with_local_recorder(&recorder, || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+            runtime.block_on(async {
+                let script = Scripted::new(&[("w1", Behaviour::Fail503), ("slow", Behaviour::Hang)]);
+                let settings = CallerSettings { attempts_max: 3, outbound_calls_max: 1, ..settings() };
+                let caller = Arc::new(caller(&script, settings));
+                // Three attempts at a failing agent: two retries.
+                caller.call(&scope(&[], None), &Target::Agent("w1".into()), &task(), None).await.unwrap_err();
+                // The one slot held by a call that hangs: the next call is refused at once.
+                let held = {
+                    let caller = caller.clone();
+                    tokio::spawn(async move {
+                        caller.call(&scope(&[], None), &Target::Agent("slow".into()), &task(), Some(1_000)).await
+                    })
+                };
+                while !script.called().iter().any(|agent| agent == "slow") {
+                    tokio::task::yield_now().await;
+                }
+                let busy =
+                    caller.call(&scope(&[], None), &Target::Agent("slow".into()), &task(), None).await.unwrap_err();
+                assert!(matches!(busy, CallError::Busy { limit: 1 }), "{busy}");
+                held.await.unwrap().unwrap_err();
+                readings.extend(read(&snapshotter));
+            });
+        });
+        assert_eq!(counted(&readings, "mesh_outbound_retries_total", "w1"), 2);
+        assert_eq!(
+            counted(&readings, "mesh_outbound_retries_total", "slow"),
+            0,
+            "a timeout of a skill not known idempotent"
+        );
+        assert_eq!(counted(&readings, "mesh_outbound_bulkhead_rejections_total", "slow"), 1);
+        assert_eq!(counted(&readings, "mesh_outbound_bulkhead_rejections_total", "w1"), 0);
+    }
 }
 
 fn discovery(script: &Arc<Scripted>, ttl: Duration) -> Discovery {
