@@ -516,7 +516,7 @@ async fn a_message_answered_with_a_failed_task_is_reported_as_an_error() {
 /// What the caller records in the process's metrics, read through a debugging recorder.
 mod metrics_recorded {
     use mesh_test_support::metrics::{Reading, read};
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
     use super::*;
 
@@ -543,34 +543,41 @@ mod metrics_recorded {
             .sum()
     }
 
-    #[test]
-    fn calls_are_timed_by_outcome_and_a_circuit_sets_its_gauge_when_it_changes() {
+    /// Runs `body` on a paused single-thread runtime recording into a debugging recorder of its
+    /// own, which `body` reads through the snapshotter it is given; answers what `body` returns.
+    fn recorded<F: std::future::Future<Output = Vec<Reading>>>(body: impl FnOnce(Snapshotter) -> F) -> Vec<Reading> {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
-        let mut readings = Vec::new();
         metrics::with_local_recorder(&recorder, || {
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
-            runtime.block_on(async {
-                let script = Scripted::new(&[("w1", Behaviour::Refuse), ("ok", Behaviour::Answer)]);
-                let settings = CallerSettings {
-                    attempts_max: 1,
-                    circuits: CircuitSettings { consecutive_failures: 2, open: Duration::from_secs(3600) },
-                    ..settings()
-                };
-                let caller = caller(&script, settings);
-                let w1 = Target::Agent("w1".into());
-                caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
-                readings.extend(read(&snapshotter));
-                assert_eq!(circuit_gauge(&readings), None, "no change, no gauge");
-                caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
-                let now = read(&snapshotter);
-                assert_eq!(circuit_gauge(&now), Some(&DebugValue::Gauge(1.0.into())), "opened");
-                readings.extend(now);
-                caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
-                caller.call(&scope(&[], None), &Target::Agent("ok".into()), &task(), None).await.unwrap();
-                readings.extend(read(&snapshotter));
-            });
+            runtime.block_on(body(snapshotter))
+        })
+    }
+
+    #[test]
+    fn calls_are_timed_by_outcome_and_a_circuit_sets_its_gauge_when_it_changes() {
+        let readings = recorded(|snapshotter| async move {
+            let mut readings = Vec::new();
+            let script = Scripted::new(&[("w1", Behaviour::Refuse), ("ok", Behaviour::Answer)]);
+            let settings = CallerSettings {
+                attempts_max: 1,
+                circuits: CircuitSettings { consecutive_failures: 2, open: Duration::from_secs(3600) },
+                ..settings()
+            };
+            let caller = caller(&script, settings);
+            let w1 = Target::Agent("w1".into());
+            caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
+            readings.extend(read(&snapshotter));
+            assert_eq!(circuit_gauge(&readings), None, "no change, no gauge");
+            caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
+            let now = read(&snapshotter);
+            assert_eq!(circuit_gauge(&now), Some(&DebugValue::Gauge(1.0.into())), "opened");
+            readings.extend(now);
+            caller.call(&scope(&[], None), &w1, &task(), None).await.unwrap_err();
+            caller.call(&scope(&[], None), &Target::Agent("ok".into()), &task(), None).await.unwrap();
+            readings.extend(read(&snapshotter));
+            readings
         });
         assert_eq!(calls_timed(&readings, "w1", "error"), 2);
         assert_eq!(calls_timed(&readings, "w1", "circuit_open"), 1);
@@ -591,34 +598,26 @@ mod metrics_recorded {
     /// The counters the outbound dashboard and its alerts read (deploy/observability).
     #[test]
     fn retries_and_bulkhead_rejections_are_counted_by_capability() {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        let mut readings = Vec::new();
-        metrics::with_local_recorder(&recorder, || {
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
-            runtime.block_on(async {
-                let script = Scripted::new(&[("w1", Behaviour::Fail503), ("slow", Behaviour::Hang)]);
-                let settings = CallerSettings { attempts_max: 3, outbound_calls_max: 1, ..settings() };
-                let caller = Arc::new(caller(&script, settings));
-                // Three attempts at a failing agent: two retries.
-                caller.call(&scope(&[], None), &Target::Agent("w1".into()), &task(), None).await.unwrap_err();
-                // The one slot held by a call that hangs: the next call is refused at once.
-                let held = {
-                    let caller = caller.clone();
-                    tokio::spawn(async move {
-                        caller.call(&scope(&[], None), &Target::Agent("slow".into()), &task(), Some(1_000)).await
-                    })
-                };
-                while !script.called().iter().any(|agent| agent == "slow") {
-                    tokio::task::yield_now().await;
-                }
-                let busy =
-                    caller.call(&scope(&[], None), &Target::Agent("slow".into()), &task(), None).await.unwrap_err();
-                assert!(matches!(busy, CallError::Busy { limit: 1 }), "{busy}");
-                held.await.unwrap().unwrap_err();
-                readings.extend(read(&snapshotter));
-            });
+        let readings = recorded(|snapshotter| async move {
+            let script = Scripted::new(&[("w1", Behaviour::Fail503), ("slow", Behaviour::Hang)]);
+            let settings = CallerSettings { attempts_max: 3, outbound_calls_max: 1, ..settings() };
+            let caller = Arc::new(caller(&script, settings));
+            // Three attempts at a failing agent: two retries.
+            caller.call(&scope(&[], None), &Target::Agent("w1".into()), &task(), None).await.unwrap_err();
+            // The one slot held by a call that hangs: the next call is refused at once.
+            let held = {
+                let caller = caller.clone();
+                tokio::spawn(async move {
+                    caller.call(&scope(&[], None), &Target::Agent("slow".into()), &task(), Some(1_000)).await
+                })
+            };
+            while !script.called().iter().any(|agent| agent == "slow") {
+                tokio::task::yield_now().await;
+            }
+            let busy = caller.call(&scope(&[], None), &Target::Agent("slow".into()), &task(), None).await.unwrap_err();
+            assert!(matches!(busy, CallError::Busy { limit: 1 }), "{busy}");
+            held.await.unwrap().unwrap_err();
+            read(&snapshotter)
         });
         assert_eq!(counted(&readings, "mesh_outbound_retries_total", "w1"), 2);
         assert_eq!(
