@@ -101,11 +101,16 @@ impl SuiteConfig {
         if std::env::var_os(format!("{}_GRAPH_MODE", registry::config::ENV_PREFIX)).is_none() {
             registry.graph_mode = SUITE_GRAPH_MODE;
         }
+        let search: SearchConfig = agent.load(search::config::ENV_PREFIX, search::config::SEARCH_PORT_DEFAULT)?;
+        // The registry ranks agents by meaning with the search agent's model, unless told otherwise.
+        if std::env::var_os(format!("{}_DENSE__ENABLED", registry::config::ENV_PREFIX)).is_none() {
+            registry.dense = search.dense.clone();
+        }
         let mut suite = Self {
             registry,
             orchestrator: agent
                 .load(orchestrator::config::ENV_PREFIX, orchestrator::config::ORCHESTRATOR_PORT_DEFAULT)?,
-            search: agent.load(search::config::ENV_PREFIX, search::config::SEARCH_PORT_DEFAULT)?,
+            search,
             entity_extraction: agent
                 .load(entity_extraction::ENV_PREFIX, entity_extraction::ENTITY_EXTRACTION_PORT_DEFAULT)?,
             profile_selection: agent

@@ -87,7 +87,7 @@ fn sections() -> Vec<Section> {
         Section {
             ty: "DenseConfig",
             key: "dense",
-            file: "services/search/src/config.rs",
+            file: "shared/embedding/src/model.rs",
             debug: format!("{:#?}", search::DenseConfig::default()),
             about: "The search agent's embedding model: the `[dense]` table, `MESH_SEARCH_DENSE__<KEY>` in \
                     the environment.",

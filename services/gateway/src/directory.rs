@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 use mesh_client::{ClientError, HttpClient, RegistryClient};
-use mesh_protocol::registry::{AgentRecord, HealthStatus};
+use mesh_protocol::a2a::v1::Message;
+use mesh_protocol::registry::{AgentRecord, HealthStatus, RouteRequest};
 use serde_json::Value;
 
 use crate::a2a::{Binding, Interfaces, same_origin};
@@ -125,6 +126,29 @@ impl Directory {
         others.retain(|agent| agent.name != pick.agent.name);
         others.sort_by_key(|agent| agent.health_status != HealthStatus::Healthy);
         Ok(std::iter::once(pick.agent.name).chain(others.into_iter().map(|agent| agent.name)).collect())
+    }
+
+    /// The agents to send a JSON-RPC message (`body`) to, by its text, as `tenant` sees them:
+    /// the registry's best healthy agent, then the next it ranks for the same skill; and that
+    /// skill.
+    pub async fn routed(&self, body: &[u8], tenant: &str) -> Result<(Vec<String>, String), GatewayError> {
+        let message = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|request| request.pointer("/params/message").cloned())
+            .and_then(|message| serde_json::from_value::<Message>(message).ok())
+            .ok_or_else(|| GatewayError::Invalid("params.message is not an A2A message".into()))?;
+        let request = RouteRequest { message, tenant: Some(tenant.to_owned()) };
+        let routed = self.registry.route(&request).await.map_err(|e| match e {
+            ClientError::Status { status: 404, .. } => GatewayError::NoAgentForRequest,
+            ClientError::Status { status: 400, .. } => {
+                GatewayError::Invalid("the message has no text to route by".into())
+            }
+            e => GatewayError::Registry(e.to_string()),
+        })?;
+        let skill = routed.skill.id;
+        let alternatives = routed.alternatives.into_iter().filter(|choice| choice.skill.id == skill);
+        let agents = std::iter::once(routed.agent.name).chain(alternatives.map(|choice| choice.agent.name)).collect();
+        Ok((agents, skill))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, (Instant, Arc<Upstream>)>> {

@@ -58,6 +58,8 @@ pub enum GatewayError {
     AgentNotFound(String),
     #[error("no healthy agent offers the skill {0:?}")]
     NoAgentForSkill(String),
+    #[error("no healthy agent has a skill that fits the message")]
+    NoAgentForRequest,
     #[error("the circuit of agent {0:?} is open: it failed repeatedly, calls wait for its cool-down")]
     CircuitOpen(String),
     #[error("agent {agent:?} did not answer in {timeout_ms} ms")]
@@ -108,6 +110,7 @@ impl GatewayError {
                 (StatusCode::GATEWAY_TIMEOUT, "CALL_DEADLINE_EXCEEDED", CALL_REFUSED_JSONRPC_CODE)
             }
             Self::AgentNotFound(_) => (StatusCode::NOT_FOUND, "AGENT_NOT_FOUND", UPSTREAM_FAILED_JSONRPC_CODE),
+            Self::NoAgentForRequest => (StatusCode::NOT_FOUND, "NO_AGENT_FOR_REQUEST", UPSTREAM_FAILED_JSONRPC_CODE),
             Self::NoAgentForSkill(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "AGENT_UNAVAILABLE", UPSTREAM_FAILED_JSONRPC_CODE)
             }

@@ -247,7 +247,8 @@ impl Gateway {
             .route("/agents/{name}/.well-known/agent-card.json", get(relay::card))
             .route("/agents/{name}/", post(relay::jsonrpc))
             .route("/agents/{name}/{*rest}", axum::routing::any(relay::http_json))
-            .route("/skills/{skill}/", post(relay::skill));
+            .route("/skills/{skill}/", post(relay::skill))
+            .route("/route/", post(relay::routed));
         let routes = require(routes, TASK_ROLES).with_state(state.clone()).merge(health_route(metrics.clone()));
         let limits = HttpLimits {
             access,

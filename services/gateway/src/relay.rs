@@ -695,6 +695,38 @@ pub(crate) async fn skill(
     relay(&state, &who, &agents, &skill, &call, outbound, &answer).await
 }
 
+/// `POST /route/`: a JSON-RPC message to the healthy agent whose skill best fits its text, as the
+/// registry's `POST /route` ranks them for the caller's tenant; failing over, before the message
+/// reaches an agent, to the next agents the registry ranks for the same skill.
+pub(crate) async fn routed(
+    State(state): State<Arc<GatewayState>>,
+    RequestCaller(caller): RequestCaller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (call, id) = match read_jsonrpc(&headers, &body) {
+        Ok(read) => read,
+        Err(refusal) => return *refusal,
+    };
+    let answer = Answer::jsonrpc(id, &call);
+    if !matches!(call.method.as_str(), "SendMessage" | "SendStreamingMessage") {
+        return answer.refuse(&GatewayError::NotOffered(format!(
+            "{} on a route (only messages are routed; address the agent for its tasks)",
+            call.method
+        )));
+    }
+    let who = match admit_caller(&state, caller, &headers, call.context_id.as_deref()) {
+        Ok(who) => who,
+        Err(error) => return answer.refuse(&error),
+    };
+    let (agents, skill) = match state.directory.routed(&body, &who.tenant).await {
+        Ok(route) => route,
+        Err(error) => return answer.refuse(&error),
+    };
+    let outbound = Outbound { method: http::Method::POST, suffix: String::new(), headers, body };
+    relay(&state, &who, &agents, &skill, &call, outbound, &answer).await
+}
+
 /// `/agents/{name}/...`: HTTP+JSON, either version (0.3 under `/v1`).
 pub(crate) async fn http_json(
     State(state): State<Arc<GatewayState>>,

@@ -224,3 +224,30 @@ async fn a_killed_agent_fails_over_by_skill_and_opens_its_circuit() {
     }
     assert_eq!(codes.last().map(String::as_str), Some("AGENT_CIRCUIT_OPEN"), "{codes:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_is_routed_by_its_text_to_the_agent_whose_skill_fits_it() {
+    let Some(python) = mesh_test_support::a2a_sdk_python() else { return };
+    let mut mesh = Mesh::start(python, |config| config).await;
+    mesh.agent("e1", &["echo"]).await;
+    let acme = token("ann", "acme", USER);
+    // Routed once the registry has indexed the agent's card and found it healthy.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let (status, answer) = mesh.send("/route/", Some(&acme), "please echo this back").await;
+        if status == 200 {
+            break answer;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never routed: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(texts(&answer), ["echo: please echo this back"], "{answer}");
+    // Nothing fits: the mesh's own refusal, naming why.
+    let (status, answer) = mesh.send("/route/", Some(&acme), "qqzz xyzzy").await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["error"]["data"]["error_code"], "NO_AGENT_FOR_REQUEST", "{answer}");
+    // Only messages are routed by their text.
+    let get_task = json!({"jsonrpc": "2.0", "id": "r2", "method": "GetTask", "params": {"id": "t-1"}});
+    let (_, answer) = mesh.rpc("/route/", Some(&acme), &get_task).await;
+    assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("GetTask on a route"), "{answer}");
+}

@@ -104,6 +104,31 @@ async fn call_agent_resolves_a_capability_and_list_agents_shows_skills() {
 }
 
 #[tokio::test]
+async fn list_agents_given_a_request_lists_the_agents_whose_skills_fit_it_best_first() {
+    let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, Backend::Embedded).await;
+    mesh.kit_agent("echo", "echoing", Echo::default()).await;
+    mesh.kit_agent("counter", "counting", Echo::default()).await;
+    let llm = ScriptedLlm::start([
+        LlmStep::tool_calls([
+            ("list_agents", json!({"request": "who can do some counting for me?"})),
+            ("list_agents", json!({"request": "qqzz xyzzy"})),
+        ]),
+        LlmStep::text("done"),
+    ])
+    .await;
+    let agents = mesh.llm_agents(&[Definition::new("alpha", &["list_agents"])], llm.base_url()).await;
+    mesh.ask(agents.url("alpha"), "go").await.unwrap();
+    let messages = llm.requests()[1].messages();
+    let outputs: Vec<&str> = messages.iter().rev().take(2).rev().map(|m| m["content"].as_str().unwrap()).collect();
+    let first_line = outputs[0].lines().find(|line| line.starts_with("- ")).unwrap_or_default();
+    assert!(first_line.starts_with("- counter ["), "the best fit first: {}", outputs[0]);
+    assert!(first_line.contains("counting (counting things)"), "its matched skill: {}", outputs[0]);
+    assert!(!outputs[0].contains("- echo ["), "an agent no word of the request fits is not listed: {}", outputs[0]);
+    assert!(outputs[1].contains("no agent has a skill matching \"qqzz xyzzy\""), "{}", outputs[1]);
+    agents.stop().await;
+}
+
+#[tokio::test]
 async fn malformed_and_unknown_tool_calls_answer_the_model_with_tool_errors() {
     let mut mesh = Mesh::start(Vec::new(), GraphMode::Open, Backend::Embedded).await;
     let llm = ScriptedLlm::start([

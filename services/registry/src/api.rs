@@ -17,7 +17,8 @@ use mesh_protocol::graph::{
     OrgChart, OutcomeStatus, Topology, TopologyAgent, TopologyLink,
 };
 use mesh_protocol::registry::{
-    AgentPick, AgentRecord, AgentSummary, CapabilityAgents, HealthStatus, RegistryStats, StatusMessage, Success,
+    AgentPick, AgentRecord, AgentSummary, CapabilityAgents, HealthStatus, MatchedSkill, RegistryStats, RouteRequest,
+    StatusMessage, Success,
 };
 use mesh_server::ServiceMetrics;
 use mesh_server::auth::{AGENT_ROLES, ANY_ROLE, RequestCaller, require};
@@ -28,6 +29,8 @@ use utoipa::{IntoParams, OpenApi};
 
 use crate::card::AgentInterfaceRecord;
 use crate::directory::{Directory, RegisteredAgent, RegisteredAgents, health_word};
+use crate::discovery::DiscoveryIndex;
+use crate::discovery_api::{self, AgentMatch, AgentMatches, AgentQuery, AgentsAnswer, Route, RouteChoice};
 use crate::error::RegistryError;
 use crate::events::EventHub;
 use crate::graph_api;
@@ -41,6 +44,8 @@ use crate::links::LinkStore;
 use crate::openapi::SharedAnswers;
 use crate::ownership;
 use crate::store::{AgentStore, StoredAgent};
+use crate::tenancy::TenantView;
+use mesh_protocol::registry::SkillProfile;
 use mesh_storage::StorageError;
 
 /// What the handlers share.
@@ -59,6 +64,8 @@ pub struct RegistryState {
     pub checker: Arc<Checker>,
     /// What a registration must pass.
     pub intake: IntakePolicy,
+    /// The search index over the agents' cards.
+    pub discovery: Arc<DiscoveryIndex>,
 }
 
 impl RegistryState {
@@ -82,6 +89,7 @@ impl RegistryState {
         deregister,
         report_failure,
         list_agents,
+        route,
         get_agent,
         discover,
         pick,
@@ -129,8 +137,16 @@ impl RegistryState {
         EventStats,
         RegisterRequest,
         StatusMessage,
+        AgentsAnswer,
         RegisteredAgents,
         RegisteredAgent,
+        SkillProfile,
+        AgentMatches,
+        AgentMatch,
+        MatchedSkill,
+        RouteRequest,
+        Route,
+        RouteChoice,
         AgentRecord,
         AgentInterfaceRecord,
         HealthProbe,
@@ -164,6 +180,7 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
     let reads = require(
         Router::new()
             .route("/agents", get(list_agents))
+            .route("/route", post(route))
             .route("/agents/{name}", get(get_agent))
             .route("/capabilities/{capability}", get(discover))
             .route("/capabilities/{capability}/next", get(pick))
@@ -263,6 +280,7 @@ async fn register(
 fn claim(state: &RegistryState, caller: &mesh_auth::Caller, agent: &mut StoredAgent) -> Result<(), RegistryError> {
     let current_owner = state.directory.owner(&agent.name).flatten();
     agent.owner = ownership::claim(caller, &agent.name, current_owner.as_deref())?;
+    agent.tenant = TenantView::registering(caller);
     admit_registration(&state.directory, agent, &state.intake)
 }
 
@@ -333,11 +351,46 @@ async fn report_failure(
     Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }
 
-/// Every registered agent with its health, path and interfaces.
-#[utoipa::path(get, path = "/agents", responses((status = 200, body = RegisteredAgents)))]
-async fn list_agents(State(state): State<Arc<RegistryState>>) -> Json<RegisteredAgents> {
-    let agents = state.directory.list_registered();
-    Json(RegisteredAgents { status: Success::Success, total: agents.len(), agents })
+/// Every registered agent the caller sees, with its health, path, interfaces and card; or, with
+/// `q`, the agents whose cards best match `q`, best first, each with the skills that matched.
+/// `capability` and `health` filter both.
+#[utoipa::path(get, path = "/agents", params(AgentQuery), responses(
+    (status = 200, description = "Without `q`: every agent in name order (RegisteredAgents). With `q`: the best matches (AgentMatches)", body = AgentsAnswer),
+    (status = 400, description = "An empty or too long `q`, or a `limit` out of range (QUERY_INVALID)", body = ErrorBody),
+))]
+async fn list_agents(
+    State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
+    QueryParams(query): QueryParams<AgentQuery>,
+) -> Result<Json<AgentsAnswer>, RegistryError> {
+    if query.q.is_some() {
+        return Ok(Json(AgentsAnswer::Found(discovery_api::search(&state, &caller, query).await?)));
+    }
+    let view = TenantView::of(&caller, None)?;
+    let agents: Vec<RegisteredAgent> = state
+        .directory
+        .list_registered(&view)
+        .into_iter()
+        .filter(|agent| query.capability.as_ref().is_none_or(|c| agent.record.capabilities.contains(c)))
+        .filter(|agent| query.health.is_none_or(|h| agent.record.health_status == h))
+        .collect();
+    Ok(Json(AgentsAnswer::Listed(RegisteredAgents { status: Success::Success, total: agents.len(), agents })))
+}
+
+/// The healthy agent, and its skill, that best fit an A2A message (by its text parts), with the
+/// next best as alternatives: what a gateway or an LLM agent asks when it holds a request rather
+/// than a skill name.
+#[utoipa::path(post, path = "/route", request_body = RouteRequest, responses(
+    (status = 200, body = Route),
+    (status = 400, description = "The message has no text, or too much (QUERY_INVALID)", body = ErrorBody),
+    (status = 404, description = "No healthy agent the caller sees matches (NO_AGENT_FOR_REQUEST)", body = ErrorBody),
+))]
+async fn route(
+    State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
+    JsonBody(request): JsonBody<RouteRequest>,
+) -> Result<Json<Route>, RegistryError> {
+    Ok(Json(discovery_api::route(&state, &caller, request).await?))
 }
 
 /// One agent.
@@ -347,9 +400,10 @@ async fn list_agents(State(state): State<Arc<RegistryState>>) -> Json<Registered
 ))]
 async fn get_agent(
     State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
     PathParam(name): PathParam<String>,
 ) -> Result<Json<RegisteredAgent>, RegistryError> {
-    Ok(Json(state.directory.registered(&name)?))
+    Ok(Json(state.directory.registered(&name, &TenantView::of(&caller, None)?)?))
 }
 
 /// Every agent offering a capability.

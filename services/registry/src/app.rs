@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use crate::api::{RegistryState, router};
 use crate::config::RegistryConfig;
 use crate::directory::Directory;
+use crate::discovery::DiscoveryIndex;
 use crate::error::RegistryError;
 use crate::events::{EventHub, SubscriberLimits};
 use crate::graph_api::sync_config_links;
@@ -45,6 +46,8 @@ pub struct RegistryService {
     database: DatabaseProbe,
     /// What `/health` reports; shutdown marks it draining.
     metrics: Arc<ServiceMetrics>,
+    /// The model behind the dense ranking of agents.
+    dense: mesh_embedding::DenseConfig,
 }
 
 impl RegistryService {
@@ -79,6 +82,7 @@ impl RegistryService {
             health_check_timeout: Duration::from_millis(config.health_check_timeout_ms),
             checker,
             intake: IntakePolicy::from_config(config)?,
+            discovery: Arc::new(DiscoveryIndex::default()),
         });
         sync_config_links(&state, &config.links).await?;
         let access = AccessControl::from_config(&config.auth)
@@ -109,6 +113,7 @@ impl RegistryService {
             shutdown_unready: Duration::from_millis(config.shutdown_unready_ms),
             database,
             metrics,
+            dense: config.dense.clone(),
         })
     }
 
@@ -127,6 +132,26 @@ impl RegistryService {
     pub async fn poll_health(&self) {
         let checker = self.state.checker.clone();
         tokio::join!(checker.clone().poll_forever(), checker.sync_forever(self.version));
+    }
+
+    /// Keeps the search over agent cards in step with the registrations forever, loading the
+    /// embedding model first when configured (searches rank by words meanwhile).
+    pub async fn index_agents(&self) {
+        let (index, directory, dense) =
+            (self.state.discovery.clone(), self.state.directory.clone(), self.dense.clone());
+        let load = async {
+            if let (Some(encoder), _) = mesh_embedding::load_encoder(&dense).await {
+                index.set_encoder(encoder);
+                // The skills indexed so far are embedded at the next pass.
+                directory.touch();
+            }
+        };
+        tokio::join!(load, crate::discovery::follow(index.clone(), directory.clone()));
+    }
+
+    /// The search index over agent cards, to wait for a registration to become searchable.
+    pub fn discovery(&self) -> Arc<DiscoveryIndex> {
+        self.state.discovery.clone()
     }
 
     /// Applies a reloaded configuration's graph: its mode and its links (config wins over links
@@ -193,6 +218,8 @@ impl Application {
         let service = self.service.clone();
         let poller = tokio::spawn(async move { service.poll_health().await });
         let service = self.service.clone();
+        let indexer = tokio::spawn(async move { service.index_agents().await });
+        let service = self.service.clone();
         let database_probe = tokio::spawn(async move { service.probe_database().await });
         let service = self.service.clone();
         let shutdown = async move {
@@ -208,6 +235,7 @@ impl Application {
         )
         .await;
         poller.abort();
+        indexer.abort();
         database_probe.abort();
         self.service.close_storage().await;
         served.map_err(|e| RegistryError::Startup(format!("server failed: {e}")))

@@ -10,6 +10,7 @@ use axum::body::Bytes;
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::binding;
 use mesh_protocol::a2a::v1::AgentCard;
+use mesh_protocol::registry::SkillProfile;
 use serde::{Deserialize, Serialize};
 use url::Url;
 
@@ -105,6 +106,47 @@ fn card_from(document: &serde_json::Value) -> Result<AgentCard, CardProblem> {
         return Err(CardProblem::NoName);
     }
     Ok(card)
+}
+
+/// Skills of a card the registry keeps for search: a card lists a few; one listing more is
+/// searched by its first ones.
+pub const PROFILE_SKILLS_MAX: usize = 32;
+/// Examples and tags kept per skill.
+pub const PROFILE_LIST_ITEMS_MAX: usize = 16;
+/// Characters kept of a description, a name, a tag or an example: enough for any real one.
+pub const PROFILE_TEXT_CHARS_MAX: usize = 1_000;
+
+/// What the registry searches an agent by: its card's description and skills, bounded, so a
+/// card cannot grow the registry's memory or its index beyond a few kilobytes an agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CardProfile {
+    /// The card's description.
+    #[serde(default)]
+    pub description: String,
+    /// The card's skills, in its order.
+    #[serde(default)]
+    pub skills: Vec<SkillProfile>,
+}
+
+/// The searchable part of `card`, bounded by the `PROFILE_*` limits.
+pub fn profile_of(card: &AgentCard) -> CardProfile {
+    let text = |value: &str| value.chars().take(PROFILE_TEXT_CHARS_MAX).collect::<String>();
+    let list = |values: &[String]| values.iter().take(PROFILE_LIST_ITEMS_MAX).map(|v| text(v)).collect::<Vec<_>>();
+    CardProfile {
+        description: text(&card.description),
+        skills: card
+            .skills
+            .iter()
+            .take(PROFILE_SKILLS_MAX)
+            .map(|skill| SkillProfile {
+                id: text(&skill.id),
+                name: text(&skill.name),
+                description: text(&skill.description),
+                tags: list(&skill.tags),
+                examples: list(&skill.examples),
+            })
+            .collect(),
+    }
 }
 
 /// The capabilities a card's skills offer: each skill's id, then their tags, in the registry's

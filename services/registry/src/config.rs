@@ -91,6 +91,10 @@ pub struct RegistryConfig {
     pub auth: mesh_auth::AuthConfig,
     /// How connections are timed and capped, and the hosts an open registry answers to.
     pub serve: mesh_server::http::ServeConfig,
+    /// The embedding model that ranks agents by meaning in `GET /agents?q=` and `POST /route`
+    /// (the `[dense]` table, as the search agent's). Off by default: a registry alone ranks by
+    /// words (BM25); `a2a-mesh up` turns it on with the search agent's model.
+    pub dense: mesh_embedding::DenseConfig,
 }
 
 impl Default for RegistryConfig {
@@ -124,6 +128,7 @@ impl Default for RegistryConfig {
             shutdown_unready_ms: mesh_server::http::SHUTDOWN_UNREADY_MS_DEFAULT,
             auth: mesh_auth::AuthConfig::default(),
             serve: mesh_server::http::ServeConfig::default(),
+            dense: mesh_embedding::DenseConfig { enabled: false, ..mesh_embedding::DenseConfig::default() },
         }
     }
 }

@@ -8,9 +8,12 @@ use mesh_protocol::registry::{AgentPick, AgentRecord, AgentSummary, HealthStatus
 use serde::{Deserialize, Serialize};
 
 use crate::card::AgentInterfaceRecord;
+use crate::discovery::SearchSource;
 use crate::error::RegistryError;
 use crate::health::HealthProbe;
 use crate::store::{StoredAgent, StoredState};
+use crate::tenancy::TenantView;
+use mesh_protocol::registry::SkillProfile;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -38,6 +41,9 @@ pub struct Directory {
     /// Where this replica's rotations start: replicas behind one load balancer each rotate
     /// fairly, and starting at different agents keeps them from picking in step.
     rotation_start: usize,
+    /// Counts changes to the set of agents or to what they are searched by, for the search index
+    /// ([`crate::discovery::follow`]) to follow; health changes are not counted.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// A health this replica learnt from the database: another replica's check found it.
@@ -75,6 +81,15 @@ pub struct RegisteredAgent {
     /// `supportedInterfaces`, then 0.3 `url` and `additionalInterfaces`); empty when the
     /// registry did not read its card (`verify_registrations` off).
     pub interfaces: Vec<AgentInterfaceRecord>,
+    /// The card's description (empty when its card was not read).
+    #[serde(default)]
+    pub description: String,
+    /// The card's skills, as searched (empty when its card was not read).
+    #[serde(default)]
+    pub skills: Vec<SkillProfile>,
+    /// The tenant whose callers alone see the agent; `""`: every tenant's.
+    #[serde(default)]
+    pub tenant: String,
 }
 
 /// `GET /agents`.
@@ -90,7 +105,12 @@ impl Directory {
         // Truncation is fine: any bits of a random number are a random start.
         #[allow(clippy::cast_possible_truncation)]
         let rotation_start = uuid::Uuid::new_v4().as_u128() as usize;
-        let directory = Self { inner: RwLock::default(), cursors: RwLock::default(), rotation_start };
+        let directory = Self {
+            inner: RwLock::default(),
+            cursors: RwLock::default(),
+            rotation_start,
+            changes: tokio::sync::watch::Sender::new(0),
+        };
         directory.replace_all(agents, 0);
         directory
     }
@@ -125,6 +145,8 @@ impl Directory {
         inner.agents.insert(agent.name.clone(), Entry { agent, health, last_health_check });
         inner.mutations += 1;
         rebuild_index(&mut inner);
+        drop(inner);
+        self.touch();
         is_new
     }
 
@@ -138,6 +160,8 @@ impl Directory {
         if matches {
             inner.agents.remove(name);
             rebuild_index(&mut inner);
+            drop(inner);
+            self.touch();
         }
         matches
     }
@@ -177,6 +201,8 @@ impl Directory {
         }
         inner.agents = next;
         rebuild_index(&mut inner);
+        drop(inner);
+        self.touch();
         Some(changes)
     }
 
@@ -194,6 +220,35 @@ impl Directory {
         })
     }
 
+    /// Follows changes to the agents or to what they are searched by.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Wakes the followers of [`Self::changes`] as if the agents had changed.
+    pub fn touch(&self) {
+        self.changes.send_modify(|count| *count += 1);
+    }
+
+    /// What the search index keeps of every agent.
+    pub fn search_sources(&self) -> Vec<SearchSource> {
+        self.read()
+            .agents
+            .values()
+            .map(|entry| SearchSource {
+                name: entry.agent.name.clone(),
+                profile: entry.agent.profile.clone(),
+                capabilities: entry.agent.capabilities.clone(),
+                tenant: entry.agent.tenant.clone(),
+            })
+            .collect()
+    }
+
+    /// The health of `name`, when it is registered.
+    pub fn health(&self, name: &str) -> Option<HealthStatus> {
+        self.read().agents.get(name).map(|entry| entry.health)
+    }
+
     pub fn poll_target(&self, name: &str) -> Option<PollTarget> {
         self.read().agents.get(name).map(poll_target)
     }
@@ -202,13 +257,19 @@ impl Directory {
         self.read().agents.values().map(record).collect()
     }
 
-    /// Every agent with its path and interfaces, in name order.
-    pub fn list_registered(&self) -> Vec<RegisteredAgent> {
-        self.read().agents.values().map(registered).collect()
+    /// Every agent `view` sees with its path and interfaces, in name order.
+    pub fn list_registered(&self, view: &TenantView) -> Vec<RegisteredAgent> {
+        self.read().agents.values().filter(|entry| sees(view, entry)).map(registered).collect()
     }
 
-    pub fn registered(&self, name: &str) -> Result<RegisteredAgent, RegistryError> {
-        self.read().agents.get(name).map(registered).ok_or_else(|| RegistryError::AgentNotFound(name.to_owned()))
+    /// One agent, when `view` sees it.
+    pub fn registered(&self, name: &str, view: &TenantView) -> Result<RegisteredAgent, RegistryError> {
+        self.read()
+            .agents
+            .get(name)
+            .filter(|entry| sees(view, entry))
+            .map(registered)
+            .ok_or_else(|| RegistryError::AgentNotFound(name.to_owned()))
     }
 
     /// The agent other than `name` whose path is `path`, if any.
@@ -366,7 +427,15 @@ fn registered(entry: &Entry) -> RegisteredAgent {
         path: entry.agent.path.clone(),
         health_probe: entry.agent.health_probe,
         interfaces: entry.agent.interfaces.clone(),
+        description: entry.agent.profile.description.clone(),
+        skills: entry.agent.profile.skills.clone(),
+        tenant: entry.agent.tenant.clone(),
     }
+}
+
+/// Whether a reader with `view` sees the agent: one registered for no tenant, everyone.
+fn sees(view: &TenantView, entry: &Entry) -> bool {
+    entry.agent.tenant.is_empty() || view.sees(&entry.agent.tenant)
 }
 
 pub(crate) fn health_word(health: HealthStatus) -> &'static str {

@@ -65,6 +65,10 @@ pub enum RegistryError {
     NameTaken(String),
     #[error("{subject:?} may not register or remove the agent {name:?}: an agent registers only under its own name")]
     NameForbidden { subject: String, name: String },
+    #[error("invalid search: {0}")]
+    InvalidQuery(String),
+    #[error("no healthy agent the caller may see has a skill matching the request")]
+    NoRoute,
     #[error("storage unavailable: {0}")]
     Storage(#[from] StorageError),
     #[error("cannot listen on {addr}: {source}")]
@@ -103,6 +107,8 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::InvalidTenant(_) => (StatusCode::BAD_REQUEST, "TENANT_INVALID"),
             RegistryError::NameTaken(_) => (StatusCode::CONFLICT, "NAME_TAKEN"),
             RegistryError::NameForbidden { .. } => (StatusCode::FORBIDDEN, "NAME_FORBIDDEN"),
+            RegistryError::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "QUERY_INVALID"),
+            RegistryError::NoRoute => (StatusCode::NOT_FOUND, "NO_AGENT_FOR_REQUEST"),
             RegistryError::Storage(_) => (StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE"),
             RegistryError::Bind { .. } | RegistryError::Startup(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")

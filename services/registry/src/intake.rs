@@ -11,8 +11,8 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::card::{
-    self, AgentInterfaceRecord, CardProblem, FetchedCard, base_url_of, capabilities_of, check_interfaces_on,
-    interfaces_of, is_path_form, on_origin_of, path_form,
+    self, AgentInterfaceRecord, CardProblem, CardProfile, FetchedCard, base_url_of, capabilities_of,
+    check_interfaces_on, interfaces_of, is_path_form, on_origin_of, path_form, profile_of,
 };
 use crate::config::RegistryConfig;
 use crate::directory::Directory;
@@ -151,6 +151,7 @@ pub async fn card_agent(
     let mut agent = seed_agent(request, &registration, now)?;
     agent.health_probe = if request.health_endpoint.is_some() { HealthProbe::Health } else { HealthProbe::Card };
     agent.interfaces = interfaces;
+    agent.profile = profile_of(card);
     Ok(agent)
 }
 
@@ -211,6 +212,8 @@ pub fn validate(registration: &Registration, now: &str) -> Result<StoredAgent, R
         path: path_form(name),
         health_probe: HealthProbe::Health,
         interfaces: Vec::new(),
+        profile: CardProfile::default(),
+        tenant: String::new(),
     })
 }
 
@@ -305,6 +308,7 @@ pub async fn verify_card(
         tracing::warn!(agent = %agent.name, left_out = ?left, "card interfaces off the agent's origin are not listed");
     }
     agent.interfaces = kept;
+    agent.profile = profile_of(&fetched.card);
     Ok(())
 }
 

@@ -16,6 +16,8 @@ mod card;
 pub mod config;
 mod dashboard;
 mod directory;
+mod discovery;
+mod discovery_api;
 mod error;
 mod events;
 mod graph_api;
@@ -29,5 +31,8 @@ mod tenancy;
 
 pub use api::openapi_document;
 pub use app::{Application, RegistryService};
+pub use card::CardProfile;
 pub use config::{LinkDef, RegistryCli, RegistryConfig};
+pub use discovery::{DENSE_RANKING, DENSE_WEIGHT, DiscoveryIndex, FUSION_K, LEXICAL_RANKING, SearchSource};
+pub use discovery_api::{AgentMatches, Route};
 pub use error::RegistryError;

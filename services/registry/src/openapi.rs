@@ -175,7 +175,11 @@ mod tests {
         }
         assert!(schemas["RegisterRequest"]["properties"]["agent_card_url"].is_object());
         let list = &document["paths"]["/agents"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
-        assert_eq!(list["$ref"], "#/components/schemas/RegisteredAgents");
+        assert_eq!(list["$ref"], "#/components/schemas/AgentsAnswer");
+        let answers = serde_json::to_string(&schemas["AgentsAnswer"]["oneOf"]).unwrap();
+        for shape in ["RegisteredAgents", "AgentMatches"] {
+            assert!(answers.contains(shape), "GET /agents answers {shape}: {answers}");
+        }
         let receipts = &document["paths"]["/api/links/{id}/receipts"]["post"];
         assert_eq!(
             receipts["requestBody"]["content"]["application/json"]["schema"]["$ref"],

@@ -6,7 +6,7 @@ use mesh_storage::{Backend, Database, Row, StorageError, settle};
 use sqlx::any::AnyRow;
 use sqlx::migrate::Migrator;
 
-use crate::card::{AgentInterfaceRecord, path_form};
+use crate::card::{AgentInterfaceRecord, CardProfile, path_form};
 use crate::directory::PollTarget;
 use crate::health::HealthProbe;
 
@@ -31,6 +31,11 @@ pub struct StoredAgent {
     pub health_probe: HealthProbe,
     /// The interfaces the agent's card declares (empty when its card was not read).
     pub interfaces: Vec<AgentInterfaceRecord>,
+    /// What the agent is searched by: its card's description and skills (empty when its card was
+    /// not read).
+    pub profile: CardProfile,
+    /// The tenant whose callers alone find the agent; `""`: every tenant's.
+    pub tenant: String,
 }
 
 impl StoredAgent {
@@ -51,6 +56,8 @@ impl StoredAgent {
             path: path_form(name),
             health_probe: HealthProbe::Health,
             interfaces: Vec::new(),
+            profile: CardProfile::default(),
+            tenant: String::new(),
         }
     }
 
@@ -64,7 +71,7 @@ impl StoredAgent {
             &self.process_endpoint,
             &self.agent_card_url,
             &self.owner,
-            (&self.path, self.health_probe, &self.interfaces),
+            (&self.path, self.health_probe, &self.interfaces, &self.profile, &self.tenant),
         ) == (
             &other.url,
             &other.capabilities,
@@ -72,7 +79,7 @@ impl StoredAgent {
             &other.process_endpoint,
             &other.agent_card_url,
             &other.owner,
-            (&other.path, other.health_probe, &other.interfaces),
+            (&other.path, other.health_probe, &other.interfaces, &other.profile, &other.tenant),
         )
     }
 }
@@ -89,7 +96,8 @@ pub struct StoredState {
 macro_rules! agent_columns {
     () => {
         "name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, \
-         registered_at, updated_at, owner, health, last_health_check, path, health_probe, interfaces"
+         registered_at, updated_at, owner, health, last_health_check, path, health_probe, interfaces, profile, \
+         tenant"
     };
 }
 
@@ -115,6 +123,7 @@ impl AgentStore {
         let encode = |e: serde_json::Error| StorageError::Query(sqlx::Error::Encode(Box::new(e)));
         let capabilities = serde_json::to_string(&agent.capabilities).map_err(encode)?;
         let interfaces = serde_json::to_string(&agent.interfaces).map_err(encode)?;
+        let profile = serde_json::to_string(&agent.profile).map_err(encode)?;
         let _turn = self.db.write_turn().await;
         let mut tx = self.db.pool().begin().await?;
         let written = async {
@@ -132,12 +141,13 @@ impl AgentStore {
                 .transpose()?;
             sqlx::query(
                 "INSERT INTO agents (name, url, capabilities, health_endpoint, process_endpoint, agent_card_url, registered_at, updated_at, owner, \
-                 path, health_probe, interfaces) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 path, health_probe, interfaces, profile, tenant) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
                  ON CONFLICT (name) DO UPDATE SET url = excluded.url, capabilities = excluded.capabilities, \
                  health_endpoint = excluded.health_endpoint, process_endpoint = excluded.process_endpoint, \
                  agent_card_url = excluded.agent_card_url, updated_at = excluded.updated_at, \
                  path = excluded.path, health_probe = excluded.health_probe, interfaces = excluded.interfaces, \
+                 profile = excluded.profile, tenant = excluded.tenant, \
                  owner = COALESCE(agents.owner, excluded.owner), \
                  health = CASE WHEN agents.url = excluded.url THEN agents.health ELSE 'unknown' END, \
                  last_health_check = CASE WHEN agents.url = excluded.url THEN agents.last_health_check ELSE NULL END, \
@@ -155,6 +165,8 @@ impl AgentStore {
             .bind(&agent.path)
             .bind(agent.health_probe.as_str())
             .bind(interfaces)
+            .bind(profile)
+            .bind(&agent.tenant)
             .execute(&mut *tx)
             .await?;
             let changed = before.is_none_or(|before| !before.agent.same_instance(agent));
@@ -315,6 +327,7 @@ fn stored_state(row: &AnyRow) -> Result<StoredState, sqlx::Error> {
     let name: String = row.try_get("name")?;
     let path: Option<String> = row.try_get("path")?;
     let interfaces: String = row.try_get("interfaces")?;
+    let profile: String = row.try_get("profile")?;
     let decode = |e: serde_json::Error| sqlx::Error::Decode(Box::new(e));
     Ok(StoredState {
         agent: StoredAgent {
@@ -330,6 +343,8 @@ fn stored_state(row: &AnyRow) -> Result<StoredState, sqlx::Error> {
             owner: row.try_get("owner")?,
             health_probe: HealthProbe::parse(&row.try_get::<String, _>("health_probe")?),
             interfaces: serde_json::from_str(&interfaces).map_err(decode)?,
+            profile: serde_json::from_str(&profile).map_err(decode)?,
+            tenant: row.try_get("tenant")?,
         },
         health: parse_health(&health),
         last_health_check: row.try_get("last_health_check")?,

@@ -53,6 +53,15 @@ impl TenantView {
         })
     }
 
+    /// The tenant an agent registered by `caller` belongs to: a tenant agent's own; `""` (every
+    /// tenant's) for an admin, a tenant-less agent, or an open registry.
+    pub fn registering(caller: &Caller) -> String {
+        match caller {
+            Caller::Authenticated(p) if !p.has(Role::Admin) => p.tenant.clone(),
+            _ => String::new(),
+        }
+    }
+
     /// Whether a reader with this view sees `tenant`'s messages and events.
     pub fn sees(&self, tenant: &str) -> bool {
         match self {

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use mesh_rank::fusion::{RRF_K_DEFAULT, Ranking, reciprocal_rank_fusion};
 use search::eval::quantile;
-use search::fusion::{RRF_K_DEFAULT, Ranking, reciprocal_rank_fusion};
 
 const LISTS: usize = 3;
 const LIST_LEN: usize = 1_000;

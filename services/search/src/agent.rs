@@ -7,8 +7,8 @@ use mesh_protocol::agents::{ProfileRank, QUERY_CHARS_MAX, SearchHit, SearchReque
 use serde_json::Value;
 
 use crate::error::SearchError;
-use crate::fusion::{Ranking, reciprocal_rank_fusion};
 use crate::index::{DENSE_PROFILE, SearchIndex};
+use mesh_rank::fusion::{Ranking, reciprocal_rank_fusion};
 
 /// Time kept back from the caller's deadline for fusing and answering: profiles still ranking
 /// when only this much is left are left out of the answer.

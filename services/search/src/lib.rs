@@ -10,7 +10,6 @@ mod documents;
 mod embed;
 mod error;
 pub mod eval;
-pub mod fusion;
 mod index;
 mod log;
 mod replica;
@@ -22,10 +21,9 @@ use std::time::Duration;
 
 use mesh_agent_kit::{AgentApp, AgentExtras, KitError};
 use mesh_client::HttpClient;
-use mesh_embedding::{Encoder, Engine, MODEL_ID, ensure_model, ensure_onnx_runtime, onnx_runtime_library};
+use mesh_embedding::Encoder;
 use mesh_protocol::a2a::v1::AgentCard;
 use mesh_protocol::agents::search_profiles_extension;
-use serde::Serialize;
 use tokio::sync::Semaphore;
 
 /// Every binary that links the search agent allocates through mimalloc. The embedding model
@@ -36,13 +34,15 @@ use tokio::sync::Semaphore;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub use agent::{SearchAgent, SearchSettings};
-pub use config::{DenseConfig, SearchConfig};
+pub use config::SearchConfig;
 pub use corpus::Document;
-pub use dense::{DenseMethod, QUANTIZED_MIN_ROWS_DEFAULT};
+pub use dense::DenseMethod;
 pub use documents::{DeleteAnswer, IngestAnswer, StoredDocument};
 pub use embed::EMBEDDING_BATCH_DOCUMENTS;
 pub use error::SearchError;
 pub use index::{Change, DENSE_PROFILE, DocumentVector, IndexLocation, IngestReport, SearchIndex, index_directory};
+pub use mesh_embedding::QUANTIZED_MIN_ROWS_DEFAULT;
+pub use mesh_embedding::{DenseConfig, DenseStatus, load_encoder};
 pub use replica::Replica;
 
 /// The search agent's card as shipped in `agent-cards/`.
@@ -56,91 +56,6 @@ pub enum StartError {
     Kit(#[from] KitError),
     #[error("the bundled agent card is invalid: {0}")]
     Card(#[from] serde_json::Error),
-}
-
-/// Whether the `dense` profile is served, and if not, why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum DenseStatus {
-    Available {
-        model: String,
-        /// What computes the vectors.
-        engine: Engine,
-        /// Why the configured `onnx` engine is not the one in use, when it is not.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        engine_fallback: Option<String>,
-    },
-    /// Turned off in the configuration.
-    Disabled,
-    /// Wanted but the model could not be had.
-    Unavailable { reason: String },
-}
-
-/// Loads the embedding model as `config` says, downloading it first when allowed and absent.
-/// Never fails the agent: without a model it serves the lexical profiles and says why; without
-/// ONNX Runtime it computes the vectors on candle and says why.
-pub async fn load_encoder(config: &DenseConfig) -> (Option<Arc<Encoder>>, DenseStatus) {
-    if !config.enabled {
-        return (None, DenseStatus::Disabled);
-    }
-    let dir = config.model_dir();
-    let result = async {
-        if config.download {
-            ensure_model(&dir, &config.python).await?;
-        }
-        let mut engine_fallback = None;
-        if config.engine == Engine::Onnx {
-            match load_onnx_encoder(config, &dir).await {
-                Ok(encoder) => return Ok((encoder, None)),
-                Err(error) => {
-                    tracing::warn!(%error, "ONNX Runtime cannot be used; computing vectors on candle (slower)");
-                    engine_fallback = Some(error.to_string());
-                }
-            }
-        }
-        let dir = dir.clone();
-        let encoder = load_on_blocking_thread(move || Encoder::load(&dir)).await?;
-        Ok::<_, mesh_embedding::EmbeddingError>((encoder, engine_fallback))
-    }
-    .await;
-    match result {
-        Ok((encoder, engine_fallback)) => {
-            let engine = encoder.engine();
-            tracing::info!(model = MODEL_ID, engine = engine.as_str(), dir = %dir.display(), "the dense profile is available");
-            let status = DenseStatus::Available { model: MODEL_ID.to_owned(), engine, engine_fallback };
-            (Some(Arc::new(encoder)), status)
-        }
-        Err(error) => {
-            let reason = format!("no embedding model at {}: {error}", dir.display());
-            tracing::warn!(%reason, "the dense profile is UNAVAILABLE; serving the lexical profiles only");
-            (None, DenseStatus::Unavailable { reason })
-        }
-    }
-}
-
-/// The model on ONNX Runtime, its library fetched first when allowed and absent.
-async fn load_onnx_encoder(config: &DenseConfig, dir: &Path) -> Result<Encoder, mesh_embedding::EmbeddingError> {
-    let runtime_dir = config.onnx_runtime_dir();
-    let library = if config.download {
-        ensure_onnx_runtime(&runtime_dir, &config.python).await?
-    } else {
-        let library = onnx_runtime_library(&runtime_dir);
-        // Checked here: `ort` would panic on a missing file, and the first library it is pointed
-        // at stays its library for the process.
-        if !library.is_file() {
-            return Err(mesh_embedding::EmbeddingError::Runtime(format!("no library at {}", library.display())));
-        }
-        library
-    };
-    let (dir, threads) = (dir.to_owned(), config.threads());
-    load_on_blocking_thread(move || Encoder::load_onnx(&dir, &library, threads)).await
-}
-
-/// Loading reads 90 MB and builds the network: not on the runtime's threads.
-async fn load_on_blocking_thread(
-    load: impl FnOnce() -> Result<Encoder, mesh_embedding::EmbeddingError> + Send + 'static,
-) -> Result<Encoder, mesh_embedding::EmbeddingError> {
-    tokio::task::spawn_blocking(load).await.map_err(|e| mesh_embedding::EmbeddingError::Model(e.to_string()))?
 }
 
 /// Loads the model and opens the index `config` names (creating it when new), ingesting nothing.

@@ -7,7 +7,8 @@ use http::{HeaderValue, Method, StatusCode, header};
 use mesh_graph::LinkReceipt;
 use mesh_protocol::graph::{CallReports, CallReportsAccepted, GraphPolicy, LinkMessage, NewLinkMessage};
 use mesh_protocol::registry::{
-    AgentList, AgentPick, AgentRecord, CapabilityAgents, Registration, RegistryStats, StatusMessage,
+    AgentList, AgentPick, AgentRecord, AgentsFound, CapabilityAgents, Registration, RegistryStats, RouteRequest,
+    Routed, StatusMessage,
 };
 use serde::de::DeserializeOwned;
 use url::Url;
@@ -90,6 +91,32 @@ impl RegistryClient {
 
     pub async fn agents(&self) -> Result<AgentList, ClientError> {
         self.get(&["agents"]).await
+    }
+
+    /// The agents whose cards best match `query` (`GET /agents?q=`), at most `limit`, as
+    /// `tenant` sees them (the caller's own view when `None`).
+    pub async fn search(&self, query: &str, limit: usize, tenant: Option<&str>) -> Result<AgentsFound, ClientError> {
+        self.on_any_replica(|base| {
+            let mut url = base.clone();
+            if let Ok(mut path) = url.path_segments_mut() {
+                path.pop_if_empty().push("agents");
+            }
+            url.query_pairs_mut().append_pair("q", query).append_pair("limit", &limit.to_string());
+            if let Some(tenant) = tenant {
+                url.query_pairs_mut().append_pair("tenant", tenant);
+            }
+            async move { self.http.get_json(url.as_str(), self.timeout).await }
+        })
+        .await
+    }
+
+    /// The healthy agent and skill that best fit a message (`POST /route`).
+    pub async fn route(&self, request: &RouteRequest) -> Result<Routed, ClientError> {
+        self.on_any_replica(|base| {
+            let url = endpoint(base, &["route"]);
+            async move { self.http.call_json(Method::POST, &url, Some(request), self.timeout).await }
+        })
+        .await
     }
 
     pub async fn agent(&self, name: &str) -> Result<AgentRecord, ClientError> {

@@ -8,6 +8,7 @@ mod cache;
 mod download;
 mod encoder;
 mod error;
+mod model;
 mod onnx;
 
 pub use cache::{QUERY_CACHE_ENTRIES_DEFAULT, QueryCache, QueryCacheStats};
@@ -18,3 +19,4 @@ pub use download::{
 };
 pub use encoder::{Encoder, Engine, MODEL_FILES, MODEL_ID, dot};
 pub use error::EmbeddingError;
+pub use model::{DenseConfig, DenseStatus, QUANTIZED_MIN_ROWS_DEFAULT, load_encoder};

@@ -194,3 +194,80 @@ mod tests {
         }
     }
 }
+
+/// One skill of an agent's card, as the registry keeps it and searches it (issue #37).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SkillProfile {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub examples: Vec<String>,
+}
+
+/// A skill that matched a search, with its score (Reciprocal Rank Fusion of the rankings).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MatchedSkill {
+    #[serde(flatten)]
+    pub skill: SkillProfile,
+    pub score: f64,
+}
+
+/// An agent `GET /agents?q=` found, as a client reads it: its record, its score (its best
+/// skill's) and the skills that matched, best first. (The registry answers more of the agent.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentFound {
+    #[serde(flatten)]
+    pub record: AgentRecord,
+    #[serde(default)]
+    pub description: String,
+    pub score: f64,
+    pub matched_skills: Vec<MatchedSkill>,
+}
+
+/// `GET /agents?q=...` as a client reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentsFound {
+    pub status: Success,
+    pub query: String,
+    /// Rankings fused: `bm25`, and `dense` when the embedding model is loaded.
+    pub rankings: Vec<String>,
+    pub total: usize,
+    pub agents: Vec<AgentFound>,
+}
+
+/// `POST /route`: the request to route, and for whom.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RouteRequest {
+    /// An A2A 1.0 message: its text parts are what is routed.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub message: crate::a2a::v1::Message,
+    /// Route among the agents this tenant sees (a caller names only a tenant it acts for; a
+    /// gateway names its caller's); the caller's own view when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+/// One (agent, skill) a route may send a message to, as a client reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoutedChoice {
+    pub agent: AgentRecord,
+    pub skill: SkillProfile,
+    pub score: f64,
+}
+
+/// `POST /route`'s answer as a client reads it: the best healthy agent and skill, and the next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Routed {
+    pub status: Success,
+    pub agent: AgentRecord,
+    pub skill: SkillProfile,
+    pub score: f64,
+    pub alternatives: Vec<RoutedChoice>,
+}

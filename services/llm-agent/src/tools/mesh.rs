@@ -22,6 +22,8 @@ use crate::model::ToolSpec;
 
 /// Longest message a model may send another agent.
 const MESSAGE_CHARS_MAX: u64 = 32_000;
+/// Longest request `list_agents` searches by: the registry searches at most 2,000 characters.
+const REQUEST_CHARS_MAX: u64 = 2_000;
 
 /// What the mesh tools share: the agent's caller and its part of the graph.
 #[derive(Debug, Clone)]
@@ -118,13 +120,16 @@ impl Tool for CallAgentTool {
     }
 }
 
-/// `list_agents`: the agents the registry knows (for a capability), with their skills.
+/// `list_agents`: the agents the registry knows (for a capability), with their skills; or, given
+/// a request in words, the agents whose skills best fit it, best first (the registry's search
+/// over agent cards).
 #[derive(Debug)]
 pub struct ListAgentsTool(pub MeshTools);
 
 #[derive(Debug, Deserialize)]
 struct ListAgentsArgs {
     capability: Option<String>,
+    request: Option<String>,
 }
 
 #[async_trait::async_trait]
@@ -133,21 +138,27 @@ impl Tool for ListAgentsTool {
         ToolSpec {
             name: "list_agents".into(),
             description: "List the agents of the mesh that offer a capability (all agents without one), with their \
-                          skills and health"
+                          skills and health; or, given a request in words, the agents whose skills best fit it, \
+                          best first"
                 .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
                     "capability": {"type": "string", "minLength": 1, "maxLength": 200,
-                        "description": "A capability (skill id), e.g. search"}
+                        "description": "A capability (skill id), e.g. search"},
+                    "request": {"type": "string", "minLength": 1, "maxLength": REQUEST_CHARS_MAX,
+                        "description": "What needs doing, in words, e.g. convert 100 USD to EUR"}
                 },
                 "additionalProperties": false
             }),
         }
     }
 
-    async fn run(&self, _scope: &CallScope, arguments: Value) -> Result<String, String> {
+    async fn run(&self, scope: &CallScope, arguments: Value) -> Result<String, String> {
         let args: ListAgentsArgs = serde_json::from_value(arguments).map_err(|e| e.to_string())?;
+        if let Some(request) = &args.request {
+            return self.matching(scope, request).await;
+        }
         let discovery = self.0.caller.discovery();
         let agents: Vec<AgentSummary> = match &args.capability {
             Some(capability) => {
@@ -188,6 +199,34 @@ impl Tool for ListAgentsTool {
         if agents.len() > TOOL_LIST_ENTRIES_MAX {
             lines.push(format!("... and {} more", agents.len() - TOOL_LIST_ENTRIES_MAX));
         }
+        Ok(lines.join("\n"))
+    }
+}
+
+impl ListAgentsTool {
+    /// The agents whose skills best fit `request`, as the tenant of the call sees them.
+    async fn matching(&self, scope: &CallScope, request: &str) -> Result<String, String> {
+        let tenant = scope.context().tenant.as_deref();
+        let found = self
+            .0
+            .graph
+            .registry()
+            .search(request, TOOL_LIST_ENTRIES_MAX, tenant)
+            .await
+            .map_err(|e| format!("the registry: {e}"))?;
+        if found.agents.is_empty() {
+            return Ok(format!("no agent has a skill matching {request:?}"));
+        }
+        let lines: Vec<String> = found
+            .agents
+            .iter()
+            .map(|agent| {
+                let health = json!(agent.record.health_status);
+                let skills: Vec<String> =
+                    agent.matched_skills.iter().map(|s| format!("{} ({})", s.skill.id, s.skill.description)).collect();
+                format!("- {} [{}]: {}", agent.record.name, health.as_str().unwrap_or_default(), skills.join("; "))
+            })
+            .collect();
         Ok(lines.join("\n"))
     }
 }

@@ -210,12 +210,21 @@ impl TestRegistry {
 }
 
 /// Waits until `condition` holds, checking every 20 ms; fails the test after the deadline.
-pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+pub async fn eventually<F, Fut>(what: &str, condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_millis(WAIT_DEADLINE_MS);
+    eventually_within(what, Duration::from_millis(WAIT_DEADLINE_MS), condition).await;
+}
+
+/// [`eventually`] with its own deadline, for work that takes long on a loaded machine.
+pub async fn eventually_within<F, Fut>(what: &str, within: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
     while !condition().await {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -13,8 +13,7 @@ use std::collections::HashMap;
 
 use self::top::{Score, Scored};
 
-/// Documents from which searches compare signs first; fewer are scored exactly only.
-pub const QUANTIZED_MIN_ROWS_DEFAULT: usize = 50_000;
+pub use mesh_embedding::QUANTIZED_MIN_ROWS_DEFAULT;
 /// Candidates the first pass keeps per result asked, scored exactly after it. Signs order rows
 /// coarsely, so the pass keeps many: scoring a candidate exactly costs about as much as comparing
 /// the signs of a few hundred rows.

@@ -7,9 +7,6 @@ use tantivy::collector::DocSetCollector;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::AllQuery;
 use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
-use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
-};
 use tantivy::{Index, TantivyDocument, doc};
 
 use super::keys::{document_key, tenant_term};
@@ -18,8 +15,6 @@ use crate::error::SearchError;
 
 /// Name the English analyzer is registered under.
 const ENGLISH_ANALYZER: &str = "en_mesh";
-/// Tokens longer than this are dropped (URLs, hashes): they never match a query word.
-const TOKEN_CHARS_MAX: usize = 40;
 /// Memory the index writer may use while ingesting.
 pub(super) const WRITER_MEMORY_BYTES: usize = 50_000_000;
 /// Suffixes of the sibling folders an upgrade writes the new index into, and moves the old one to
@@ -67,7 +62,7 @@ pub(super) fn schema() -> (Schema, Fields) {
 
 /// An index with the analyzers its fields name registered.
 pub(super) fn prepared(index: Index) -> Index {
-    index.tokenizers().register(ENGLISH_ANALYZER, english_analyzer());
+    index.tokenizers().register(ENGLISH_ANALYZER, mesh_rank::analyzer::english_analyzer());
     index
 }
 
@@ -227,15 +222,4 @@ pub(crate) fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
 
 pub(crate) fn vector_from_bytes(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-}
-
-fn english_analyzer() -> TextAnalyzer {
-    let builder = TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(TOKEN_CHARS_MAX))
-        .filter(LowerCaser)
-        .filter(AsciiFoldingFilter);
-    match StopWordFilter::new(Language::English) {
-        Some(stop_words) => builder.filter(stop_words).filter(Stemmer::new(Language::English)).build(),
-        None => builder.filter(Stemmer::new(Language::English)).build(),
-    }
 }

@@ -50,6 +50,13 @@ pub struct ProfileHit {
 /// order. Scores are accumulated in flat arrays and only the returned documents are built, which
 /// keeps fusing 3 × 1,000 results well under a tenth of a millisecond.
 pub fn reciprocal_rank_fusion(rankings: &[Ranking], k: f64, limit: usize) -> Vec<Fused> {
+    weighted_reciprocal_rank_fusion(rankings, &[], k, limit)
+}
+
+/// [`reciprocal_rank_fusion`] with each ranking's terms multiplied by its weight
+/// (`weights[i]` for `rankings[i]`; 1 where `weights` is shorter): `Σ w / (k + rank)`, for
+/// rankings known to differ in quality.
+pub fn weighted_reciprocal_rank_fusion(rankings: &[Ranking], weights: &[f64], k: f64, limit: usize) -> Vec<Fused> {
     let capacity: usize = rankings.iter().map(|r| r.hits.len()).sum();
     let mut slots: FxHashMap<&str, u32> = FxHashMap::with_capacity_and_hasher(capacity, Default::default());
     let mut keys: Vec<&str> = Vec::with_capacity(capacity);
@@ -75,7 +82,7 @@ pub fn reciprocal_rank_fusion(rankings: &[Ranking], k: f64, limit: usize) -> Vec
                 credited_by[index] = marker;
                 let rank = u32::try_from(rank).unwrap_or(UNRANKED - 1);
                 let entry = &mut entries[index];
-                entry.score += 1.0 / (k + f64::from(rank));
+                entry.score += weights.get(profile).copied().unwrap_or(1.0) / (k + f64::from(rank));
                 entry.best_rank = entry.best_rank.min(rank);
             }
         }
@@ -154,6 +161,17 @@ mod tests {
         let fused = reciprocal_rank_fusion(&[ranking("a", &["d", "d"])], RRF_K_DEFAULT, usize::MAX);
         assert_eq!(fused.len(), 1);
         assert!((fused[0].score - 1.0 / 60.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_weight_scales_its_rankings_terms_and_missing_weights_are_one() {
+        let rankings = [ranking("words", &["a", "b"]), ranking("meaning", &["b", "a"])];
+        let fused = weighted_reciprocal_rank_fusion(&rankings, &[1.0, 2.0], 10.0, usize::MAX);
+        assert_eq!(fused[0].key, "b", "the heavier ranking's first wins");
+        assert!((fused[0].score - (1.0 / 11.0 + 2.0 / 10.0)).abs() < 1e-12);
+        assert!((fused[1].score - (1.0 / 10.0 + 2.0 / 11.0)).abs() < 1e-12);
+        let unweighted = weighted_reciprocal_rank_fusion(&rankings, &[], 10.0, usize::MAX);
+        assert_eq!(unweighted, reciprocal_rank_fusion(&rankings, 10.0, usize::MAX));
     }
 
     /// The canonical formula: 1-based ranks.
