@@ -89,8 +89,9 @@ fn sections() -> Vec<Section> {
             key: "dense",
             file: "shared/embedding/src/model.rs",
             debug: format!("{:#?}", search::DenseConfig::default()),
-            about: "The search agent's embedding model: the `[dense]` table, `MESH_SEARCH_DENSE__<KEY>` in \
-                    the environment.",
+            about: "The embedding model, of the search agent's `dense` profile and of the registry's search \
+                    over agent cards: the `[dense]` table, `MESH_SEARCH_DENSE__<KEY>` or \
+                    `MESH_REGISTRY_DENSE__<KEY>` in the environment.",
         },
     ]
 }

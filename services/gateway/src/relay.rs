@@ -672,27 +672,7 @@ pub(crate) async fn skill(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (call, id) = match read_jsonrpc(&headers, &body) {
-        Ok(read) => read,
-        Err(refusal) => return *refusal,
-    };
-    let answer = Answer::jsonrpc(id, &call);
-    if !matches!(call.method.as_str(), "SendMessage" | "SendStreamingMessage") {
-        return answer.refuse(&GatewayError::NotOffered(format!(
-            "{} on a skill (only messages are routed by skill; address the agent for its tasks)",
-            call.method
-        )));
-    }
-    let who = match admit_caller(&state, caller, &headers, call.context_id.as_deref()) {
-        Ok(who) => who,
-        Err(error) => return answer.refuse(&error),
-    };
-    let agents = match state.directory.offering(&skill).await {
-        Ok(agents) => agents,
-        Err(error) => return answer.refuse(&error),
-    };
-    let outbound = Outbound { method: http::Method::POST, suffix: String::new(), headers, body };
-    relay(&state, &who, &agents, &skill, &call, outbound, &answer).await
+    relay_message(&state, caller, headers, body, Destination::Skill(skill)).await
 }
 
 /// `POST /route/`: a JSON-RPC message to the healthy agent whose skill best fits its text, as the
@@ -704,27 +684,55 @@ pub(crate) async fn routed(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    relay_message(&state, caller, headers, body, Destination::Request).await
+}
+
+/// Where a message addressed by what it asks for goes.
+enum Destination {
+    /// To an agent offering this skill.
+    Skill(String),
+    /// To the agent whose skill best fits the message's text.
+    Request,
+}
+
+/// A JSON-RPC message to the agents `destination` names, in order (the next one only when the
+/// message did not reach the one before).
+async fn relay_message(
+    state: &Arc<GatewayState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+    destination: Destination,
+) -> Response {
     let (call, id) = match read_jsonrpc(&headers, &body) {
         Ok(read) => read,
         Err(refusal) => return *refusal,
     };
     let answer = Answer::jsonrpc(id, &call);
     if !matches!(call.method.as_str(), "SendMessage" | "SendStreamingMessage") {
+        let on = match destination {
+            Destination::Skill(_) => "a skill",
+            Destination::Request => "a route",
+        };
         return answer.refuse(&GatewayError::NotOffered(format!(
-            "{} on a route (only messages are routed; address the agent for its tasks)",
+            "{} on {on} (only messages are routed; address the agent for its tasks)",
             call.method
         )));
     }
-    let who = match admit_caller(&state, caller, &headers, call.context_id.as_deref()) {
+    let who = match admit_caller(state, caller, &headers, call.context_id.as_deref()) {
         Ok(who) => who,
         Err(error) => return answer.refuse(&error),
     };
-    let (agents, skill) = match state.directory.routed(&body, &who.tenant).await {
-        Ok(route) => route,
+    let chosen = match destination {
+        Destination::Skill(skill) => state.directory.offering(&skill).await.map(|agents| (agents, skill)),
+        Destination::Request => state.directory.routed(&body, &who.tenant).await,
+    };
+    let (agents, skill) = match chosen {
+        Ok(chosen) => chosen,
         Err(error) => return answer.refuse(&error),
     };
     let outbound = Outbound { method: http::Method::POST, suffix: String::new(), headers, body };
-    relay(&state, &who, &agents, &skill, &call, outbound, &answer).await
+    relay(state, &who, &agents, &skill, &call, outbound, &answer).await
 }
 
 /// `/agents/{name}/...`: HTTP+JSON, either version (0.3 under `/v1`).

@@ -16,7 +16,8 @@ use crate::{
 /// and scores only the best candidates exactly (below it, every vector is scored exactly).
 pub const QUANTIZED_MIN_ROWS_DEFAULT: usize = 50_000;
 
-/// The embedding model behind the `dense` profile.
+/// The embedding model: the search agent's `dense` profile, the registry's search over agent
+/// cards.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct DenseConfig {
