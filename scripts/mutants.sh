@@ -30,7 +30,7 @@ out=${MUTANTS_OUT:-$base/out}
 export CARGO_TARGET_DIR=${MUTANTS_TARGET_DIR:-$base/target}
 # The goal of the test-strength issue: at least this share of viable mutants caught.
 score_min_percent=90
-default_packages="mesh-protocol mesh-client registry search mesh-tasks"
+default_packages="mesh-protocol mesh-client registry search mesh-rank mesh-tasks"
 
 score() {
     python3 - "$out" "$score_min_percent" "$@" <<'PY'
