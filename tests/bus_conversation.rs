@@ -74,7 +74,23 @@ async fn a_conversation_on_kafka_survives_the_orchestrator_being_killed() {
     }
 }
 
+/// Seed 001 as drawn: the bus on Kafka, docmem (and the orchestrator's and UI agent's bus state)
+/// on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_on_kafka_with_docmem_on_postgresql_survives_the_orchestrator_being_killed() {
+    let Some(brokers) = mesh_test_support::kafka_brokers() else { return };
+    let Some(database) = mesh_test_support::ScratchDatabase::create("bus_conversation").await else { return };
+    conversation_survives_a_killed_orchestrator_on(Some(brokers), Some(database.url.clone())).await;
+    database.drop_database().await;
+}
+
 async fn conversation_survives_a_killed_orchestrator(kafka_brokers: Option<String>) {
+    conversation_survives_a_killed_orchestrator_on(kafka_brokers, None).await;
+}
+
+/// The conversation, on Kafka when `kafka_brokers` is given (else the embedded log), with docmem
+/// in `database_url` when given (else the suite's SQLite file).
+async fn conversation_survives_a_killed_orchestrator_on(kafka_brokers: Option<String>, database_url: Option<String>) {
     let binary = tokio::task::spawn_blocking(orchestrator_binary).await.unwrap();
     let data = tempfile::tempdir().unwrap();
     let mut config = SuiteConfig::ephemeral(data.path());
@@ -83,6 +99,9 @@ async fn conversation_survives_a_killed_orchestrator(kafka_brokers: Option<Strin
     // Topics and groups of their own on a broker that outlives test runs.
     config.ui_agent.bus.instance_id = format!("t{}", uuid::Uuid::new_v4().simple());
     config.ui_agent.bus.kafka_brokers = kafka_brokers;
+    if let Some(url) = database_url {
+        config.ui_agent.bus.database_url = url;
+    }
     let bus = config.ui_agent.bus.clone();
     // Every agent registered first: the child orchestrator's first question discovers search.
     let suite = common::start_healthy(config, None).await;
@@ -179,6 +198,13 @@ async fn conversation_survives_a_killed_orchestrator(kafka_brokers: Option<Strin
     assert_eq!(tree["nodes"][1]["context"], format!("text:agent:{ui_agent_id}"));
     let missing = http.get(format!("{}/conversations/nope", suite.urls.ui_agent)).send().await.unwrap();
     assert_eq!(missing.status(), 404);
+    // The tree is where the configuration says: on PostgreSQL, the eleven nodes are its rows.
+    if bus.database_url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(&bus.database_url).await.unwrap();
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM docmem_nodes").fetch_one(&pool).await.unwrap();
+        assert_eq!(rows, 11, "root and ten messages in PostgreSQL's docmem");
+        pool.close().await;
+    }
 
     socket.close(None).await.unwrap();
     suite.stop().await.unwrap();
