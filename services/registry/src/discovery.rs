@@ -98,14 +98,16 @@ struct IndexedAgent {
     tenant: String,
     capabilities: Vec<String>,
     skills: Vec<SkillProfile>,
+    /// Each skill's vector, in `skills`' order, once computed: the mean of the vectors of what
+    /// it does and of each of its examples. Kept with the agent, so a dense ranking asks whether
+    /// an agent is admitted once, then scores its skills.
+    vectors: Vec<Option<Vec<f32>>>,
 }
 
 #[derive(Debug, Default)]
 struct IndexState {
     agents: HashMap<Arc<str>, IndexedAgent>,
     bm25: Bm25Index<SkillKey>,
-    /// Each skill's vector: the mean of the vectors of what it does and of each of its examples.
-    vectors: HashMap<SkillKey, Vec<f32>>,
     /// Skills indexed for BM25 whose vectors are still to be computed.
     pending_vectors: HashSet<SkillKey>,
 }
@@ -120,9 +122,10 @@ pub struct RankedSkill {
 }
 
 /// The search index over the directory's agents.
-#[derive(Debug)]
 pub struct DiscoveryIndex {
     state: RwLock<IndexState>,
+    /// Cloned for each query: building one reads the stop-word list and the stemmer's tables.
+    analyzer: TextAnalyzer,
     encoder: OnceLock<Arc<Encoder>>,
     queries: QueryCache,
     /// How many directory changes the index has applied (BM25 and vectors both), for callers
@@ -130,10 +133,17 @@ pub struct DiscoveryIndex {
     applied: watch::Sender<u64>,
 }
 
+impl std::fmt::Debug for DiscoveryIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscoveryIndex").field("skills", &self.skills()).field("dense", &self.dense()).finish()
+    }
+}
+
 impl Default for DiscoveryIndex {
     fn default() -> Self {
         Self {
             state: RwLock::default(),
+            analyzer: english_analyzer(),
             encoder: OnceLock::new(),
             queries: QueryCache::new(QUERY_CACHE_ENTRIES),
             applied: watch::Sender::new(0),
@@ -163,7 +173,7 @@ impl DiscoveryIndex {
 
     /// Skills with their vector computed.
     pub fn vectors(&self) -> usize {
-        self.read().vectors.len()
+        self.read().agents.values().flat_map(|agent| &agent.vectors).filter(|vector| vector.is_some()).count()
     }
 
     /// Changes applied so far; a registration is searchable once the count
@@ -176,7 +186,7 @@ impl DiscoveryIndex {
     /// new or changed ones (re-)indexed for BM25 at once; returns the skills whose vectors are
     /// now due.
     pub fn apply(&self, sources: Vec<SearchSource>) -> Vec<(SkillKey, Vec<String>)> {
-        let mut analyzer = english_analyzer();
+        let mut analyzer = self.analyzer.clone();
         let mut state = self.write();
         let present: HashSet<&str> = sources.iter().map(|s| s.name.as_str()).collect();
         let gone: Vec<Arc<str>> = state.agents.keys().filter(|name| !present.contains(&***name)).cloned().collect();
@@ -197,6 +207,7 @@ impl DiscoveryIndex {
             let agent = IndexedAgent {
                 fingerprint,
                 description: source.profile.description.clone(),
+                vectors: vec![None; source.skills().len()],
                 skills: source.skills(),
                 tenant: source.tenant,
                 capabilities: source.capabilities,
@@ -239,15 +250,16 @@ impl DiscoveryIndex {
             let mut state = self.write();
             for (key, texts) in batch {
                 let vector = mean(rows.by_ref().take(texts.len()), dimensions);
-                let current = state.agents.get(&key.agent).is_some_and(|agent| {
-                    agent
-                        .skills
-                        .iter()
-                        .find(|s| *s.id == *key.skill)
-                        .is_some_and(|skill| embedding_texts(&key.agent, &agent.description, skill) == *texts)
+                // Only where the skill is still the one embedded: it may have changed meanwhile.
+                if !state.pending_vectors.remove(key) {
+                    continue;
+                }
+                let Some(agent) = state.agents.get_mut(&key.agent) else { continue };
+                let position = agent.skills.iter().position(|skill| {
+                    *skill.id == *key.skill && embedding_texts(&key.agent, &agent.description, skill) == *texts
                 });
-                if current && state.pending_vectors.remove(key) {
-                    state.vectors.insert(key.clone(), vector);
+                if let Some(position) = position {
+                    agent.vectors[position] = Some(vector);
                 }
             }
         }
@@ -274,7 +286,7 @@ impl DiscoveryIndex {
         vector: Option<&[f32]>,
         admit: &dyn Fn(&str, &str, &[String]) -> bool,
     ) -> Vec<Ranking> {
-        let query = terms(&mut english_analyzer(), text);
+        let query = terms(&mut self.analyzer.clone(), text);
         let state = self.read();
         let admitted = |key: &SkillKey| {
             state.agents.get(&key.agent).is_some_and(|agent| admit(&key.agent, &agent.tenant, &agent.capabilities))
@@ -287,18 +299,33 @@ impl DiscoveryIndex {
         let mut rankings =
             vec![ranking(LEXICAL_RANKING, lexical.into_iter().map(|(k, s)| (k, f64::from(s))).collect())];
         if let Some(vector) = vector {
-            let mut scored: Vec<(SkillKey, f64)> = state
-                .vectors
-                .iter()
-                .filter(|(key, _)| admitted(key))
-                .map(|(key, values)| (key.clone(), f64::from(dot(vector, values))))
-                .collect();
-            let by_score = |a: &(SkillKey, f64), b: &(SkillKey, f64)| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0));
+            // Scores first, keys only for the best: a key costs two reference counts.
+            let mut scored: Vec<(f32, &Arc<str>, usize)> = Vec::new();
+            for (name, agent) in &state.agents {
+                if !admit(name, &agent.tenant, &agent.capabilities) {
+                    continue;
+                }
+                for (position, values) in agent.vectors.iter().enumerate() {
+                    if let Some(values) = values {
+                        scored.push((dot(vector, values), name, position));
+                    }
+                }
+            }
+            let by_score = |a: &(f32, &Arc<str>, usize), b: &(f32, &Arc<str>, usize)| {
+                b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)).then_with(|| a.2.cmp(&b.2))
+            };
             if scored.len() > CANDIDATES_PER_RANKING {
                 scored.select_nth_unstable_by(CANDIDATES_PER_RANKING - 1, by_score);
                 scored.truncate(CANDIDATES_PER_RANKING);
             }
             scored.sort_unstable_by(by_score);
+            let scored: Vec<(SkillKey, f64)> = scored
+                .into_iter()
+                .filter_map(|(score, name, position)| {
+                    let skill = state.agents.get(name)?.skills.get(position)?;
+                    Some((SkillKey { agent: name.clone(), skill: skill.id.as_str().into() }, f64::from(score)))
+                })
+                .collect();
             rankings.push(ranking(DENSE_RANKING, scored));
         }
         rankings
@@ -351,7 +378,6 @@ fn skill_keys(name: &Arc<str>, agent: &IndexedAgent) -> Vec<SkillKey> {
 fn remove_skills(state: &mut IndexState, name: &Arc<str>, agent: &IndexedAgent) {
     for key in skill_keys(name, agent) {
         state.bm25.remove(&key);
-        state.vectors.remove(&key);
         state.pending_vectors.remove(&key);
     }
 }
