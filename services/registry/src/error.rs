@@ -71,6 +71,8 @@ pub enum RegistryError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot start: {0}")]
     Startup(String),
+    #[error("cannot encode the answer: {0}")]
+    Encode(String),
 }
 
 impl From<RegistryError> for ErrorResponse {
@@ -104,7 +106,7 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::NameTaken(_) => (StatusCode::CONFLICT, "NAME_TAKEN"),
             RegistryError::NameForbidden { .. } => (StatusCode::FORBIDDEN, "NAME_FORBIDDEN"),
             RegistryError::Storage(_) => (StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE"),
-            RegistryError::Bind { .. } | RegistryError::Startup(_) => {
+            RegistryError::Bind { .. } | RegistryError::Startup(_) | RegistryError::Encode(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
             }
         };
