@@ -5,6 +5,7 @@
 //! sockets may name the agents registered with the suite's registry).
 //! `a2a-mesh up` runs it; the end-to-end tests start it on port 0.
 
+pub mod catalog;
 pub mod chat;
 
 use std::future::Future;

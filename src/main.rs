@@ -8,11 +8,14 @@
 //!   into the data directory or to a running search agent.
 //! - `a2a-mesh eval --dataset DIR --split test` measures retrieval quality on a BEIR collection.
 //! - `a2a-mesh chat AGENT` holds a conversation with an agent over the conversation bus.
+//! - `a2a-mesh catalog import FILE-OR-URL` registers the A2A agents an AI Catalog or ARD manifest
+//!   lists with a registry.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use a2a_mesh::catalog::REGISTRY_URL_DEFAULT;
 use a2a_mesh::{AUTH_ENV_PREFIX, LOCAL_AUTH_DIR, SuiteConfig, start};
 use clap::{Parser, Subcommand};
 use http::Method;
@@ -45,8 +48,8 @@ const INGEST_CHUNK_TIMEOUT_MS: u64 = 120_000;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The credential (a token or an API key) `ask`, `chat` and `ingest --search-url` present to a
-    /// suite that requires authentication.
+    /// The credential (a token or an API key) `ask`, `chat`, `ingest --search-url` and
+    /// `catalog import` present to a suite that requires authentication.
     #[arg(long, global = true, env = "MESH_CREDENTIAL", hide_env_values = true)]
     credential: Option<String>,
 }
@@ -150,6 +153,29 @@ enum Command {
     /// Make an API key (printed once, with the hashed entry for the keys file).
     #[command(subcommand)]
     Auth(AuthCommand),
+    /// Agent catalogs: AI Catalogs and Agentic Resource Discovery (ARD) manifests.
+    #[command(subcommand)]
+    Catalog(CatalogCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogCommand {
+    /// Register with a registry every A2A agent a catalog lists (an AI Catalog or an ARD
+    /// manifest), each by its card's URL, so the registry fetches and checks its card as for any
+    /// registration. Prints what became of each entry; exits non-zero when any agent failed.
+    Import {
+        /// The catalog: a file, or an http(s) URL such as another registry's
+        /// http://HOST:8000/.well-known/ai-catalog.json.
+        source: String,
+        /// The registry to register the agents with (as an admin: --credential, else a token
+        /// minted with the local keys).
+        #[arg(long, default_value = REGISTRY_URL_DEFAULT, value_name = "URL")]
+        registry: String,
+        /// The credential to fetch a catalog URL with, when its server asks for one (the
+        /// registry's, --credential, is never sent to the catalog's server).
+        #[arg(long, env = "MESH_CATALOG_CREDENTIAL", hide_env_values = true)]
+        catalog_credential: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -223,7 +249,29 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Auth(command) => auth(command),
+        Command::Catalog(CatalogCommand::Import { source, registry, catalog_credential }) => {
+            let credential = own_credential(Role::Admin)?;
+            catalog_import(&source, &registry, credential.as_deref(), catalog_credential.as_deref()).await
+        }
     }
+}
+
+/// `catalog import`: prints one line per entry and the counts; an error when any agent failed.
+async fn catalog_import(
+    source: &str,
+    registry_url: &str,
+    credential: Option<&str>,
+    catalog_credential: Option<&str>,
+) -> anyhow::Result<()> {
+    let http = HttpClient::with_reqwest()?;
+    let catalog = a2a_mesh::catalog::load(source, &http.with_bearer(catalog_credential)?).await?;
+    let outcomes = a2a_mesh::catalog::import(&catalog, registry_url, &http.with_bearer(credential)?).await;
+    let (lines, all_registered) = a2a_mesh::catalog::report(&outcomes);
+    for line in lines {
+        println!("{line}");
+    }
+    anyhow::ensure!(all_registered, "not every agent of {source} was registered with {registry_url}");
+    Ok(())
 }
 
 /// A token signed with the configured HS256 secret (`MESH_AUTH_*`, with its issuer and

@@ -5,8 +5,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use mesh_client::HttpClient;
@@ -28,6 +28,10 @@ use tracing::Instrument;
 use utoipa::{IntoParams, OpenApi};
 
 use crate::card::AgentInterfaceRecord;
+use crate::catalog::{
+    self, AI_CATALOG_MEDIA_TYPE, AiCatalog, AiCatalogEntry, AiCatalogExtensions, ArdCatalog, ArdEntry, ArdMetadata,
+    CatalogHost, MeshAgentMetadata,
+};
 use crate::directory::{Directory, RegisteredAgent, RegisteredAgents, health_word};
 use crate::discovery::DiscoveryIndex;
 use crate::discovery_api::{self, AgentMatch, AgentMatches, AgentQuery, AgentsAnswer, Route, RouteChoice};
@@ -94,6 +98,8 @@ impl RegistryState {
         discover,
         pick,
         stats,
+        ai_catalog,
+        ard_catalog,
         graph_api::list_links,
         graph_api::create_link,
         graph_api::get_link,
@@ -155,7 +161,15 @@ impl RegistryState {
         AgentPick,
         RegistryStats,
         ErrorBody,
-        Success
+        Success,
+        AiCatalog,
+        AiCatalogEntry,
+        AiCatalogExtensions,
+        MeshAgentMetadata,
+        ArdCatalog,
+        ArdEntry,
+        ArdMetadata,
+        CatalogHost
     )),
     modifiers(&SharedAnswers)
 )]
@@ -184,7 +198,9 @@ pub fn router(state: Arc<RegistryState>, metrics: Arc<ServiceMetrics>) -> Router
             .route("/agents/{name}", get(get_agent))
             .route("/capabilities/{capability}", get(discover))
             .route("/capabilities/{capability}/next", get(pick))
-            .route("/stats", get(stats)),
+            .route("/stats", get(stats))
+            .route(catalog::AI_CATALOG_PATH, get(ai_catalog))
+            .route(catalog::ARD_CATALOG_PATH, get(ard_catalog)),
         ANY_ROLE,
     );
     let api = agents
@@ -444,4 +460,53 @@ fn lookup_span(name: &'static str, capability: &str) -> tracing::Span {
 #[utoipa::path(get, path = "/stats", responses((status = 200, body = RegistryStats)))]
 async fn stats(State(state): State<Arc<RegistryState>>) -> Json<RegistryStats> {
     Json(state.directory.stats())
+}
+
+/// The agents `GET /agents` lists as an AI Catalog (`specVersion` 1.0), each entry an A2A agent
+/// card by URL (`urn:air:<card host>:a2a-mesh:<path>`), the registry's view of it under the
+/// `https://ai-catalog.org/extensions/metadata` extension. Carries an `ETag`; a request whose
+/// `If-None-Match` names it is answered 304.
+#[utoipa::path(get, path = "/.well-known/ai-catalog.json", params(
+    ("If-None-Match" = Option<String>, Header, description = "ETags of copies the caller holds"),
+), responses(
+    (status = 200, description = "The catalog", body = AiCatalog, content_type = "application/ai-catalog+json", headers(
+        ("ETag" = String, description = "A digest of the body"),
+        ("Cache-Control" = String, description = "private, max-age=10"),
+    )),
+    (status = 304, description = "Unchanged: If-None-Match names the current ETag", headers(
+        ("ETag" = String, description = "A digest of the body"),
+        ("Cache-Control" = String, description = "private, max-age=10"),
+    )),
+))]
+async fn ai_catalog(
+    State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
+    request: HeaderMap,
+) -> Result<Response, RegistryError> {
+    let document = catalog::ai_catalog(&state.directory.list_registered(&TenantView::of(&caller, None)?));
+    catalog::respond(&document, AI_CATALOG_MEDIA_TYPE, &request)
+}
+
+/// The agents `GET /agents` lists as an Agentic Resource Discovery (v0.9) manifest: the same
+/// entries with ARD's `capabilities` and scalar `metadata` (`path`, `health`). Carries an
+/// `ETag`; a request whose `If-None-Match` names it is answered 304.
+#[utoipa::path(get, path = "/.well-known/ard.json", params(
+    ("If-None-Match" = Option<String>, Header, description = "ETags of copies the caller holds"),
+), responses(
+    (status = 200, description = "The manifest", body = ArdCatalog, headers(
+        ("ETag" = String, description = "A digest of the body"),
+        ("Cache-Control" = String, description = "private, max-age=10"),
+    )),
+    (status = 304, description = "Unchanged: If-None-Match names the current ETag", headers(
+        ("ETag" = String, description = "A digest of the body"),
+        ("Cache-Control" = String, description = "private, max-age=10"),
+    )),
+))]
+async fn ard_catalog(
+    State(state): State<Arc<RegistryState>>,
+    RequestCaller(caller): RequestCaller,
+    request: HeaderMap,
+) -> Result<Response, RegistryError> {
+    let document = catalog::ard_catalog(&state.directory.list_registered(&TenantView::of(&caller, None)?));
+    catalog::respond(&document, catalog::ARD_MEDIA_TYPE, &request)
 }

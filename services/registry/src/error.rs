@@ -75,6 +75,8 @@ pub enum RegistryError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot start: {0}")]
     Startup(String),
+    #[error("cannot encode the answer: {0}")]
+    Encode(String),
 }
 
 impl From<RegistryError> for ErrorResponse {
@@ -110,7 +112,7 @@ impl From<RegistryError> for ErrorResponse {
             RegistryError::InvalidQuery(_) => (StatusCode::BAD_REQUEST, "QUERY_INVALID"),
             RegistryError::NoRoute => (StatusCode::NOT_FOUND, "NO_AGENT_FOR_REQUEST"),
             RegistryError::Storage(_) => (StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE"),
-            RegistryError::Bind { .. } | RegistryError::Startup(_) => {
+            RegistryError::Bind { .. } | RegistryError::Startup(_) | RegistryError::Encode(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
             }
         };

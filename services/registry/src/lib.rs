@@ -13,6 +13,7 @@
 mod api;
 mod app;
 mod card;
+pub mod catalog;
 pub mod config;
 mod dashboard;
 mod directory;
