@@ -284,10 +284,16 @@ async fn a_consumer_killed_between_answering_and_committing_answers_once() {
         let running = tokio::spawn(participant(&backend, &agent, &topic).run_until(async {
             let _ = stopped.await;
         }));
-        say(&backend, &topic, &root, "ui-1", "and again?").await;
-        wait_for_messages(&backend, &root, 4).await;
-        // Time for a wrong second answer to show up, were one coming.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let again = say(&backend, &topic, &root, "ui-1", "and again?").await;
+        // The answer to the later message: the agent has applied every record before it, so a
+        // wrong second answer to the first question, were one coming, is written by now.
+        let answered = answer_node_id(&agent, &again.node_id);
+        mesh_test_support::eventually(
+            &format!("{}: the answer to the second question", backend.name),
+            Duration::from_millis(DELIVERY_WAIT_MS),
+            async || backend.docmem.get_many(std::slice::from_ref(&answered)).await.unwrap().len() == 1,
+        )
+        .await;
         let _ = stop.send(());
         running.await.unwrap();
         let messages = backend.docmem.read_conversation(&root).await.unwrap();
@@ -328,11 +334,12 @@ async fn a_topic_exists_once_made_and_asking_makes_none() {
         }
         backend.bus.ensure_topic(&topic).await.unwrap();
         // A broker's metadata may trail the topic's creation by a moment.
-        let deadline = Instant::now() + Duration::from_millis(DELIVERY_WAIT_MS);
-        while !backend.bus.topic_exists(&topic).await.unwrap() {
-            assert!(Instant::now() < deadline, "{}: {topic} never listed once made", backend.name);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        mesh_test_support::eventually(
+            &format!("{}: {topic} listed once made", backend.name),
+            Duration::from_millis(DELIVERY_WAIT_MS),
+            async || backend.bus.topic_exists(&topic).await.unwrap(),
+        )
+        .await;
     }
 }
 

@@ -5,7 +5,7 @@
 //! them in the process alone (see [`crate::memory`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -117,6 +117,8 @@ pub(crate) struct SqlTasks {
     pub(crate) backend: Backend,
     writes: mpsc::Sender<Queued>,
     pending: Arc<PendingWrites>,
+    /// Shared with the writer: see [`TaskStore::writes_held`].
+    held: Arc<AtomicUsize>,
     /// Buffered: a save returns once queued, not committed.
     buffered: bool,
 }
@@ -202,6 +204,7 @@ impl TaskStore {
         };
         let (writes, queue) = mpsc::channel(WRITE_QUEUE_MAX);
         let pending = Arc::new(PendingWrites::default());
+        let held = Arc::new(AtomicUsize::new(0));
         let pool = database.pool().clone();
         let keeps_connection = pool.options().get_max_connections() > 1;
         let writer = Writer {
@@ -211,9 +214,11 @@ impl TaskStore {
             agent: agent.to_owned(),
             replica: replica.clone(),
             pending: pending.clone(),
+            held: held.clone(),
         };
         tokio::spawn(writer.run(queue, flush_interval));
-        let sql = SqlTasks { pool, backend: database.backend(), writes, pending, buffered: flush_interval.is_some() };
+        let sql =
+            SqlTasks { pool, backend: database.backend(), writes, pending, held, buffered: flush_interval.is_some() };
         let tasks = Tasks::Sql(sql);
         Ok(Self {
             agent: agent.into(),
@@ -237,6 +242,14 @@ impl TaskStore {
             fanout: None,
             push_limits: PushLimits::default(),
         }
+    }
+
+    /// How many writes a buffered store's writer has taken from its queue and holds, uncommitted,
+    /// while it waits out its flush interval for more; 0 while it is not waiting, and always for
+    /// a durable store or one in memory. Observable so that a caller (the tests) can tell a writer
+    /// that holds its writes for the interval from one that has not got round to committing yet.
+    pub fn writes_held(&self) -> usize {
+        self.sql().map_or(0, |sql| sql.held.load(Ordering::Acquire))
     }
 
     /// The SQL side of the store; `None` in memory.
@@ -540,6 +553,8 @@ struct Writer {
     agent: String,
     replica: String,
     pending: Arc<PendingWrites>,
+    /// The writes held while gathering (see [`TaskStore::writes_held`]).
+    held: Arc<AtomicUsize>,
 }
 
 impl Writer {
@@ -549,7 +564,8 @@ impl Writer {
         let mut flushes = Vec::new();
         while queue.recv_many(&mut taken, WRITE_BATCH_MAX).await > 0 {
             if let Some(interval) = flush_interval {
-                gather(&mut queue, &mut taken, interval).await;
+                gather(&mut queue, &mut taken, interval, &self.held).await;
+                self.held.store(0, Ordering::Release);
             }
             for queued in taken.drain(..) {
                 match queued {
@@ -596,8 +612,8 @@ impl Writer {
 }
 
 /// Takes more of the queue into `taken` until `interval` has passed, a batch is full, a flush is
-/// asked for or the queue closes.
-async fn gather(queue: &mut mpsc::Receiver<Queued>, taken: &mut Vec<Queued>, interval: Duration) {
+/// asked for or the queue closes; `held` says how many writes it holds while it waits.
+async fn gather(queue: &mut mpsc::Receiver<Queued>, taken: &mut Vec<Queued>, interval: Duration, held: &AtomicUsize) {
     let deadline = tokio::time::Instant::now() + interval;
     let mut checked = 0;
     while taken.len() < WRITE_BATCH_MAX {
@@ -605,6 +621,8 @@ async fn gather(queue: &mut mpsc::Receiver<Queued>, taken: &mut Vec<Queued>, int
             return;
         }
         checked = taken.len();
+        // Writes only: a flush request among them returned above.
+        held.store(taken.len(), Ordering::Release);
         tokio::select! {
             received = queue.recv_many(taken, WRITE_BATCH_MAX - taken.len()) => if received == 0 { return },
             () = tokio::time::sleep_until(deadline) => return,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mesh_protocol::a2a::v1::{ListTasksRequest, Message, Role, Task, TaskState, TaskStatus};
 use mesh_storage::SQLITE_WAL_CHECKPOINT_PAGES;
@@ -197,8 +197,6 @@ fn sql_urls() -> Vec<(String, String, Option<tempfile::TempDir>)> {
 
 /// Longest wait for a buffered write to reach the table in a test: far past its flush interval.
 const COMMIT_DEADLINE: Duration = Duration::from_secs(10);
-/// Far longer than an unbuffered writer takes to commit a few tasks on a test database.
-const UNBUFFERED_COMMITS_WITHIN: Duration = Duration::from_millis(300);
 /// A flush interval no test outlasts: what such a store commits, a flush committed.
 const FLUSH_INTERVAL_NEVER: Duration = Duration::from_secs(3_600);
 
@@ -211,11 +209,16 @@ async fn a_buffered_save_is_read_at_once_and_committed_by_a_flush() {
         for i in 0..3 {
             buffered.save("", task(&format!("t{i}"), "c1", TaskState::Completed)).await.unwrap();
         }
-        // Answered before any commit: read back from the queue, not yet in the table, even after
-        // the time an unbuffered writer takes to commit many times over.
+        // Answered before any commit: read back from the queue.
         assert_eq!(buffered.get("", "t1").await.unwrap().unwrap().status.state, TaskState::Completed, "{backend}");
-        tokio::time::sleep(UNBUFFERED_COMMITS_WITHIN).await;
+        // The writer has taken all three and holds them, waiting out its interval: an unbuffered
+        // writer would be committing them by now. Not in the table while it still holds them.
+        mesh_test_support::eventually("the writer to hold the three writes", COMMIT_DEADLINE, async || {
+            buffered.writes_held() == 3
+        })
+        .await;
         assert_eq!(table.get("", "t1").await.unwrap(), None, "{backend}: the writer waits out its interval");
+        assert_eq!(buffered.writes_held(), 3, "{backend}: held through the read");
         buffered.flush().await.unwrap();
         assert_eq!(table.list("", &ListTasksRequest::default()).await.unwrap().total_size, 3, "{backend}");
     }
@@ -263,11 +266,10 @@ async fn a_buffered_save_is_committed_within_the_flush_interval() {
         let buffered = TaskStore::open_buffered(&url, &agent, Duration::from_millis(50)).await.unwrap();
         let table = TaskStore::open(&url, &agent).await.unwrap();
         buffered.save("tenant", task("t1", "c1", TaskState::Completed)).await.unwrap();
-        let deadline = Instant::now() + COMMIT_DEADLINE;
-        while table.get("tenant", "t1").await.unwrap().is_none() {
-            assert!(Instant::now() < deadline, "{backend}: not committed within {COMMIT_DEADLINE:?}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        mesh_test_support::eventually(&format!("{backend}: the commit"), COMMIT_DEADLINE, async || {
+            table.get("tenant", "t1").await.unwrap().is_some()
+        })
+        .await;
     }
 }
 

@@ -7,12 +7,17 @@
 //! Also the test doubles tests share: [`llm::ScriptedLlm`], an OpenAI-compatible server that
 //! answers from a script and records what it was asked, and [`mcp::McpTestServer`], a real MCP
 //! server with a few tools.
+//!
+//! And [`eventually`], for waiting on a condition instead of sleeping.
 
 use std::fmt::Display;
 
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
+pub mod wait;
+
+pub use wait::eventually;
 
 /// Whether this is a CI run: `CI` set to anything but empty, `0` or `false` (`.ci/run` and the
 /// usual CI services set `CI=true`).
