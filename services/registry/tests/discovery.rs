@@ -283,6 +283,23 @@ async fn a_tenant_finds_its_own_agents_and_the_shared_ones_never_another_tenants
     assert_eq!(status, 404);
     let (status, body) = get_json(&registry, &search_path("forecast", "&tenant=globex"), Some(&acme_user)).await;
     assert_eq!((status, body["error_code"].as_str()), (403, Some("TENANT_FORBIDDEN")), "{body}");
+    // Nor routed to, nor listed in the catalogs.
+    let message = json!({"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "weather forecast rain"}]});
+    let response = registry
+        .http
+        .post(format!("{}/route", registry.url))
+        .bearer_auth(&acme_user)
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404, "only globex's agent forecasts");
+    let (status, catalog) = get_json(&registry, "/.well-known/ai-catalog.json", Some(&acme_user)).await;
+    assert_eq!(status, 200, "{catalog}");
+    let mut names: Vec<&str> =
+        catalog["entries"].as_array().unwrap().iter().map(|e| e["displayName"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["Currency Converter", "travel-desk"], "{catalog:#}");
     // The admin sees all three, or one tenant's view when it names it.
     let (_, all) = get_json(&registry, &query, Some(&admin)).await;
     assert_eq!(all["total"], 3, "{all}");

@@ -2,10 +2,9 @@
 //! agents whose health answer each test controls.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -210,23 +209,11 @@ impl TestRegistry {
 }
 
 /// Waits until `condition` holds, checking every 20 ms; fails the test after the deadline.
-pub async fn eventually<F, Fut>(what: &str, condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
+pub async fn eventually(what: &str, condition: impl AsyncFnMut() -> bool) {
     eventually_within(what, Duration::from_millis(WAIT_DEADLINE_MS), condition).await;
 }
 
 /// [`eventually`] with its own deadline, for work that takes long on a loaded machine.
-pub async fn eventually_within<F, Fut>(what: &str, within: Duration, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+pub async fn eventually_within(what: &str, within: Duration, condition: impl AsyncFnMut() -> bool) {
+    mesh_test_support::eventually(what, within, condition).await;
 }
