@@ -45,6 +45,7 @@ use crate::intake::{
     vet_address,
 };
 use crate::links::LinkStore;
+use crate::mirror::Mirrors;
 use crate::openapi::SharedAnswers;
 use crate::ownership;
 use crate::store::{AgentStore, StoredAgent};
@@ -70,6 +71,8 @@ pub struct RegistryState {
     pub intake: IntakePolicy,
     /// The search index over the agents' cards.
     pub discovery: Arc<DiscoveryIndex>,
+    /// The agents of the registries this one mirrors.
+    pub mirrors: Arc<Mirrors>,
 }
 
 impl RegistryState {
@@ -367,7 +370,8 @@ async fn report_failure(
     Ok(Json(StatusMessage::new(format!("health checked: {}", health_word(health)))))
 }
 
-/// Every registered agent the caller sees, with its health, path, interfaces and card; or, with
+/// Every registered agent the caller sees, with its health, path, interfaces and card, and the
+/// agents of the registries this one mirrors (each with its `origin`); or, with
 /// `q`, the agents whose cards best match `q`, best first, each with the skills that matched.
 /// `capability` and `health` filter both.
 #[utoipa::path(get, path = "/agents", params(AgentQuery), responses(
@@ -383,13 +387,13 @@ async fn list_agents(
         return Ok(Json(AgentsAnswer::Found(discovery_api::search(&state, &caller, query).await?)));
     }
     let view = TenantView::of(&caller, None)?;
-    let agents: Vec<RegisteredAgent> = state
-        .directory
-        .list_registered(&view)
-        .into_iter()
-        .filter(|agent| query.capability.as_ref().is_none_or(|c| agent.record.capabilities.contains(c)))
-        .filter(|agent| query.health.is_none_or(|h| agent.record.health_status == h))
-        .collect();
+    let mut agents = state.directory.list_registered(&view);
+    agents.extend(state.mirrors.listed(&state.directory));
+    agents.sort_by(|a, b| a.record.name.cmp(&b.record.name));
+    agents.retain(|agent| {
+        query.capability.as_ref().is_none_or(|c| agent.record.capabilities.contains(c))
+            && query.health.is_none_or(|h| agent.record.health_status == h)
+    });
     Ok(Json(AgentsAnswer::Listed(RegisteredAgents { status: Success::Success, total: agents.len(), agents })))
 }
 
@@ -409,7 +413,7 @@ async fn route(
     Ok(Json(discovery_api::route(&state, &caller, request).await?))
 }
 
-/// One agent.
+/// One agent: registered here, or else mirrored from another registry (with its `origin`).
 #[utoipa::path(get, path = "/agents/{name}", params(("name" = String, Path, description = "Agent name")), responses(
     (status = 200, body = RegisteredAgent),
     (status = 404, description = "No such agent", body = ErrorBody),
@@ -419,7 +423,12 @@ async fn get_agent(
     RequestCaller(caller): RequestCaller,
     PathParam(name): PathParam<String>,
 ) -> Result<Json<RegisteredAgent>, RegistryError> {
-    Ok(Json(state.directory.registered(&name, &TenantView::of(&caller, None)?)?))
+    match state.directory.registered(&name, &TenantView::of(&caller, None)?) {
+        Err(RegistryError::AgentNotFound(_)) => {
+            state.mirrors.get(&name, &state.directory).map(Json).ok_or(RegistryError::AgentNotFound(name))
+        }
+        found => found.map(Json),
+    }
 }
 
 /// Every agent offering a capability.

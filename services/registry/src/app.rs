@@ -19,6 +19,7 @@ use crate::graph_api::sync_config_links;
 use crate::health::{Checker, PollSettings};
 use crate::intake::IntakePolicy;
 use crate::links::LinkStore;
+use crate::mirror::{MirrorConfig, Mirrors};
 use crate::store::AgentStore;
 
 /// The registry's name in traces, metrics and `/health`.
@@ -48,6 +49,8 @@ pub struct RegistryService {
     metrics: Arc<ServiceMetrics>,
     /// The model behind the dense ranking of agents.
     dense: mesh_embedding::DenseConfig,
+    /// The registries this one mirrors.
+    mirrors: Vec<MirrorConfig>,
 }
 
 impl RegistryService {
@@ -83,6 +86,7 @@ impl RegistryService {
             checker,
             intake: IntakePolicy::from_config(config)?,
             discovery: Arc::new(DiscoveryIndex::default()),
+            mirrors: Arc::new(Mirrors::new(&config.mirrors, config.registrations_max)),
         });
         sync_config_links(&state, &config.links).await?;
         let access = AccessControl::from_config(&config.auth)
@@ -114,6 +118,7 @@ impl RegistryService {
             database,
             metrics,
             dense: config.dense.clone(),
+            mirrors: config.mirrors.clone(),
         })
     }
 
@@ -147,6 +152,16 @@ impl RegistryService {
             }
         };
         tokio::join!(load, crate::discovery::follow(index.clone(), directory.clone()));
+    }
+
+    /// Follows the catalogs of the registries this one mirrors forever, through the registry's
+    /// outbound client (its address policy).
+    pub async fn follow_mirrors(&self) {
+        let follows = self
+            .mirrors
+            .iter()
+            .map(|config| crate::mirror::follow(self.state.mirrors.clone(), config.clone(), self.state.http.clone()));
+        futures::future::join_all(follows).await;
     }
 
     /// The search index over agent cards, to wait for a registration to become searchable.
@@ -220,6 +235,8 @@ impl Application {
         let service = self.service.clone();
         let indexer = tokio::spawn(async move { service.index_agents().await });
         let service = self.service.clone();
+        let mirrors = tokio::spawn(async move { service.follow_mirrors().await });
+        let service = self.service.clone();
         let database_probe = tokio::spawn(async move { service.probe_database().await });
         let service = self.service.clone();
         let shutdown = async move {
@@ -236,6 +253,7 @@ impl Application {
         .await;
         poller.abort();
         indexer.abort();
+        mirrors.abort();
         database_probe.abort();
         self.service.close_storage().await;
         served.map_err(|e| RegistryError::Startup(format!("server failed: {e}")))

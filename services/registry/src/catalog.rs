@@ -21,6 +21,7 @@ use utoipa::ToSchema;
 use crate::card::AgentInterfaceRecord;
 use crate::directory::{RegisteredAgent, health_word};
 use crate::error::RegistryError;
+use crate::health::HealthProbe;
 
 /// Where the AI Catalog is served: the well-known URI both specifications name.
 pub const AI_CATALOG_PATH: &str = "/.well-known/ai-catalog.json";
@@ -100,7 +101,10 @@ pub struct AiCatalogExtensions {
     pub metadata: MeshAgentMetadata,
 }
 
-/// What the registry knows of an agent beyond its card's URL, in `GET /agents`' field names.
+/// What the registry knows of an agent beyond its card's URL, in `GET /agents`' field names:
+/// what a registry mirroring this one lists ([`crate::mirror`]). What moves at every health poll
+/// or refresh (`last_health_check`, `updated_at`) is left out, so a catalog whose agents did not
+/// change keeps its `ETag`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct MeshAgentMetadata {
     pub name: String,
@@ -109,6 +113,11 @@ pub struct MeshAgentMetadata {
     pub health_status: HealthStatus,
     pub capabilities: Vec<String>,
     pub interfaces: Vec<AgentInterfaceRecord>,
+    pub url: String,
+    pub health_endpoint: String,
+    pub health_probe: HealthProbe,
+    pub process_endpoint: String,
+    pub registered_at: String,
 }
 
 /// `GET /.well-known/ard.json`: an Agentic Resource Discovery (v0.9) manifest of the registered
@@ -181,6 +190,11 @@ pub fn ai_catalog_entry(agent: &RegisteredAgent) -> AiCatalogEntry {
                 health_status: record.health_status,
                 capabilities: record.capabilities.clone(),
                 interfaces: agent.interfaces.clone(),
+                url: record.url.clone(),
+                health_endpoint: record.health_endpoint.clone(),
+                health_probe: agent.health_probe,
+                process_endpoint: record.process_endpoint.clone(),
+                registered_at: record.registered_at.clone(),
             },
         },
     }
@@ -298,6 +312,7 @@ mod tests {
             description: String::new(),
             skills: Vec::new(),
             tenant: String::new(),
+            origin: None,
         }
     }
 

@@ -95,6 +95,9 @@ pub struct RegistryConfig {
     /// (the `[dense]` table, as the search agent's). Off by default: a registry alone ranks by
     /// words (BM25); `a2a-mesh up` turns it on with the search agent's model.
     pub dense: mesh_embedding::DenseConfig,
+    /// Other registries whose agents this one lists too, read-only (`[[mirrors]]` tables with
+    /// `url`, `interval_ms` and `credential_file`; docs/concepts/registry.md, "Mirror other registries").
+    pub mirrors: Vec<crate::mirror::MirrorConfig>,
 }
 
 impl Default for RegistryConfig {
@@ -129,6 +132,7 @@ impl Default for RegistryConfig {
             auth: mesh_auth::AuthConfig::default(),
             serve: mesh_server::http::ServeConfig::default(),
             dense: mesh_embedding::DenseConfig { enabled: false, ..mesh_embedding::DenseConfig::default() },
+            mirrors: Vec::new(),
         }
     }
 }
@@ -145,8 +149,8 @@ health_check_concurrency_max, sync_interval_ms, verify_registrations, card_fetch
 body_limit_bytes, graph_mode, events_buffered, event_subscribers_max, event_subscribers_per_tenant_max, allowed_networks, \
 registrations_max, registrations_per_identity_max, require_signed_cards, concurrency_max, rate_limit_per_s, \
 rate_limit_burst, shutdown_drain_ms, shutdown_unready_ms, [[trusted_card_keys]] tables with kid, algorithm (EdDSA or ES256) and pem_file, \
-an [auth] table, a [serve] table (header_read_timeout_ms, idle_timeout_ms, connections_max, allowed_hosts), and [[links]] tables with from, \
-to, direction, relationship, enabled) or from environment variables MESH_REGISTRY_<KEY> (e.g. \
+an [auth] table, a [serve] table (header_read_timeout_ms, idle_timeout_ms, connections_max, allowed_hosts), [[links]] tables with from, \
+to, direction, relationship, enabled, and [[mirrors]] tables with url, interval_ms, credential_file: other registries listed read-only) or from environment variables MESH_REGISTRY_<KEY> (e.g. \
 MESH_REGISTRY_PORT=8000, MESH_REGISTRY_GRAPH_MODE=enforced). Flags win over the environment, which \
 wins over the file. SIGHUP reloads the file's links and graph mode."
 )]

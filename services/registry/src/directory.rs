@@ -90,6 +90,10 @@ pub struct RegisteredAgent {
     /// The tenant whose callers alone see the agent; `""`: every tenant's.
     #[serde(default)]
     pub tenant: String,
+    /// The registry an agent mirrored from another registry is registered with (its base URL);
+    /// absent for the agents registered here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// `GET /agents`.
@@ -430,6 +434,7 @@ fn registered(entry: &Entry) -> RegisteredAgent {
         description: entry.agent.profile.description.clone(),
         skills: entry.agent.profile.skills.clone(),
         tenant: entry.agent.tenant.clone(),
+        origin: None,
     }
 }
 

@@ -25,6 +25,7 @@ mod graph_api;
 mod health;
 mod intake;
 mod links;
+pub mod mirror;
 mod openapi;
 mod ownership;
 mod store;

@@ -6,51 +6,8 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-
-use common::{FakeAgent, eventually};
-use mesh_client::{HttpClient, RegistryClient};
+use common::{FakeAgent, RegistryProcess, eventually};
 use mesh_test_support::ScratchDatabase;
-
-/// A registry process on a free port.
-struct RegistryProcess {
-    child: Child,
-    client: RegistryClient,
-}
-
-impl RegistryProcess {
-    async fn spawn(database_url: &str) -> Self {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_registry"))
-            .args(["--port", &port.to_string(), "--database-url", database_url, "--health-check-interval-ms", "200"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the registry binary starts");
-        let client =
-            RegistryClient::new(&format!("http://127.0.0.1:{port}"), HttpClient::with_reqwest().unwrap()).unwrap();
-        let process = Self { child, client };
-        eventually("the registry answers", || async { process.client.stats().await.is_ok() }).await;
-        process
-    }
-
-    fn kill_9(mut self) {
-        // `Child::kill` sends SIGKILL on Unix: no shutdown hook, no flush.
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for RegistryProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 async fn survives_sigkill(database_url: &str) {
     let agents =

@@ -217,3 +217,41 @@ pub async fn eventually(what: &str, condition: impl AsyncFnMut() -> bool) {
 pub async fn eventually_within(what: &str, within: Duration, condition: impl AsyncFnMut() -> bool) {
     mesh_test_support::eventually(what, within, condition).await;
 }
+
+/// The real `registry` binary as a child process on a free port, polling health every 200 ms;
+/// killed when dropped.
+pub struct RegistryProcess {
+    child: std::process::Child,
+    pub url: String,
+    pub client: RegistryClient,
+}
+
+impl RegistryProcess {
+    pub async fn spawn(database_url: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_registry"))
+            .args(["--port", &port.to_string(), "--database-url", database_url, "--health-check-interval-ms", "200"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("the registry binary starts");
+        let url = format!("http://127.0.0.1:{port}");
+        let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
+        let process = Self { child, url, client };
+        eventually("the registry answers", || async { process.client.stats().await.is_ok() }).await;
+        process
+    }
+
+    pub fn kill_9(mut self) {
+        // `Child::kill` sends SIGKILL on Unix: no shutdown hook, no flush.
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for RegistryProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
