@@ -133,11 +133,29 @@ async fn conversation_survives_a_killed_orchestrator_on(kafka_brokers: Option<St
         assert_eq!(turn(&mut socket, question).await, expected);
     }
 
-    // Killed mid-conversation: the next message waits on the topic until it comes back.
+    let http = reqwest::Client::new();
+    let messages = |viewer: &str| {
+        let url = format!("{}/conversations/{conversation}/messages?as={viewer}", suite.urls.ui_agent);
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
+    };
+
+    // Killed mid-conversation: the next message waits on the topic until it comes back. The UI
+    // agent stores the question in docmem before it produces it: once stored, it is sent while
+    // no orchestrator runs.
     orchestrator.kill().unwrap();
     orchestrator.wait().unwrap();
     socket.send(Message::Text(questions[3].into())).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    mesh_test_support::eventually(
+        "the question is stored while the orchestrator is down",
+        Duration::from_millis(ANSWER_DEADLINE_MS),
+        async || {
+            let stored = messages(&orchestrator_id).await;
+            let list = stored["messages"].as_array().cloned().unwrap_or_default();
+            list.len() == 7 && list[6]["content"] == questions[3]
+        },
+    )
+    .await;
     let mut orchestrator = spawn_orchestrator(&binary, &suite.urls.registry, &bus);
     let answer =
         tokio::time::timeout(Duration::from_millis(ANSWER_DEADLINE_MS), socket.next()).await.unwrap().unwrap().unwrap();
@@ -146,12 +164,6 @@ async fn conversation_survives_a_killed_orchestrator_on(kafka_brokers: Option<St
     orchestrator.kill().unwrap();
     orchestrator.wait().unwrap();
 
-    let http = reqwest::Client::new();
-    let messages = |viewer: &str| {
-        let url = format!("{}/conversations/{conversation}/messages?as={viewer}", suite.urls.ui_agent);
-        let http = http.clone();
-        async move { http.get(url).send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
-    };
     // Five questions, five answers, none twice, in order: the history came through the restart.
     let as_orchestrator = messages(&orchestrator_id).await;
     let list = as_orchestrator["messages"].as_array().unwrap();

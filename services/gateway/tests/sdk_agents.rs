@@ -109,10 +109,11 @@ async fn refusals_carry_json_in_the_callers_binding() {
     assert_eq!(response.headers()["content-type"], "application/problem+json");
     let problem: Value = response.json().await.unwrap();
     assert_eq!(problem["error_code"], "POLICY_DENIED");
-    // An admin is not denied by that rule.
+    // An admin is not denied by that rule: the call reaches the agent, which answers that its
+    // completed task cannot be canceled (A2A's TaskNotCancelableError).
     let admin = token("operator", "acme", &[Role::Admin]);
-    let (status, _) = mesh.rpc("/agents/echo/", Some(&admin), &cancel).await;
-    assert_ne!(status, 403);
+    let (status, answer) = mesh.rpc("/agents/echo/", Some(&admin), &cancel).await;
+    assert_eq!((status, &answer["id"], &answer["error"]["code"]), (200, &json!(7), &json!(-32002)), "{answer}");
 
     // Another tenant's task is "not found", on both bindings.
     let globex = token("bob", "globex", USER);

@@ -281,12 +281,14 @@ async fn tasks_take_turns_cancel_and_follow_subscriptions_with(config: AgentConf
     assert_eq!(task["contextId"], "ctx-1");
     assert_eq!(task["status"]["message"]["parts"][0]["text"], "which city?");
     let id = task["id"].as_str().unwrap().to_owned();
+    // The stream's head comes once the agent subscribed it: the answers below are all on it.
     let subscription = {
         let request =
             agent.http.post(format!("{}/tasks/{id}:subscribe", agent.url)).header("content-type", "application/json");
-        tokio::spawn(async move { request.header("A2A-Version", "1.0").send().await.unwrap().text().await.unwrap() })
+        let stream = request.header("A2A-Version", "1.0").send().await.unwrap();
+        assert_eq!(stream.status(), 200);
+        tokio::spawn(async move { stream.text().await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let wrong_context = agent
         .rpc(
             Some("1.0"),

@@ -203,10 +203,15 @@ async fn http_and_bus_turns_share_one_history() {
     assert_eq!(ids.len(), 6);
     assert!(records.iter().all(|r| ids.contains(&r.node_id)));
 
-    // A retried request (same messageId) writes its message once.
+    // A retried request (same messageId) writes its message once: a bus turn after it, once
+    // answered, follows the six messages directly.
     send_message(&agent, &root, "m-http-1", "then over HTTP").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(conversation.docmem.read_conversation(&root).await.unwrap().len(), 6);
+    conversation.say("last on the bus").await;
+    let last = conversation.messages(8).await;
+    assert_eq!(last.len(), 8, "{last:?}");
+    assert_eq!(last[..6], after[..6], "nothing written between the six messages and the next turn");
+    assert_eq!(last[6], (UI_AGENT_ID.to_owned(), "last on the bus".to_owned()));
+    assert_eq!(last[7].0, me);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -571,10 +571,22 @@ async fn health_shows_the_registration_state_and_registration_is_refreshed() {
     // Re-registered every 50 ms once accepted, so a registry that lost the entry gets it back.
     eventually("three accepted registrations", async || registry.log().registered.len() >= 3).await;
     assert_eq!(agent.health().await.registration, Some(RegistrationState::Registered));
+    // A second agent refreshing at the same pace keeps running: once it has refreshed three
+    // times more, the stopped agent would have too, had its refresh outlived it.
+    let control = Agent::start(AgentConfig {
+        registry_url: Some(registry.url.clone()),
+        registration_refresh_ms: 50,
+        name: Some("control".into()),
+        ..Default::default()
+    })
+    .await;
     agent.stop().await.expect("the agent stops cleanly");
-    let after_stop = registry.log().registered.len();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(registry.log().registered.len(), after_stop, "no registration after shutdown");
+    let registrations_of = |name: &str| registry.log().registered.iter().filter(|r| r.name == name).count();
+    let (after_stop, control_before) = (registrations_of(CARD_NAME), registrations_of("control"));
+    eventually("the control agent refreshes three times", async || registrations_of("control") >= control_before + 3)
+        .await;
+    assert_eq!(registrations_of(CARD_NAME), after_stop, "no registration after shutdown");
+    control.stop().await.expect("the control agent stops cleanly");
 }
 
 #[tokio::test]
