@@ -31,7 +31,6 @@ use mesh_server::auth::RequestCaller;
 use mesh_server::http::PathParam;
 use mesh_telemetry::HandleCache;
 use metrics::{Counter, Histogram};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::GATEWAY_NAME;
@@ -670,19 +669,14 @@ fn read_jsonrpc(headers: &HeaderMap, body: &Bytes) -> Result<(A2aCall, Value), B
         let message = format!("content type {content_type:?} is not JSON: send application/json");
         return Err(refuse(A2aErrorCode::ContentTypeNotSupported, message, Value::Null));
     }
-    let no_request = || "a JSON-RPC request (one object with a method) is expected".to_owned();
-    // Only the request's members are parsed, not its message's parts: they go on as they came.
-    let Some(request) = a2a::raw_object(body) else {
-        return Err(match serde_json::from_slice::<Value>(body) {
-            Err(e) => refuse(A2aErrorCode::ParseError, format!("the body is not JSON: {e}"), Value::Null),
-            Ok(_) => refuse(A2aErrorCode::InvalidRequest, no_request(), Value::Null),
-        });
+    let request: Value = serde_json::from_slice(body)
+        .map_err(|e| refuse(A2aErrorCode::ParseError, format!("the body is not JSON: {e}"), Value::Null))?;
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    let Some(method) = request.get("method").and_then(Value::as_str) else {
+        let message = "a JSON-RPC request (one object with a method) is expected".to_owned();
+        return Err(refuse(A2aErrorCode::InvalidRequest, message, id));
     };
-    let id = request.get("id").and_then(|raw| serde_json::from_str(raw.get()).ok()).unwrap_or(Value::Null);
-    let Some(method) = request.get("method").and_then(|raw| serde_json::from_str::<String>(raw.get()).ok()) else {
-        return Err(refuse(A2aErrorCode::InvalidRequest, no_request(), id));
-    };
-    Ok((a2a::jsonrpc_call(&method, request.get("params").copied()), id))
+    Ok((a2a::jsonrpc_call(method, request.get("params")), id))
 }
 
 /// `POST /agents/{name}/`: JSON-RPC, either version.
@@ -789,9 +783,9 @@ pub(crate) async fn http_json(
         Ok(body) => body,
         Err(error) => return GatewayError::Invalid(format!("the body cannot be read: {error}")).rest(),
     };
-    let json = if body.is_empty() { None } else { serde_json::from_slice::<&RawValue>(&body).ok() };
+    let json = if body.is_empty() { None } else { serde_json::from_slice::<Value>(&body).ok() };
     let path = format!("/{rest}");
-    let Some(call) = a2a::http_json_call(&parts.method, &path, json) else {
+    let Some(call) = a2a::http_json_call(&parts.method, &path, json.as_ref()) else {
         return GatewayError::NotOffered(format!("{} {path}", parts.method)).rest();
     };
     let who = match admit_caller(&state, caller, &parts.headers, call.context_id.as_deref()) {
