@@ -3,9 +3,6 @@
 //! conversation it addresses, and the task an answer creates; and the card with its interfaces
 //! pointed at the gateway.
 
-use std::collections::HashMap;
-
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The JSON-RPC binding's name on cards.
@@ -139,45 +136,14 @@ pub fn http_json_call(method: &http::Method, path: &str, body: Option<&Value>) -
 }
 
 /// The task (and conversation) an answer or a stream event names: a task's `id`, or the
-/// `taskId` of a message or an update. `answer` is a JSON-RPC answer (its `result` is read) or an
-/// HTTP+JSON body; what is not JSON names nothing.
-///
-/// Only the objects on the way to the ids are parsed into maps (of raw JSON): an answer's parts
-/// and artifacts are checked, not built, on every answer the gateway relays.
-pub fn answered_task(answer: &[u8]) -> (Option<String>, Option<String>) {
-    ids_of(answer).unwrap_or_default()
-}
-
-fn ids_of(answer: &[u8]) -> Option<(Option<String>, Option<String>)> {
-    let answer = raw_object(answer)?;
-    let result;
-    let payload = match answer.get("result") {
-        Some(raw) => {
-            result = raw_object(raw.get().as_bytes())?;
-            &result
-        }
-        None => &answer,
-    };
-    let named;
-    let inner = match ["task", "message", "statusUpdate", "artifactUpdate"].iter().find_map(|key| payload.get(*key)) {
-        Some(raw) => {
-            named = raw_object(raw.get().as_bytes())?;
-            &named
-        }
-        None => payload,
-    };
-    let text = |key: &str| {
-        inner.get(key).and_then(|raw| serde_json::from_str::<String>(raw.get()).ok()).filter(|s| !s.is_empty())
-    };
-    let is_task = payload.contains_key("task") || text("kind").as_deref() == Some("task");
-    let task = text("taskId").or_else(|| if is_task || inner.contains_key("status") { text("id") } else { None });
-    Some((task, text("contextId")))
-}
-
-/// A JSON object's members, their values unparsed (a repeated key: its last value, as in a
-/// [`Value`]); `None` when `json` is not an object.
-fn raw_object(json: &[u8]) -> Option<HashMap<String, &RawValue>> {
-    serde_json::from_slice(json).ok()
+/// `taskId` of a message or an update. `answer` is a JSON-RPC `result` or an HTTP+JSON body.
+pub fn answered_task(answer: &Value) -> (Option<String>, Option<String>) {
+    let inner =
+        ["task", "message", "statusUpdate", "artifactUpdate"].iter().find_map(|key| answer.get(*key)).unwrap_or(answer);
+    let text = |key: &str| inner.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    let is_task = answer.get("task").is_some() || inner.get("kind").and_then(Value::as_str) == Some("task");
+    let task = text("taskId").or_else(|| if is_task || inner.get("status").is_some() { text("id") } else { None });
+    (task, text("contextId"))
 }
 
 /// Where an agent's card says each binding is served, by version; only URLs on the agent's
@@ -352,25 +318,14 @@ mod tests {
 
     #[test]
     fn answers_name_their_task_in_either_version() {
-        let ids = |answer: Value| answered_task(&serde_json::to_vec(&answer).unwrap());
         let v10 = json!({"task": {"id": "t1", "contextId": "c1", "status": {}}});
-        assert_eq!(ids(v10.clone()), (Some("t1".into()), Some("c1".into())));
-        assert_eq!(ids(json!({"jsonrpc": "2.0", "id": 7, "result": v10})), (Some("t1".into()), Some("c1".into())));
-        let v03 = json!({"kind": "task", "id": "t2", "contextId": "c2", "artifacts": [{"parts": [{"text": "x"}]}]});
-        assert_eq!(ids(json!({"jsonrpc": "2.0", "id": "r", "result": v03})), (Some("t2".into()), Some("c2".into())));
+        assert_eq!(answered_task(&v10), (Some("t1".into()), Some("c1".into())));
+        let v03 = json!({"kind": "task", "id": "t2", "contextId": "c2"});
+        assert_eq!(answered_task(&v03), (Some("t2".into()), Some("c2".into())));
         let update = json!({"statusUpdate": {"taskId": "t3", "contextId": "c3"}});
-        assert_eq!(ids(update), (Some("t3".into()), Some("c3".into())));
+        assert_eq!(answered_task(&update), (Some("t3".into()), Some("c3".into())));
         let message = json!({"message": {"messageId": "m", "contextId": "c4"}});
-        assert_eq!(ids(message), (None, Some("c4".into())));
-        // A JSON-RPC error's id is no task's; ids that are not strings, or empty, name nothing.
-        assert_eq!(ids(json!({"jsonrpc": "2.0", "id": "r", "error": {"code": 1}})), (None, None));
-        assert_eq!(ids(json!({"result": {"task": {"id": 5, "contextId": ""}}})), (None, None));
-        assert_eq!(ids(json!({"result": {"task": "t6"}})), (None, None));
-        assert_eq!(ids(json!([{"task": {"id": "t7"}}])), (None, None));
-        // Escaped text is read as text; a repeated key counts by its last value, as serde_json's.
-        assert_eq!(answered_task(br#"{"id": "t\u0038", "status": {}}"#), (Some("t8".into()), None));
-        assert_eq!(answered_task(br#"{"task": {"id": "old", "id": "t9"}}"#), (Some("t9".into()), None));
-        assert_eq!(answered_task(b"not json"), (None, None));
+        assert_eq!(answered_task(&message), (None, Some("c4".into())));
     }
 
     #[test]

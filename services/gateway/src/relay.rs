@@ -409,14 +409,11 @@ fn remember_forward(state: &GatewayState, who: &Admitted, agent: &str, context_i
     state.forwards.record(agent, context_id, forwarded);
 }
 
-/// Records the task and conversation an answer names (`answered`, from [`a2a::answered_task`])
-/// as the caller's tenant's, and the chain of a conversation the agent started.
-fn remember_answer(
-    state: &GatewayState,
-    who: &Admitted,
-    agent: &str,
-    (task, context_id): (Option<String>, Option<String>),
-) {
+/// Records the task and conversation an answer names as the caller's tenant's, and the chain of
+/// a conversation the agent started.
+fn remember_answer(state: &GatewayState, who: &Admitted, agent: &str, answer: &Value) {
+    let payload = answer.get("result").unwrap_or(answer);
+    let (task, context_id) = a2a::answered_task(payload);
     if let Some(task) = &task {
         state.ownership.record(agent, task, &who.tenant);
         // The call's span names the task its answer created: a SendMessage's request names none.
@@ -490,19 +487,16 @@ async fn answer_of(
                 })?
                 .map_err(|e| unavailable(format!("its answer: {e}")))?
                 .to_bytes();
-        if !parts.status.is_success() {
-            Body::from(collected)
-        } else if call.method == "ListTasks" && !who.is_admin() {
-            match serde_json::from_slice::<Value>(&collected) {
-                Ok(mut answer) => {
-                    own_tasks(&state.ownership, agent, &who.tenant, &mut answer);
-                    Body::from(serde_json::to_vec(&answer).map_err(|e| GatewayError::Invalid(e.to_string()))?)
-                }
-                Err(_) => Body::from(collected),
+        match serde_json::from_slice::<Value>(&collected) {
+            Ok(mut answer) if parts.status.is_success() && call.method == "ListTasks" && !who.is_admin() => {
+                own_tasks(&state.ownership, agent, &who.tenant, &mut answer);
+                Body::from(serde_json::to_vec(&answer).map_err(|e| GatewayError::Invalid(e.to_string()))?)
             }
-        } else {
-            remember_answer(state, who, agent, a2a::answered_task(&collected));
-            Body::from(collected)
+            Ok(answer) if parts.status.is_success() => {
+                remember_answer(state, who, agent, &answer);
+                Body::from(collected)
+            }
+            _ => Body::from(collected),
         }
     };
     builder.body(body).map_err(|e| GatewayError::Invalid(e.to_string()))
@@ -572,9 +566,10 @@ fn tap_events(state: &GatewayState, who: &Admitted, agent: &str, seen: &[u8]) ->
     let complete = text.rfind('\n').map_or("", |end| &text[..end]);
     for line in complete.lines() {
         let Some(data) = line.strip_prefix("data:") else { continue };
-        let answered = a2a::answered_task(data.trim().as_bytes());
-        if answered.0.is_some() {
-            remember_answer(state, who, agent, answered);
+        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else { continue };
+        let payload = event.get("result").unwrap_or(&event);
+        if a2a::answered_task(payload).0.is_some() {
+            remember_answer(state, who, agent, &event);
             return true;
         }
     }
