@@ -225,6 +225,7 @@ impl Gateway {
             forwards: records::Forwards::new(config.forwards_max),
             links: Arc::new(LinkCache::new(config.graph_mode_until_loaded, LINK_CONVERSATIONS_MAX)),
             reporter,
+            metrics: relay::CallMetrics::new(),
             breakers: CircuitBreakers::new(CircuitSettings {
                 consecutive_failures: config.circuit_consecutive_failures,
                 open: Duration::from_millis(config.circuit_open_ms),

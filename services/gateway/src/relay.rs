@@ -29,6 +29,8 @@ use mesh_protocol::graph::{CallReport, OutcomeStatus};
 use mesh_protocol::jsonrpc::{A2aErrorCode, is_json_content_type};
 use mesh_server::auth::RequestCaller;
 use mesh_server::http::PathParam;
+use mesh_telemetry::HandleCache;
+use metrics::{Counter, Histogram};
 use serde_json::{Value, json};
 
 use crate::GATEWAY_NAME;
@@ -49,6 +51,9 @@ const CARDS_READ_AT_ONCE: usize = 8;
 const FORWARDED_HEADERS: [&str; 4] = ["content-type", "accept", "a2a-version", "a2a-extensions"];
 /// Answer headers passed back to the caller.
 const RETURNED_HEADERS: [&str; 4] = ["content-type", "cache-control", "a2a-version", "a2a-extensions"];
+/// The label sets of each call metric whose handles the gateway keeps: far more than a mesh's
+/// agents, methods and statuses make; past it, series are registered per call, as without a cache.
+const CALL_SERIES_CACHED_MAX: usize = 4_096;
 
 /// Shared by every route.
 #[derive(Debug)]
@@ -60,6 +65,7 @@ pub(crate) struct GatewayState {
     pub forwards: Forwards,
     pub links: Arc<LinkCache>,
     pub reporter: CallReporter,
+    pub metrics: CallMetrics,
     pub breakers: CircuitBreakers<reqwest::Body>,
     /// The client calls to agents go out on: addresses checked after resolution, no redirects.
     pub client: reqwest::Client,
@@ -278,13 +284,13 @@ async fn relay(
                         OutcomeStatus::Error
                     };
                     report(state, who, &upstream.name, skill, &call.method, status, started);
-                    count(&upstream.name, &call.method, error_label(&error));
+                    count(state, &upstream.name, &call.method, error_label(&error));
                     return answer.refuse(&error);
                 }
             }
         }
     }
-    count(agents.first().map_or("", String::as_str), &call.method, error_label(&last));
+    count(state, agents.first().map_or("", String::as_str), &call.method, error_label(&last));
     answer.refuse(&last)
 }
 
@@ -455,7 +461,7 @@ async fn answer_of(
     response: http::Response<reqwest::Body>,
 ) -> Result<Response, GatewayError> {
     let (parts, body) = response.into_parts();
-    count(agent, &call.method, parts.status.as_str());
+    count(state, agent, &call.method, parts.status.as_str());
     let mut builder = Response::builder().status(parts.status);
     for name in RETURNED_HEADERS {
         if let Some(value) = parts.headers.get(name) {
@@ -580,10 +586,13 @@ fn report(
     status: OutcomeStatus,
     started: Instant,
 ) {
-    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
     let from = who.agent.clone().unwrap_or_else(|| GATEWAY_NAME.to_owned());
-    metrics::histogram!("gateway_call_duration_seconds", "agent" => agent.to_owned(), "method" => method.to_owned())
-        .record(started.elapsed().as_secs_f64());
+    state.metrics.durations.get((agent.to_owned(), method.to_owned()), |(agent, method)| {
+        metrics::histogram!("gateway_call_duration_seconds", "agent" => agent.clone(), "method" => method.clone())
+    })
+    .record(elapsed.as_secs_f64());
     state.reporter.report(CallReport {
         from,
         to: agent.to_owned(),
@@ -603,10 +612,32 @@ fn outcome_of(status: StatusCode) -> OutcomeStatus {
     }
 }
 
+/// The gateway's call metrics, their handles kept rather than registered on every call (which
+/// builds, hashes and looks up the labels in the recorder behind its locks).
+#[derive(Debug)]
+pub(crate) struct CallMetrics {
+    /// `gateway_calls_total{agent, method, status}`.
+    calls: HandleCache<(String, String, String), Counter>,
+    /// `gateway_call_duration_seconds{agent, method}`.
+    durations: HandleCache<(String, String), Histogram>,
+}
+
+impl CallMetrics {
+    pub(crate) fn new() -> Self {
+        Self { calls: HandleCache::new(CALL_SERIES_CACHED_MAX), durations: HandleCache::new(CALL_SERIES_CACHED_MAX) }
+    }
+}
+
 /// `gateway_calls_total{agent, method, status}`: the agent's HTTP status, or the gateway's
 /// refusal code.
-fn count(agent: &str, method: &str, status: &str) {
-    metrics::counter!("gateway_calls_total", "agent" => agent.to_owned(), "method" => method.to_owned(), "status" => status.to_owned())
+fn count(state: &GatewayState, agent: &str, method: &str, status: &str) {
+    let key = (agent.to_owned(), method.to_owned(), status.to_owned());
+    state
+        .metrics
+        .calls
+        .get(key, |(agent, method, status)| {
+            metrics::counter!("gateway_calls_total", "agent" => agent.clone(), "method" => method.clone(), "status" => status.clone())
+        })
         .increment(1);
 }
 
