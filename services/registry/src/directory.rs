@@ -282,6 +282,13 @@ impl Directory {
         inner.agents.values().find(|e| e.agent.path == path && e.agent.name != name).map(|e| e.agent.name.clone())
     }
 
+    /// Every registered name and every path, read under one lock: what a mirrored agent must not
+    /// take ([`crate::mirror::Mirrors::listed`]).
+    pub fn names_and_paths(&self) -> (std::collections::HashSet<String>, std::collections::HashSet<String>) {
+        let inner = self.read();
+        inner.agents.values().map(|e| (e.agent.name.clone(), e.agent.path.clone())).unzip()
+    }
+
     /// How many agents `owner` registered.
     pub fn count_owned_by(&self, owner: &str) -> usize {
         self.read().agents.values().filter(|entry| entry.agent.owner.as_deref() == Some(owner)).count()

@@ -15,7 +15,6 @@
 //! operator chose the mirror and its credential); search, routing and capability lookups cover
 //! the local agents only, since a catalog carries no skills.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -106,16 +105,13 @@ impl Mirrors {
     /// Every mirrored agent that no local agent of `directory` shadows (by name or path), nor
     /// an earlier mirror's, in name order.
     pub fn listed(&self, directory: &Directory) -> Vec<RegisteredAgent> {
+        // The local names and paths once, not a scan of the directory per mirrored agent.
+        let (mut taken, local_paths) = directory.names_and_paths();
         let copies = self.copies.read().unwrap_or_else(|e| e.into_inner());
-        let mut taken = HashSet::new();
         let mut agents: Vec<RegisteredAgent> = Vec::new();
         for copy in copies.iter() {
             for agent in &copy.agents {
-                let name = &agent.record.name;
-                if directory.owner(name).is_none()
-                    && directory.path_holder(&agent.path, name).is_none()
-                    && taken.insert(name.clone())
-                {
+                if !local_paths.contains(&agent.path) && taken.insert(agent.record.name.clone()) {
                     agents.push(agent.clone());
                 }
             }
