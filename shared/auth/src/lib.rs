@@ -17,6 +17,7 @@ mod config;
 mod keys;
 mod local;
 mod token;
+mod verified;
 
 use std::net::IpAddr;
 

@@ -5,6 +5,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, deco
 use serde::{Deserialize, Serialize};
 
 use crate::config::{JwtPublicKey, read_key};
+use crate::verified::{VERIFIED_TOKENS_CACHED_MAX, VerifiedTokens};
 use crate::{AuthConfig, AuthError, Principal, Role};
 
 /// Shortest HS256 secret accepted: the key must be as long as the hash (RFC 7518 §3.2).
@@ -75,6 +76,9 @@ pub(crate) struct JwtVerifier {
     public: Vec<PublicKey>,
     /// The checks of each accepted algorithm, built once rather than per request.
     validations: Vec<(Algorithm, Validation)>,
+    /// Tokens already verified. It belongs to this verifier, so verifiers built from new keys
+    /// start with none: a token is never accepted on a key that is no longer configured.
+    verified: VerifiedTokens,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -84,7 +88,7 @@ impl std::fmt::Debug for JwtVerifier {
             .field("hs256", &self.hs256.is_some())
             .field("public", &kids)
             .field("validations", &self.validations)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -100,10 +104,24 @@ impl JwtVerifier {
             .into_iter()
             .map(|algorithm| (algorithm, validation(algorithm, issuer, audience)))
             .collect();
-        Ok(Some(Self { hs256, public, validations }))
+        Ok(Some(Self { hs256, public, validations, verified: VerifiedTokens::new(VERIFIED_TOKENS_CACHED_MAX) }))
     }
 
+    /// The principal `token` names: from the tokens already verified while it is accepted, else
+    /// checked in full (and then kept).
     pub(crate) fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let now_s = jsonwebtoken::get_current_timestamp();
+        if let Some(principal) = self.verified.get(token, now_s) {
+            return Ok(principal);
+        }
+        let (principal, exp_s) = self.verify_in_full(token)?;
+        // Accepted while `exp >= now - leeway`, as the check above has it.
+        self.verified.insert(token, principal.clone(), exp_s.saturating_add(CLOCK_LEEWAY_S));
+        Ok(principal)
+    }
+
+    /// The principal `token` names and its `exp`, after every check.
+    fn verify_in_full(&self, token: &str) -> Result<(Principal, u64), AuthError> {
         let invalid = |e: jsonwebtoken::errors::Error| AuthError::Invalid(e.to_string());
         let header = decode_header(token).map_err(invalid)?;
         let candidates: Vec<&DecodingKey> = match header.alg {
@@ -126,7 +144,10 @@ impl JwtVerifier {
         let mut last_error = None;
         for key in candidates {
             match decode::<Claims>(token, key, validation) {
-                Ok(data) => return principal(data.claims),
+                Ok(data) => {
+                    let exp_s = data.claims.exp;
+                    return principal(data.claims).map(|principal| (principal, exp_s));
+                }
                 Err(error) => last_error = Some(error),
             }
         }
@@ -205,6 +226,29 @@ mod tests {
         assert!(matches!(jwt.verify(&forged), Err(AuthError::Invalid(_))));
         let roleless = mint_hs256(SECRET.as_bytes(), &claims(&["root"], now_s() + 60)).unwrap();
         assert!(matches!(jwt.verify(&roleless), Err(AuthError::Invalid(e)) if e.contains("no mesh role")));
+    }
+
+    #[test]
+    fn a_verified_token_is_kept_until_its_expiry_and_refusals_are_not() {
+        let jwt = verifier(AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() });
+        let exp_s = now_s() + 60;
+        let token = mint_hs256(SECRET.as_bytes(), &claims(&["user"], exp_s)).unwrap();
+        let principal = jwt.verify(&token).unwrap();
+        let last_accepted_s = exp_s + CLOCK_LEEWAY_S;
+        assert_eq!(jwt.verified.get(&token, last_accepted_s), Some(principal.clone()));
+        assert_eq!(jwt.verified.get(&token, last_accepted_s + 1), None, "gone once a full check would refuse it");
+        assert_eq!(jwt.verify(&token), Ok(principal), "checked in full again");
+
+        let forged = mint_hs256(b"another secret of thirty-two bytes!", &claims(&["admin"], exp_s)).unwrap();
+        assert!(jwt.verify(&forged).is_err());
+        assert_eq!(jwt.verified.get(&forged, now_s()), None);
+        let roleless = mint_hs256(SECRET.as_bytes(), &claims(&["root"], exp_s)).unwrap();
+        assert!(jwt.verify(&roleless).is_err());
+        assert_eq!(
+            jwt.verified.get(&roleless, now_s()),
+            None,
+            "a token refused after its signature checks is not kept"
+        );
     }
 
     #[test]
