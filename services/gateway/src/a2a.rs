@@ -136,14 +136,122 @@ pub fn http_json_call(method: &http::Method, path: &str, body: Option<&Value>) -
 }
 
 /// The task (and conversation) an answer or a stream event names: a task's `id`, or the
-/// `taskId` of a message or an update. `answer` is a JSON-RPC `result` or an HTTP+JSON body.
-pub fn answered_task(answer: &Value) -> (Option<String>, Option<String>) {
-    let inner =
-        ["task", "message", "statusUpdate", "artifactUpdate"].iter().find_map(|key| answer.get(*key)).unwrap_or(answer);
-    let text = |key: &str| inner.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
-    let is_task = answer.get("task").is_some() || inner.get("kind").and_then(Value::as_str) == Some("task");
-    let task = text("taskId").or_else(|| if is_task || inner.get("status").is_some() { text("id") } else { None });
-    (task, text("contextId"))
+/// `taskId` of a message or an update. `answer` is the JSON of a JSON-RPC response (its `result`
+/// is read) or of an HTTP+JSON body; `None` when it is not a JSON object.
+///
+/// Read into the few members it needs, every other one skipped unread: the relay reads every
+/// answer, and building a whole `serde_json::Value` of it (artifacts included) and dropping it
+/// again cost the gateway more than any other step of a call but authentication.
+pub fn answered_task(answer: &[u8]) -> Option<(Option<String>, Option<String>)> {
+    let read: Named<'_> = serde_json::from_slice(answer).ok()?;
+    let payload = match read.result {
+        Some(result) => *result,
+        None => read,
+    };
+    Some(payload.task_and_context())
+}
+
+/// The members of an answer, a stream event or what they hold that name a task.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Named<'a> {
+    /// A JSON-RPC response's result.
+    #[serde(borrow)]
+    result: Option<Box<Named<'a>>>,
+    #[serde(borrow)]
+    task: Option<Box<Named<'a>>>,
+    #[serde(borrow)]
+    message: Option<Box<Named<'a>>>,
+    #[serde(borrow)]
+    status_update: Option<Box<Named<'a>>>,
+    #[serde(borrow)]
+    artifact_update: Option<Box<Named<'a>>>,
+    #[serde(borrow)]
+    id: Text<'a>,
+    #[serde(borrow)]
+    task_id: Text<'a>,
+    #[serde(borrow)]
+    context_id: Text<'a>,
+    #[serde(borrow)]
+    kind: Text<'a>,
+    status: Option<serde::de::IgnoredAny>,
+}
+
+impl Named<'_> {
+    /// What `self` (a JSON-RPC result or an HTTP+JSON body) names: the task, message or update
+    /// it wraps, else itself.
+    fn task_and_context(self) -> (Option<String>, Option<String>) {
+        let Named { result: _, task, message, status_update, artifact_update, id, task_id, context_id, kind, status } =
+            self;
+        let wraps_task = task.is_some();
+        let (id, task_id, context_id, kind, status) = match task.or(message).or(status_update).or(artifact_update) {
+            Some(inner) => (inner.id, inner.task_id, inner.context_id, inner.kind, inner.status),
+            None => (id, task_id, context_id, kind, status),
+        };
+        let text = |value: Text<'_>| value.0.filter(|s| !s.is_empty()).map(std::borrow::Cow::into_owned);
+        let names_itself = wraps_task || kind.0.as_deref() == Some("task") || status.is_some();
+        let task = text(task_id).or_else(|| if names_itself { text(id) } else { None });
+        (task, text(context_id))
+    }
+}
+
+/// A member read as text when it is a string and skipped, as `None`, when it is any other value:
+/// a JSON-RPC response's numeric `id` must not make its `result` unreadable.
+#[derive(Debug, Default)]
+struct Text<'a>(Option<std::borrow::Cow<'a, str>>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_borrowed_str<E>(self, value: &'de str) -> Result<Text<'de>, E> {
+        Ok(Text(Some(std::borrow::Cow::Borrowed(value))))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Text<'de>, E> {
+        Ok(Text(Some(std::borrow::Cow::Owned(value.to_owned()))))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Text<'de>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Text(None))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Text<'de>, A::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Text(None))
+    }
 }
 
 /// Where an agent's card says each binding is served, by version; only URLs on the agent's
@@ -318,14 +426,30 @@ mod tests {
 
     #[test]
     fn answers_name_their_task_in_either_version() {
-        let v10 = json!({"task": {"id": "t1", "contextId": "c1", "status": {}}});
-        assert_eq!(answered_task(&v10), (Some("t1".into()), Some("c1".into())));
+        let named = |answer: Value| answered_task(&serde_json::to_vec(&answer).unwrap());
+        let v10 = json!({"task": {"id": "t1", "contextId": "c1", "status": {}, "artifacts": [{"parts": []}]}});
+        assert_eq!(named(v10.clone()), Some((Some("t1".into()), Some("c1".into()))));
+        assert_eq!(
+            named(json!({"jsonrpc": "2.0", "id": 1, "result": v10})),
+            Some((Some("t1".into()), Some("c1".into())))
+        );
         let v03 = json!({"kind": "task", "id": "t2", "contextId": "c2"});
-        assert_eq!(answered_task(&v03), (Some("t2".into()), Some("c2".into())));
+        assert_eq!(named(json!({"id": 7, "result": v03})), Some((Some("t2".into()), Some("c2".into()))));
+        let bare_task = json!({"id": "t5", "contextId": "c5", "status": {"state": "TASK_STATE_WORKING"}});
+        assert_eq!(named(bare_task), Some((Some("t5".into()), Some("c5".into()))));
         let update = json!({"statusUpdate": {"taskId": "t3", "contextId": "c3"}});
-        assert_eq!(answered_task(&update), (Some("t3".into()), Some("c3".into())));
+        assert_eq!(named(update), Some((Some("t3".into()), Some("c3".into()))));
         let message = json!({"message": {"messageId": "m", "contextId": "c4"}});
-        assert_eq!(answered_task(&message), (None, Some("c4".into())));
+        assert_eq!(named(message), Some((None, Some("c4".into()))));
+        // A message's id is not a task's; empty ids name nothing.
+        assert_eq!(named(json!({"id": "m1", "contextId": ""})), Some((None, None)));
+        let escaped = json!({"task": {"id": "t\"6", "contextId": "c\n6"}});
+        assert_eq!(named(escaped), Some((Some("t\"6".into()), Some("c\n6".into()))));
+        // Ids of any other type name nothing, and do not hide the rest.
+        let odd = json!({"task": {"id": 5, "contextId": ["c"], "kind": {"k": 1}}, "id": null});
+        assert_eq!(named(odd), Some((None, None)));
+        assert_eq!(answered_task(b"not json"), None);
+        assert_eq!(answered_task(b"[1, 2]"), None);
     }
 
     #[test]

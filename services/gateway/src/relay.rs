@@ -322,7 +322,11 @@ async fn send(
         Binding::HttpJson => format!("{}{}", endpoint.trim_end_matches('/'), outbound.suffix),
     };
     let refused = |reason: String| GatewayError::AddressRefused { agent: upstream.name.clone(), reason };
-    state.address_policy.check_url(&url).map_err(|e| Unsent::Failed(refused(e.to_string())))?;
+    // Parsed once, for the check and for the request (a reqwest request built from a string
+    // parses it again).
+    let parsed = url::Url::parse(&url)
+        .map_err(|_| Unsent::Failed(refused(mesh_client::AddressRefused::InvalidUrl(url.clone()).to_string())))?;
+    state.address_policy.check_parsed_url(&parsed).map_err(|e| Unsent::Failed(refused(e.to_string())))?;
     let mut headers = HeaderMap::with_capacity(16);
     for name in FORWARDED_HEADERS {
         if let Some(value) = outbound.headers.get(name) {
@@ -348,13 +352,9 @@ async fn send(
     if let Some(context_id) = &call.context_id {
         remember_forward(state, who, &upstream.name, context_id, timeout);
     }
-    let request = state
-        .client
-        .request(outbound.method.clone(), &url)
-        .headers(headers)
-        .body(outbound.body.clone())
-        .build()
-        .map_err(|e| Unsent::Failed(GatewayError::Invalid(format!("cannot build the call: {e}"))))?;
+    let mut request = reqwest::Request::new(outbound.method.clone(), parsed);
+    *request.headers_mut() = headers;
+    *request.body_mut() = Some(outbound.body.clone().into());
     let client = state.client.clone();
     let exchange_url = url.clone();
     let exchange = Box::pin(async move {
@@ -409,11 +409,10 @@ fn remember_forward(state: &GatewayState, who: &Admitted, agent: &str, context_i
     state.forwards.record(agent, context_id, forwarded);
 }
 
-/// Records the task and conversation an answer names as the caller's tenant's, and the chain of
-/// a conversation the agent started.
-fn remember_answer(state: &GatewayState, who: &Admitted, agent: &str, answer: &Value) {
-    let payload = answer.get("result").unwrap_or(answer);
-    let (task, context_id) = a2a::answered_task(payload);
+/// Records the task and conversation an answer names (`named`, from [`a2a::answered_task`]) as
+/// the caller's tenant's, and the chain of a conversation the agent started.
+fn remember_answer(state: &GatewayState, who: &Admitted, agent: &str, named: (Option<String>, Option<String>)) {
+    let (task, context_id) = named;
     if let Some(task) = &task {
         state.ownership.record(agent, task, &who.tenant);
         // The call's span names the task its answer created: a SendMessage's request names none.
@@ -487,16 +486,21 @@ async fn answer_of(
                 })?
                 .map_err(|e| unavailable(format!("its answer: {e}")))?
                 .to_bytes();
-        match serde_json::from_slice::<Value>(&collected) {
-            Ok(mut answer) if parts.status.is_success() && call.method == "ListTasks" && !who.is_admin() => {
-                own_tasks(&state.ownership, agent, &who.tenant, &mut answer);
-                Body::from(serde_json::to_vec(&answer).map_err(|e| GatewayError::Invalid(e.to_string()))?)
+        if !parts.status.is_success() {
+            Body::from(collected)
+        } else if call.method == "ListTasks" && !who.is_admin() {
+            match serde_json::from_slice::<Value>(&collected) {
+                Ok(mut answer) => {
+                    own_tasks(&state.ownership, agent, &who.tenant, &mut answer);
+                    Body::from(serde_json::to_vec(&answer).map_err(|e| GatewayError::Invalid(e.to_string()))?)
+                }
+                Err(_) => Body::from(collected),
             }
-            Ok(answer) if parts.status.is_success() => {
-                remember_answer(state, who, agent, &answer);
-                Body::from(collected)
+        } else {
+            if let Some(named) = a2a::answered_task(&collected) {
+                remember_answer(state, who, agent, named);
             }
-            _ => Body::from(collected),
+            Body::from(collected)
         }
     };
     builder.body(body).map_err(|e| GatewayError::Invalid(e.to_string()))
@@ -566,10 +570,8 @@ fn tap_events(state: &GatewayState, who: &Admitted, agent: &str, seen: &[u8]) ->
     let complete = text.rfind('\n').map_or("", |end| &text[..end]);
     for line in complete.lines() {
         let Some(data) = line.strip_prefix("data:") else { continue };
-        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else { continue };
-        let payload = event.get("result").unwrap_or(&event);
-        if a2a::answered_task(payload).0.is_some() {
-            remember_answer(state, who, agent, &event);
+        if let Some(named @ (Some(_), _)) = a2a::answered_task(data.trim().as_bytes()) {
+            remember_answer(state, who, agent, named);
             return true;
         }
     }

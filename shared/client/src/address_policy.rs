@@ -162,11 +162,17 @@ impl AddressPolicy {
     /// [`PolicyResolver`]).
     pub fn check_url(&self, url: &str) -> Result<(), AddressRefused> {
         let parsed = url::Url::parse(url).map_err(|_| AddressRefused::InvalidUrl(url.to_owned()))?;
-        match parsed.host() {
+        self.check_parsed_url(&parsed)
+    }
+
+    /// [`Self::check_url`] for a URL already parsed: a caller that sends the request with the
+    /// parsed URL (the gateway, on every call) parses it once.
+    pub fn check_parsed_url(&self, url: &url::Url) -> Result<(), AddressRefused> {
+        match url.host() {
             Some(url::Host::Ipv4(ip)) => self.check(IpAddr::V4(ip)),
             Some(url::Host::Ipv6(ip)) => self.check(IpAddr::V6(ip)),
             Some(url::Host::Domain(_)) => Ok(()),
-            None => Err(AddressRefused::InvalidUrl(url.to_owned())),
+            None => Err(AddressRefused::InvalidUrl(url.to_string())),
         }
     }
 
