@@ -1205,6 +1205,7 @@ impl TaskEvents {
         };
         if !current {
             // The task asked for input and the next message already started the next turn.
+            tracing::debug!(task = %self.key.1, turn = self.turn, "a turn ended after the next one started; the task is left to it");
             return;
         }
         if unfinished {

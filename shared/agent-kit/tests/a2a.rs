@@ -10,12 +10,16 @@ use mesh_agent_kit::{
 };
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, TaskState};
+use mesh_test_support::{eventually, logs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 mod common;
 
-use common::Served;
+use common::{Served, TIMEOUT};
+
+/// What this binary's tests read of the logs: the task engine's account of its turns.
+const ENGINE_LOG: &str = "mesh_a2a_server::engine=debug";
 
 fn card(name: &str) -> AgentCard {
     serde_json::from_value(json!({
@@ -456,6 +460,7 @@ async fn tasks_outlive_the_agent() {
 
 #[tokio::test]
 async fn a_turn_that_returns_after_the_next_one_started_leaves_it_alone() {
+    logs::capture(ENGINE_LOG);
     let agent = task_agent(config()).await;
     let asked = agent.rpc(Some("1.0"), "SendMessage", json!({"message": message("ask-then-linger", json!({}))})).await;
     assert_eq!(asked["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
@@ -469,7 +474,13 @@ async fn a_turn_that_returns_after_the_next_one_started_leaves_it_alone() {
         )
         .await;
     assert!(next.get("result").is_some(), "{next}");
-    tokio::time::sleep(Duration::from_millis(2 * LINGER_MS)).await;
+    // The engine says when a turn ends after the next one started: only then can its end be
+    // checked to have left the task alone.
+    let task_field = format!("task={id}");
+    eventually("the first turn to end", TIMEOUT, async || {
+        logs::logged(&["a turn ended after the next one started", &task_field])
+    })
+    .await;
     let got = agent.rpc(Some("1.0"), "GetTask", json!({"id": id})).await;
     assert_eq!(got["result"]["status"]["state"], "TASK_STATE_WORKING", "the first turn's end did not fail it: {got}");
     // The running turn still owns the task: a third message is refused.

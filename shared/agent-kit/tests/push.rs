@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use mesh_a2a_server::push::PUSH_UNDELIVERED_METADATA_KEY;
 use mesh_agent_kit::{AgentApp, AgentConfig, TaskDurability, TaskEvents, TaskHandler, Turn};
 use mesh_client::HttpClient;
 use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, TaskState};
+use mesh_test_support::wait::eventually;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -789,15 +791,16 @@ async fn redirects_are_not_followed_and_delivery_gives_up_after_its_attempts() {
     let config = AgentConfig { push_delivery_attempts_max: ATTEMPTS as u32, ..config(&dir) };
     let agent = Served::start(&config).await;
     let redirecting = format!("http://{}/redirect", webhook.addr);
-    agent.send("report", Some(webhook_config(&redirecting))).await;
-    // Each of the four notifications is tried twice, then given up for the next.
-    let deadline = Instant::now() + TIMEOUT;
-    while webhook.hook.redirected.load(std::sync::atomic::Ordering::SeqCst) < 4 * ATTEMPTS {
-        assert!(Instant::now() < deadline, "not every notification was tried {ATTEMPTS} times within {TIMEOUT:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // Given up, none is tried again (retries come within 400 ms here).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = agent.send("report", Some(webhook_config(&redirecting))).await;
+    let task_id = sent["task"]["id"].clone();
+    // Each of the four notifications is tried twice, then given up for the next. A notification
+    // given up is settled in the outbox and reported with the task: once the task reports all
+    // four, no attempt of any is left to come, so the count below is final, not a snapshot.
+    eventually("the task to report its four notifications given up", TIMEOUT, async || {
+        let got = agent.rpc("GetTask", json!({"id": task_id})).await;
+        got["result"]["metadata"][PUSH_UNDELIVERED_METADATA_KEY][0]["count"] == 4
+    })
+    .await;
     assert_eq!(webhook.hook.redirected.load(std::sync::atomic::Ordering::SeqCst), 4 * ATTEMPTS);
     assert!(webhook.received().is_empty(), "a redirect was followed: {:?}", webhook.received());
     agent.stop().await;

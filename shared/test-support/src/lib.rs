@@ -8,11 +8,13 @@
 //! answers from a script and records what it was asked, and [`mcp::McpTestServer`], a real MCP
 //! server with a few tools.
 //!
-//! And [`eventually`], for waiting on a condition instead of sleeping.
+//! And [`eventually`], for waiting on a condition instead of sleeping, and [`logs`], for waiting
+//! on a line the code under test logged.
 
 use std::fmt::Display;
 
 pub mod llm;
+pub mod logs;
 pub mod mcp;
 pub mod metrics;
 pub mod wait;
