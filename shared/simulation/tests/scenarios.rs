@@ -1,7 +1,18 @@
 //! Deterministic simulation of agent-to-agent calls (seed 000's DST list): the real registry,
 //! agent kit and mesh caller on turmoil's network, each scenario under many seeds (random
-//! message latency), with crashes, restarts, partitions, a registry outage and a storage fault.
-//! Every run records a trace of what the client saw; the same seed must give the same trace.
+//! message latency), with crashes, restarts, partitions both ways and one way, lost messages, a
+//! registry outage and a storage fault. Every run records a trace of what the client saw; the
+//! same seed must give the same trace, and the seeds must not all give one.
+//!
+//! What the simulation cannot put on its clock, and why:
+//! - circuit breakers: `tower-resilience` reads `std::time::Instant`, which turmoil does not
+//!   drive, so their cool-down is switched off here (see [`build`]) and they are tested on
+//!   real time in the client kit's tests;
+//! - the stores: SQLite runs on sqlx's own worker threads, outside the simulated runtime, so
+//!   every database is opened before the run starts and the scenarios lean on what the services
+//!   answer from memory. Duplicated messages cannot be made either: turmoil's TCP delivers a
+//!   segment once or drops it, so a repeated call comes from a retry, which the loss scenario
+//!   checks is never made for a call that may have reached its agent.
 
 use mesh_storage::SQLITE_MEMORY_URL;
 use mesh_tasks::TaskStore;
@@ -168,6 +179,9 @@ enum Fault {
     Restart(&'static str),
     Partition(&'static str, &'static str),
     Repair(&'static str, &'static str),
+    /// Messages from the first host to the second are lost; the other way still works.
+    PartitionOneWay(&'static str, &'static str),
+    RepairOneWay(&'static str, &'static str),
 }
 
 /// A call a worker took up.
@@ -256,6 +270,10 @@ struct World {
     agents: Option<&'static [&'static str]>,
     /// Close the registry's storage this long after it is up.
     storage_fault_after_ms: Option<u64>,
+    /// Links that lose messages: each message sent on one breaks it with probability
+    /// [`LINK_FAIL_RATE`], and each sent on a broken one repairs it with [`LINK_REPAIR_RATE`]
+    /// (turmoil's model: a broken link drops what is sent on it).
+    lossy_links: &'static [(&'static str, &'static str)],
 }
 
 impl World {
@@ -407,6 +425,7 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
         .tick_duration(Duration::from_millis(TICK_MS))
         .min_message_latency(Duration::from_millis(LATENCY_MIN_MS))
         .max_message_latency(Duration::from_millis(LATENCY_MAX_MS))
+        .repair_rate(LINK_REPAIR_RATE)
         .build();
     let registry = open_registry(run_dir);
     let ready = shared.clone();
@@ -463,6 +482,9 @@ fn build(seed: u64, world: World, shared: &Arc<Shared>, run_dir: &Path) -> turmo
             }
         });
     }
+    for &(a, b) in world.lossy_links {
+        sim.set_link_fail_rate(a, b, LINK_FAIL_RATE);
+    }
     sim
 }
 
@@ -486,6 +508,8 @@ fn drive(mut sim: turmoil::Sim<'_>, shared: &Shared, faults: Vec<(When, Fault)>)
                 Fault::Restart(host) => sim.bounce(host),
                 Fault::Partition(a, b) => sim.partition(a, b),
                 Fault::Repair(a, b) => sim.repair(a, b),
+                Fault::PartitionOneWay(from, to) => sim.partition_oneway(from, to),
+                Fault::RepairOneWay(from, to) => sim.repair_oneway(from, to),
             }
             continue;
         }
@@ -518,8 +542,8 @@ where
 
 /// Runs a scenario under every seed, and checks that the seed decides the run: the first seed
 /// run again gives the same trace, and the seeds do not all give one trace (as they would if the
-/// seed stopped reaching turmoil, making the hundred runs one).
-fn under_every_seed<F, Fut>(world: World, faults: &[(When, Fault)], client: F)
+/// seed stopped reaching turmoil, making the hundred runs one). Returns every seed's trace.
+fn under_every_seed<F, Fut>(world: World, faults: &[(When, Fault)], client: F) -> Vec<Vec<String>>
 where
     F: Fn(Client) -> Fut + Clone + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -529,6 +553,7 @@ where
     assert_eq!(run(0, world, faults.to_vec(), client), traces[0], "seed 0 run again");
     let distinct: std::collections::BTreeSet<&Vec<String>> = traces.iter().collect();
     assert!(distinct.len() > 1, "{SEEDS} seeds gave one trace: {:?}", traces[0]);
+    traces
 }
 
 fn expect_answer(seen: &Seen, what: &str) -> String {
@@ -643,6 +668,94 @@ fn a_partition_fails_the_call_cleanly_and_repair_restores_it() {
     });
 }
 
+/// The one-way partitions: first `a`'s requests to `b` are lost (`b` never hears of the call),
+/// then, once `b` is working on a call, `b`'s answers to `a` are lost (`b` did the work, `a`
+/// never hears of it). Either way `a` answers its caller with a clean error within the call's
+/// time, and does not send the call again: one that may have been done is not repeated.
+#[test]
+fn one_way_partitions_fail_calls_cleanly_and_never_repeat_work() {
+    let faults = [
+        (When::AfterMs(1_000), Fault::PartitionOneWay("a", "b")),
+        (When::AfterMs(3_000), Fault::RepairOneWay("a", "b")),
+        (When::Working("b"), Fault::PartitionOneWay("b", "a")),
+        (When::AfterMs(6_000), Fault::RepairOneWay("b", "a")),
+    ];
+    under_every_seed(World::with(&["a", "b"]), &faults, |client| async move {
+        let seen = client.send("before", "a", call("agent_id", "b", None, Some(500)), &[]).await;
+        assert_eq!(expect_answer(&seen, "before the partitions"), "b");
+        for (label, starts_ms, reaches_b) in [("requests lost", 1_500, false), ("answers lost", 3_500, true)] {
+            tokio::time::sleep(Duration::from_millis(starts_ms).saturating_sub(client.elapsed())).await;
+            let data = json!({"call": label});
+            let before = client.elapsed();
+            let seen = client.send(label, "a", call("agent_id", "b", Some(data.clone()), Some(500)), &[]).await;
+            let took = client.elapsed() - before;
+            let Seen::Error { status, body } = &seen else { panic!("{label}: {}", seen.describe()) };
+            assert!(matches!(*status, 503 | 504), "{label}: {}", seen.describe());
+            assert!(!body.error_message.is_empty(), "{label}");
+            assert!(took < Duration::from_millis(500 + TIMING_SLACK_MS), "{label}: took {took:?}");
+            let worked = client.shared.work_of("b").iter().filter(|work| work.data == data).count();
+            assert_eq!(worked, usize::from(reaches_b), "{label}: times b took the call up");
+        }
+        tokio::time::sleep(Duration::from_millis(6_500).saturating_sub(client.elapsed())).await;
+        let seen = client.send("repaired", "a", call("agent_id", "b", None, Some(500)), &[]).await;
+        assert_eq!(expect_answer(&seen, "after both repairs"), "b");
+    });
+}
+
+/// Calls the loss scenario makes, one after the other.
+const LOSS_ROUNDS: usize = 8;
+/// Each loss round's time: beyond a lost connection attempt's, so a call can be tried again.
+const LOSS_ROUND_TIMEOUT_MS: u64 = 3_000;
+/// Chance that a message sent on a lossy link breaks it.
+const LINK_FAIL_RATE: f64 = 0.05;
+/// Chance that a message sent on a broken link repairs it (a message's own fate is decided
+/// after: the one that repairs the link goes through).
+const LINK_REPAIR_RATE: f64 = 0.3;
+
+/// Links between the caller and its callees lose messages: requests, answers, connection
+/// attempts. Every call still ends with the callee's answer or a clean error within its time,
+/// never silence; an answer comes from the replica that did the work; and no call is done twice:
+/// only a call that cannot have reached a callee is sent again.
+#[test]
+fn lost_messages_end_every_call_with_an_answer_or_a_clean_error_and_never_repeat_work() {
+    let world = World { lossy_links: &[("a", "w1"), ("a", "w2")], ..World::with(&["a", "w1", "w2"]) };
+    let traces = under_every_seed(world, &[], |client| async move {
+        for round in 0..LOSS_ROUNDS {
+            let data = json!({"round": round});
+            let request = call("capability", "work", Some(data.clone()), Some(LOSS_ROUND_TIMEOUT_MS));
+            let before = client.elapsed();
+            let seen = client.send(&format!("round {round}"), "a", request, &[]).await;
+            let took = client.elapsed() - before;
+            let took_up: Vec<Work> =
+                ["w1", "w2"].iter().flat_map(|w| client.shared.work_of(w)).filter(|work| work.data == data).collect();
+            assert!(took_up.len() <= 1, "round {round} was taken up {} times: {took_up:?}", took_up.len());
+            match &seen {
+                Seen::Answer(_) => {
+                    let by = expect_answer(&seen, &format!("round {round}"));
+                    assert!(
+                        took_up.first().is_some_and(|work| work.agent == by && work.answered),
+                        "round {round} answered by {by}, which did not do it: {took_up:?}"
+                    );
+                }
+                Seen::Error { status, body } => {
+                    assert!(matches!(*status, 502 | 503 | 504), "round {round}: {}", seen.describe());
+                    assert!(!body.error_message.is_empty(), "round {round}");
+                    assert!(
+                        took < Duration::from_millis(LOSS_ROUND_TIMEOUT_MS + TIMING_SLACK_MS),
+                        "round {round}: took {took:?}"
+                    );
+                }
+                Seen::Nothing(reason) => panic!("round {round}: no answer and no error: {reason}"),
+            }
+        }
+    });
+    // The links did lose messages: some calls failed, and most were still answered.
+    let lines: Vec<&String> = traces.iter().flatten().collect();
+    let failed = lines.iter().filter(|line| !line.contains("Success")).count();
+    assert!(failed > 0, "no call of {} failed: the links lost nothing", lines.len());
+    assert!(failed * 2 < lines.len(), "{failed} of {} calls failed", lines.len());
+}
+
 /// Calls by capability the crash scenario makes before the restart: enough for round-robin to
 /// reach `w1` (the crash waits for it) and then to keep going with `w1` down.
 const CRASH_ROUNDS: usize = 6;
@@ -692,7 +805,7 @@ async fn crash_and_restart(client: Client) {
     assert_eq!(answered_by_w1 - answered_by_w1_before, AFTER_RESTART_CALLS, "the restarted w1 did the work");
 }
 
-const CRASH_WORLD: World = World { agents: Some(&["a", "w1", "w2"]), storage_fault_after_ms: None };
+const CRASH_WORLD: World = World { agents: Some(&["a", "w1", "w2"]), storage_fault_after_ms: None, lossy_links: &[] };
 const CRASH_FAULTS: [(When, Fault); 2] =
     [(When::Working("w1"), Fault::Crash("w1")), (When::AfterMs(RESTART_AFTER_MS), Fault::Restart("w1"))];
 
@@ -723,7 +836,7 @@ fn discovery_keeps_working_from_cache_while_the_registry_is_down() {
 
 #[test]
 fn a_registry_storage_fault_refuses_writes_and_calls_go_on() {
-    let world = World { agents: Some(&["a", "w1", "w2"]), storage_fault_after_ms: Some(100) };
+    let world = World { storage_fault_after_ms: Some(100), ..World::with(&["a", "w1", "w2"]) };
     under_every_seed(world, &[], |client| async move {
         tokio::time::sleep(Duration::from_millis(500)).await;
         // Registering a real agent again needs the database: refused with 503 and a body.
