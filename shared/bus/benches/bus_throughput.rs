@@ -7,8 +7,9 @@
 //! second over the whole run, and p50/p99 from producing a message to seeing its answer.
 //! Replay: a topic of 100,000 records (1,000 conversations of 100 messages) rebuilt into caches.
 //!
-//! `cargo bench -p mesh-bus --bench bus_throughput -- [--messages 20000] [--senders 16] [--replay-records 100000]`
-//! Kafka runs when `MESH_TEST_KAFKA_BROKERS` names a broker (`scripts/kafka-broker.sh`).
+//! `cargo bench -p mesh-bus --bench bus_throughput -- [--messages 20000] [--senders 16] [--replay-records 100000] [--docmem-postgres]`
+//! Kafka runs when `MESH_TEST_KAFKA_BROKERS` names a broker (`scripts/kafka-broker.sh`). Docmem is
+//! on SQLite, or with `--docmem-postgres` in a scratch database on `MESH_TEST_POSTGRES_URL`'s server.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -184,7 +185,20 @@ async fn main() {
     let senders = arg("--senders", SENDERS_DEFAULT);
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("bus.db").display());
-    let docmem = Docmem::open(&url).await.unwrap();
+    // Docmem on PostgreSQL as seed 001 draws it (a scratch database on MESH_TEST_POSTGRES_URL's
+    // server, dropped at the end), or on SQLite beside the embedded log.
+    let on_postgres = std::env::args().any(|a| a == "--docmem-postgres");
+    let scratch = if on_postgres {
+        Some(
+            mesh_test_support::ScratchDatabase::create("bench_bus")
+                .await
+                .expect("MESH_TEST_POSTGRES_URL names a server"),
+        )
+    } else {
+        None
+    };
+    let docmem_engine = if on_postgres { "PostgreSQL" } else { "SQLite" };
+    let docmem = Docmem::open(scratch.as_ref().map_or(&url, |db| &db.url)).await.unwrap();
     let mut backends: Vec<(&str, Arc<dyn ConversationBus>)> =
         vec![("embedded log (SQLite)", Arc::new(LogBus::open(&url, None).await.unwrap()))];
     match std::env::var("MESH_TEST_KAFKA_BROKERS") {
@@ -192,7 +206,7 @@ async fn main() {
         Err(_) => println!("MESH_TEST_KAFKA_BROKERS unset: Kafka is not measured"),
     }
     println!(
-        "{messages} messages over {CONVERSATIONS} conversations from {senders} senders; replay of {replay_records} records; docmem on SQLite"
+        "{messages} messages over {CONVERSATIONS} conversations from {senders} senders; replay of {replay_records} records; docmem on {docmem_engine}"
     );
     println!("{:<24} {:>12} {:>10} {:>10} {:>14}", "backend", "messages/s", "p50 ms", "p99 ms", "replay s");
     let mut rows = Vec::new();
@@ -212,5 +226,9 @@ async fn main() {
             kafka.p50_ms / log.p50_ms,
             kafka_replay / log_replay
         );
+    }
+    drop(docmem);
+    if let Some(scratch) = scratch {
+        scratch.drop_database().await;
     }
 }

@@ -1,6 +1,7 @@
 //! The Kafka backend: `rdkafka` against any Kafka-protocol broker. Topics are created with the
 //! admin client (one partition, as seed 001 starts with); records are keyed by conversation id;
-//! consumer groups commit by hand, only what the caller says is done.
+//! the producer is idempotent and keeps every record of a call in flight at once; consumer
+//! groups commit by hand, only what the caller says is done.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,10 @@ impl KafkaBus {
     pub fn connect(brokers: &str) -> Result<Self, BusError> {
         let producer = base_config(brokers)
             .set("acks", "all")
+            // A record retried after a lost acknowledgement is written once, in its place: the
+            // broker drops the repeat by the producer's id and sequence number. The records of
+            // a conversation stay in order with several batches in flight.
+            .set("enable.idempotence", "true")
             .set("linger.ms", PRODUCER_LINGER_MS.to_string())
             .set("message.timeout.ms", BUS_OPERATION_TIMEOUT_MS.to_string())
             .set("queue.buffering.max.messages", PRODUCER_QUEUE_RECORDS_MAX.to_string())
