@@ -144,10 +144,6 @@ async fn replicas_survive_kills_and_a_rolling_restart_under_load() {
     database.drop_database().await;
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// One process of the mesh, restartable on its port; SIGKILLed when dropped, so a failing test
 /// leaves none behind.
 struct Process {
@@ -161,7 +157,7 @@ struct Process {
 
 impl Process {
     fn new(name: &str, binary: &Path, args: &[&str], env: Vec<(String, String)>, dir: &Path) -> Self {
-        let port = free_port();
+        let port = mesh_test_support::free_port();
         let mut command = vec![binary.display().to_string(), "--port".to_owned(), port.to_string()];
         command.extend(args.iter().map(|arg| (*arg).to_owned()));
         let log = dir.join(format!("{name}.log"));

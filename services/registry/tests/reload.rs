@@ -31,10 +31,6 @@ impl Drop for Registry {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 async fn policy(http: &reqwest::Client, url: &str) -> Option<GraphPolicy> {
     http.get(format!("{url}/api/policy")).send().await.ok()?.json().await.ok()
 }
@@ -51,7 +47,7 @@ async fn sighup_reloads_links_and_mode_from_the_file() {
     let file = dir.path().join("registry.toml");
     let database_url = format!("sqlite://{}", dir.path().join("registry.db").display());
     std::fs::write(&file, "graph_mode = \"enforced\"\n[[links]]\nfrom = \"a\"\nto = \"b\"\n").unwrap();
-    let port = free_port();
+    let port = mesh_test_support::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_registry"))
         .args(["--port", &port.to_string(), "--database-url", &database_url, "--config", file.to_str().unwrap()])
         .stdout(Stdio::null())

@@ -271,10 +271,6 @@ fn replica_process(name: &str, url: &str, data: &std::path::Path, port: u16) -> 
     ReplicaProcess(child)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// The process's `document_log` health, once it answers.
 async fn process_log_status(port: u16) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -306,7 +302,7 @@ async fn a_replica_killed_while_applying_resumes_without_duplicates() {
     let name = unique_name();
     let (data_a, data_p) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = start(&config(&name, &url, data_a.path())).await;
-    let port = free_port();
+    let port = mesh_test_support::free_port();
     let mut process = replica_process(&name, &url, data_p.path(), port);
     process_log_status(port).await;
     let mut last = 0;
@@ -323,7 +319,7 @@ async fn a_replica_killed_while_applying_resumes_without_duplicates() {
     }
     let persisted = wait_for_index(data_p.path()).await;
     assert!(persisted <= last, "{persisted} > {last}");
-    let port = free_port();
+    let port = mesh_test_support::free_port();
     let mut process = replica_process(&name, &url, data_p.path(), port);
     process_converged(port, last).await;
     let health: Value = reqwest::get(format!("http://127.0.0.1:{port}/health")).await.unwrap().json().await.unwrap();

@@ -21,6 +21,12 @@ pub mod wait;
 
 pub use wait::eventually;
 
+/// A TCP port on 127.0.0.1 that was free a moment ago, for a test that must name the port a
+/// process it starts listens on (a process that cannot be told to report the port it took).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// Whether this is a CI run: `CI` set to anything but empty, `0` or `false` (`.ci/run` and the
 /// usual CI services set `CI=true`).
 pub fn under_ci() -> bool {

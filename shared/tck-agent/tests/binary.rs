@@ -1,0 +1,96 @@
+//! The conformance agent's binary as `scripts/tck.sh` (and CI's conformance step) starts it:
+//! `tck-agent --port P --variant V`. Each variant must serve the card that shows the kit the
+//! capability it is for, since the kit runs its tests of a capability only when the card
+//! declares it; an unknown variant is refused by name.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use mesh_tck_agent::TCK_REQUIRED_EXTENSION_URI;
+use mesh_test_support::{eventually, free_port};
+use serde_json::Value;
+
+/// Bounds a start-up (a debug build on a loaded machine), not a passing run.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The binary serving `variant` on a port of its own, its files in a temporary directory;
+/// killed when dropped.
+struct Agent {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(variant: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_tck-agent"))
+            .args(["--port", &port.to_string(), "--variant", variant])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the tck-agent binary starts");
+        Self { child, url: format!("http://127.0.0.1:{port}"), _dir: dir }
+    }
+
+    async fn card(&mut self) -> Value {
+        let url = format!("{}/.well-known/agent-card.json", self.url);
+        let mut card = Value::Null;
+        eventually("the agent's card", START_TIMEOUT, async || {
+            assert!(self.child.try_wait().unwrap().is_none(), "the agent exited before serving its card");
+            match reqwest::get(&url).await {
+                Ok(response) if response.status().is_success() => {
+                    card = response.json().await.unwrap();
+                    true
+                }
+                _ => false,
+            }
+        })
+        .await;
+        card
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a variant's card must show.
+type CardCheck = fn(&Value) -> bool;
+
+#[tokio::test]
+async fn each_variant_serves_the_card_that_shows_its_capability() {
+    let cases: [(&str, CardCheck); 4] = [
+        ("standard", |c| c["capabilities"]["streaming"] == true && c["capabilities"]["pushNotifications"] == true),
+        ("no-streaming", |c| c["capabilities"]["streaming"] == false),
+        ("no-push-notifications", |c| {
+            c["capabilities"]["streaming"] == true && c["capabilities"]["pushNotifications"] == false
+        }),
+        ("required-extension", |c| {
+            c["capabilities"]["extensions"].as_array().is_some_and(|extensions| {
+                extensions.iter().any(|e| e["uri"] == TCK_REQUIRED_EXTENSION_URI && e["required"] == true)
+            })
+        }),
+    ];
+    for (variant, shows) in cases {
+        let card = Agent::start(variant).card().await;
+        assert!(shows(&card), "{variant}: {}", card["capabilities"]);
+        assert!(!card["supportedInterfaces"].as_array().unwrap().is_empty(), "{variant}: {card}");
+    }
+}
+
+#[test]
+fn an_unknown_variant_is_refused_naming_the_variants() {
+    let output = Command::new(env!("CARGO_BIN_EXE_tck-agent"))
+        .args(["--port", &free_port().to_string(), "--variant", "everything"])
+        .output()
+        .expect("the tck-agent binary runs");
+    assert!(!output.status.success());
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("everything") && error.contains("no-streaming"), "{error}");
+}
