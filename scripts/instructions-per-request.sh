@@ -20,33 +20,13 @@ few="${FEW:-500}"
 many="${MANY:-2500}"
 command -v valgrind >/dev/null || { echo "instructions-per-request: valgrind is missing" >&2; exit 1; }
 
+. scripts/lib/callgrind.sh
 benches=("$@")
 if [ "${#benches[@]}" -eq 0 ]; then
-    benches=("$(cargo bench -p mesh-agent-kit --bench send_message --no-run --message-format=json 2>/dev/null \
-        | python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "send_message":
-        print(m["executable"])')")
+    benches=("$(bench_executable mesh-agent-kit send_message)")
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-
-# Sends COUNT blocking SendMessage requests over one connection and checks every answer.
-cat >"$work/drive.py" <<'EOF'
-import http.client, json, sys, uuid
-host, port = sys.argv[1].rsplit(":", 1)
-count = int(sys.argv[2])
-connection = http.client.HTTPConnection(host, int(port), timeout=60)
-for i in range(count):
-    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "hello a2a"}]}
-    body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {"message": message}})
-    connection.request("POST", "/", body, {"content-type": "application/json", "A2A-Version": "1.0"})
-    response = connection.getresponse()
-    answer = response.read()
-    if response.status != 200 or b"TASK_STATE_COMPLETED" not in answer:
-        sys.exit(f"request {i}: {response.status} {answer[:200]!r}")
-EOF
 
 # The instructions one server run took to answer COUNT requests (start-up included).
 instructions() {
@@ -59,16 +39,10 @@ instructions() {
     env SEND_MESSAGE_BENCH_SERVE=agent-kit "${store[@]}" \
         valgrind --tool=callgrind --callgrind-out-file="$out" "$bench" >"$work/addr" 2>/dev/null &
     local server=$!
-    for _ in $(seq 1 600); do [ -s "$work/addr" ] && break; sleep 0.1; done
-    python3 "$work/drive.py" "$(head -1 "$work/addr")" "$count"
-    # The first signal starts the agent's graceful stop, the second ends it: callgrind writes
-    # its counts as the process exits.
-    kill -INT "$server"
-    sleep 1
-    kill -TERM "$server" 2>/dev/null || true
-    wait "$server" || true
+    python3 scripts/lib/send_messages.py "$(first_line "$work/addr")" "$count"
+    stop_counted "$server"
     : >"$work/addr"
-    awk '/^(summary|totals):/ {print $2; exit}' "$out"
+    total_instructions "$out"
 }
 
 echo "| build | durability | instructions per SendMessage |"
