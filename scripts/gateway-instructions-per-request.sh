@@ -19,13 +19,8 @@ cd "$(dirname "$0")/.."
 
 few="${FEW:-300}"
 many="${MANY:-1300}"
-command -v valgrind >/dev/null || { echo "gateway-instructions-per-request: valgrind is missing" >&2; exit 1; }
-
 . scripts/lib/callgrind.sh
-benches=("$@")
-if [ "${#benches[@]}" -eq 0 ]; then
-    benches=("$(bench_executable gateway gateway_relay)")
-fi
+select_benches gateway gateway_relay "$@"
 work="$(mktemp -d)"
 keep="${KEEP_DIR:-$(mktemp -d -t gateway-callgrind.XXXXXX)}"
 mkdir -p "$keep"

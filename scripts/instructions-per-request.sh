@@ -18,13 +18,8 @@ cd "$(dirname "$0")/.."
 durability="${DURABILITY:-memory}"
 few="${FEW:-500}"
 many="${MANY:-2500}"
-command -v valgrind >/dev/null || { echo "instructions-per-request: valgrind is missing" >&2; exit 1; }
-
 . scripts/lib/callgrind.sh
-benches=("$@")
-if [ "${#benches[@]}" -eq 0 ]; then
-    benches=("$(bench_executable mesh-agent-kit send_message)")
-fi
+select_benches mesh-agent-kit send_message "$@"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

@@ -13,6 +13,18 @@ for line in sys.stdin:
         print(m["executable"])' "$bench"
 }
 
+# select_benches PACKAGE BENCH [EXE ...]: sets the array `benches` to the executables given, or
+# else to BENCH of PACKAGE built here in release; stops the script when valgrind is missing.
+select_benches() {
+    command -v valgrind >/dev/null || { echo "$(basename "$0"): valgrind is missing" >&2; exit 1; }
+    local package=$1 bench=$2
+    shift 2
+    benches=("$@")
+    if [ "${#benches[@]}" -eq 0 ]; then
+        benches=("$(bench_executable "$package" "$bench")")
+    fi
+}
+
 # first_line FILE: waits (up to two minutes) until FILE holds a line, a server's address, and
 # prints it.
 first_line() {
