@@ -14,18 +14,21 @@
 //! node `n` is `answer_node_id(me, n)`, the outputs of invoking node `x` derive from `x`), and
 //! docmem is asked before anything runs. A record delivered again after a restart finds its
 //! answer, or its tool outputs, written: no model call or tool runs twice, and an interrupted
-//! round finishes the tools it had not run. The consumer commits only past records whose work is
-//! done. Conversations run side by side, each in order, on workers of their own.
+//! round finishes the tools it had not run. The consumer commits, in each partition, only past
+//! records whose work is done. Conversations run side by side, each in order, on workers of their
+//! own. When the group moves partitions between instances, each worker reads its conversation
+//! afresh: the instance that held it meanwhile may have moved it on.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mesh_agent_kit::{A2A_CLIENT_SENDER, TaskInput};
 use mesh_bus::{
-    ACTION_APPEND, ACTION_CREATE, BusError, BusRecord, ChatMessage, ConversationCache, Delivered, SharedBus,
-    TOOL_AGENT_ID, answer_node_id, consumer_group, conversation_root_context, conversation_topic,
+    ACTION_APPEND, ACTION_CREATE, BusError, BusRecord, ChatMessage, CommitTracker, ConversationCache, Delivered,
+    DoneOffsets, SharedBus, TOOL_AGENT_ID, answer_node_id, consumer_group, conversation_root_context,
+    conversation_topic,
 };
 use mesh_client::CallScope;
 use mesh_docmem::{CONTEXT_NAME_AGENT, Context, Docmem, DocmemError, NewChild, Node};
@@ -146,12 +149,22 @@ struct Round<'a> {
 /// A conversation's worker, as the consumer sees it.
 #[derive(Debug)]
 struct Worker {
-    queue: mpsc::Sender<Delivered>,
+    queue: mpsc::Sender<Queued>,
     /// Records queued or in work: an idle worker may be let go.
     busy: Arc<AtomicUsize>,
 }
 
-type Done = mpsc::UnboundedSender<(i64, Result<(), BusError>)>;
+/// A record for a conversation's worker, with the consumer's assignment generation when it came.
+struct Queued {
+    delivered: Delivered,
+    generation: u64,
+}
+
+/// A record's partition and offset, and how its work ended.
+type Done = mpsc::UnboundedSender<(i32, i64, Result<(), BusError>)>;
+
+/// A batch as the topic's reader hands it over, with the consumer's assignment generation.
+type Batch = (Vec<Delivered>, u64);
 
 impl AgentRuntime {
     pub fn new(setup: AgentSetup) -> Self {
@@ -269,35 +282,33 @@ impl AgentRuntime {
         bus.ensure_topic(&self.topic).await?;
         let consumer = bus.consumer(&self.topic, &consumer_group(&self.setup.bus_id)).await?;
         let (batches, mut batches_in) = mpsc::channel(1);
-        let (commits, commits_in) = watch::channel(-1_i64);
+        let (commits, commits_in) = watch::channel(DoneOffsets::default());
         let (reader_stop, reader_stopped) = watch::channel(false);
         let reader = tokio::spawn(read(consumer, batches, commits_in, reader_stopped));
         let (done, mut done_in) = mpsc::unbounded_channel();
         let mut workers: HashMap<String, Worker> = HashMap::new();
         let mut tasks = JoinSet::new();
-        let mut in_work = BTreeSet::new();
-        let mut highest = -1_i64;
+        let mut tracker = CommitTracker::default();
         let outcome = loop {
             tokio::select! {
                 () = stopped(&mut stop) => break Ok(()),
                 batch = batches_in.recv() => {
-                    let Some(batch) = batch else { break Ok(()) };
+                    let Some((batch, generation)) = batch else { break Ok(()) };
                     for delivered in batch {
-                        in_work.insert(delivered.offset);
-                        highest = highest.max(delivered.offset);
-                        self.dispatch(delivered, &mut workers, &mut tasks, &done).await;
+                        tracker.started(delivered.partition, delivered.offset);
+                        self.dispatch(Queued { delivered, generation }, &mut workers, &mut tasks, &done).await;
                     }
                 }
-                Some((offset, result)) = done_in.recv() => {
-                    in_work.remove(&offset);
+                Some((partition, offset, result)) = done_in.recv() => {
+                    tracker.finished(partition, offset);
                     if let Err(error) = result {
                         break Err(error);
                     }
                 }
             }
             while tasks.try_join_next().is_some() {}
-            let upto = in_work.first().map_or(highest, |first| first - 1);
-            commits.send_if_modified(|committed| (upto > *committed).then(|| *committed = upto).is_some());
+            let upto = tracker.committable();
+            commits.send_if_modified(|committed| upto.is_ahead_of(committed).then(|| *committed = upto).is_some());
         };
         // Work under way stops here; its records were not committed and come again.
         tasks.shutdown().await;
@@ -312,12 +323,12 @@ impl AgentRuntime {
     /// workers beyond `conversations_max` are let go (their caches rebuild from docmem).
     async fn dispatch(
         self: &Arc<Self>,
-        delivered: Delivered,
+        queued: Queued,
         workers: &mut HashMap<String, Worker>,
         tasks: &mut JoinSet<()>,
         done: &Done,
     ) {
-        let id = delivered.record.conversation_id.clone();
+        let id = queued.delivered.record.conversation_id.clone();
         if !workers.contains_key(&id) {
             if workers.len() >= self.setup.conversations_max {
                 workers.retain(|_, worker| worker.busy.load(Ordering::Acquire) > 0);
@@ -329,22 +340,23 @@ impl AgentRuntime {
         }
         let worker = &workers[&id];
         worker.busy.fetch_add(1, Ordering::AcqRel);
-        let offset = delivered.offset;
-        if worker.queue.send(delivered).await.is_err() {
-            let _ = done.send((offset, Err(BusError::Handler(format!("the worker of conversation {id} stopped")))));
+        let (partition, offset) = (queued.delivered.partition, queued.delivered.offset);
+        if worker.queue.send(queued).await.is_err() {
+            let stopped = BusError::Handler(format!("the worker of conversation {id} stopped"));
+            let _ = done.send((partition, offset, Err(stopped)));
         }
     }
 
     /// One conversation's worker: its records in order, each retried a few times.
-    async fn work(
-        self: Arc<Self>,
-        id: String,
-        mut queued: mpsc::Receiver<Delivered>,
-        busy: Arc<AtomicUsize>,
-        done: Done,
-    ) {
+    async fn work(self: Arc<Self>, id: String, mut queued: mpsc::Receiver<Queued>, busy: Arc<AtomicUsize>, done: Done) {
         let mut state = None;
-        while let Some(delivered) = queued.recv().await {
+        let mut state_generation = None;
+        while let Some(Queued { delivered, generation }) = queued.recv().await {
+            if state_generation != Some(generation) {
+                // Partitions moved since the state was read (or it never was): read it afresh.
+                state = None;
+                state_generation = Some(generation);
+            }
             let mut attempt = 1;
             let result = loop {
                 match self.process(&mut state, &id, &delivered.record).await {
@@ -360,7 +372,7 @@ impl AgentRuntime {
                 }
             };
             busy.fetch_sub(1, Ordering::AcqRel);
-            let _ = done.send((delivered.offset, result));
+            let _ = done.send((delivered.partition, delivered.offset, result));
         }
     }
 
@@ -890,29 +902,29 @@ fn outcome_tool_label(outcome: &str) -> String {
 /// more when stopped.
 async fn read(
     mut consumer: Box<dyn mesh_bus::BusConsumer>,
-    batches: mpsc::Sender<Vec<Delivered>>,
-    mut commits: watch::Receiver<i64>,
+    batches: mpsc::Sender<Batch>,
+    mut commits: watch::Receiver<DoneOffsets>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), BusError> {
-    let mut committed = -1;
+    let mut committed = DoneOffsets::default();
     loop {
         let batch = tokio::select! {
             biased;
             () = stopped(&mut stop) => break,
             batch = consumer.next_batch() => batch?,
         };
-        if batches.send(batch).await.is_err() {
+        if batches.send((batch, consumer.assignment_generation())).await.is_err() {
             break;
         }
-        let wanted = *commits.borrow_and_update();
-        if wanted > committed {
-            consumer.commit(wanted).await?;
+        let wanted = commits.borrow_and_update().clone();
+        if wanted.is_ahead_of(&committed) {
+            consumer.commit(&wanted).await?;
             committed = wanted;
         }
     }
-    let wanted = *commits.borrow();
-    if wanted > committed {
-        consumer.commit(wanted).await?;
+    let wanted = commits.borrow().clone();
+    if wanted.is_ahead_of(&committed) {
+        consumer.commit(&wanted).await?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ConstantBuilder, Retryable};
-use mesh_bus::{ACTION_APPEND, ACTION_CREATE, BusError, TOOL_AGENT_ID, consumer_group};
+use mesh_bus::{ACTION_APPEND, ACTION_CREATE, BusError, DoneOffsets, TOOL_AGENT_ID, consumer_group};
 use mesh_docmem::Node;
 use mesh_telemetry::SERVICE_LABEL;
 use tokio::sync::{mpsc, oneshot};
@@ -137,7 +137,6 @@ async fn forward(state: &UiState, topic: &str) -> Result<Infallible, BusError> {
     let mut consumer = state.bus.consumer(topic, &consumer_group(&state.agent_id)).await?;
     loop {
         let batch = consumer.next_batch().await?;
-        let Some(last) = batch.last().map(|d| d.offset) else { continue };
         // Only the messages a socket here waits for are read from docmem.
         let waiting: Vec<(String, mpsc::Sender<String>)> = {
             let sessions = state.sessions();
@@ -165,6 +164,6 @@ async fn forward(state: &UiState, topic: &str) -> Result<Infallible, BusError> {
                 }
             }
         }
-        consumer.commit(last).await?;
+        consumer.commit(&DoneOffsets::of_batch(&batch)).await?;
     }
 }

@@ -7,17 +7,19 @@
 //! second over the whole run, and p50/p99 from producing a message to seeing its answer.
 //! Replay: a topic of 100,000 records (1,000 conversations of 100 messages) rebuilt into caches.
 //!
-//! `cargo bench -p mesh-bus --bench bus_throughput -- [--messages 20000] [--senders 16] [--replay-records 100000] [--docmem-postgres]`
-//! Kafka runs when `MESH_TEST_KAFKA_BROKERS` names a broker (`scripts/kafka-broker.sh`). Docmem is
-//! on SQLite, or with `--docmem-postgres` in a scratch database on `MESH_TEST_POSTGRES_URL`'s server.
+//! `cargo bench -p mesh-bus --bench bus_throughput -- [--messages 20000] [--senders 16] [--replay-records 100000] [--docmem-postgres] [--partitions 4] [--participants 1]`
+//! Kafka runs when `MESH_TEST_KAFKA_BROKERS` names a broker (`scripts/kafka-broker.sh`), its topics
+//! with `--partitions` partitions and the echo agent as `--participants` instances in one group
+//! (the embedded log has one partition, so one instance). Docmem is on SQLite, or with
+//! `--docmem-postgres` in a scratch database on `MESH_TEST_POSTGRES_URL`'s server.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mesh_bus::{
-    ACTION_APPEND, Answerer, BusError, BusRecord, ChatMessage, ConversationBus, Conversations, KafkaBus, LogBus,
-    Participant, ParticipantSettings,
+    ACTION_APPEND, Answerer, BusError, BusRecord, ChatMessage, ConversationBus, Conversations,
+    KAFKA_TOPIC_PARTITIONS_DEFAULT, KafkaBus, LogBus, Participant, ParticipantSettings,
 };
 use mesh_docmem::{Context, Docmem, Node};
 
@@ -62,7 +64,13 @@ struct Throughput {
     p99_ms: f64,
 }
 
-async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: usize, senders: usize) -> Throughput {
+async fn throughput(
+    bus: Arc<dyn ConversationBus>,
+    docmem: &Docmem,
+    messages: usize,
+    senders: usize,
+    participants: usize,
+) -> Throughput {
     let topic = format!("echo-bench-{}", uuid::Uuid::new_v4().simple());
     bus.ensure_topic(&topic).await.unwrap();
     let settings = ParticipantSettings {
@@ -71,10 +79,16 @@ async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: us
         service: ECHO_AGENT.into(),
         cache_conversations_max: CACHE_CONVERSATIONS_MAX.try_into().unwrap(),
     };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let echo = tokio::spawn(Participant::new(settings, bus.clone(), docmem.clone(), Arc::new(Echo)).run_until(async {
-        let _ = stopped.await;
-    }));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let echoes: Vec<_> = (0..participants)
+        .map(|_| {
+            let mut stopped = stopped.clone();
+            let participant = Participant::new(settings.clone(), bus.clone(), docmem.clone(), Arc::new(Echo));
+            tokio::spawn(participant.run_until(async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }))
+        })
+        .collect();
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let mut roots = Vec::new();
     for _ in 0..CONVERSATIONS {
@@ -138,8 +152,10 @@ async fn throughput(bus: Arc<dyn ConversationBus>, docmem: &Docmem, messages: us
     for sender in senders {
         sender.await.unwrap();
     }
-    let _ = stop.send(());
-    echo.await.unwrap();
+    let _ = stop.send(true);
+    for echo in echoes {
+        echo.await.unwrap();
+    }
     counter.abort();
     latencies.sort_by(f64::total_cmp);
     Throughput {
@@ -183,6 +199,8 @@ async fn main() {
     let messages = arg("--messages", 20_000);
     let replay_records = arg("--replay-records", 100_000);
     let senders = arg("--senders", SENDERS_DEFAULT);
+    let partitions = arg("--partitions", KAFKA_TOPIC_PARTITIONS_DEFAULT as usize);
+    let kafka_participants = arg("--participants", 1);
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("bus.db").display());
     // Docmem on PostgreSQL as seed 001 draws it (a scratch database on MESH_TEST_POSTGRES_URL's
@@ -199,19 +217,27 @@ async fn main() {
     };
     let docmem_engine = if on_postgres { "PostgreSQL" } else { "SQLite" };
     let docmem = Docmem::open(scratch.as_ref().map_or(&url, |db| &db.url)).await.unwrap();
-    let mut backends: Vec<(&str, Arc<dyn ConversationBus>)> =
-        vec![("embedded log (SQLite)", Arc::new(LogBus::open(&url, None).await.unwrap()))];
+    let mut backends: Vec<(&str, Arc<dyn ConversationBus>, usize)> =
+        vec![("embedded log (SQLite)", Arc::new(LogBus::open(&url, None).await.unwrap()), 1)];
     match std::env::var("MESH_TEST_KAFKA_BROKERS") {
-        Ok(brokers) => backends.push(("kafka (tansu)", Arc::new(KafkaBus::connect(&brokers).unwrap()))),
+        Ok(brokers) => {
+            let partitions =
+                u32::try_from(partitions).ok().and_then(std::num::NonZeroU32::new).expect("--partitions ≥ 1");
+            backends.push((
+                "kafka (tansu)",
+                Arc::new(KafkaBus::connect(&brokers, partitions).unwrap()),
+                kafka_participants,
+            ));
+        }
         Err(_) => println!("MESH_TEST_KAFKA_BROKERS unset: Kafka is not measured"),
     }
     println!(
-        "{messages} messages over {CONVERSATIONS} conversations from {senders} senders; replay of {replay_records} records; docmem on {docmem_engine}"
+        "{messages} messages over {CONVERSATIONS} conversations from {senders} senders; replay of {replay_records} records; docmem on {docmem_engine}; kafka: {partitions} partitions, {kafka_participants} echo instances"
     );
     println!("{:<24} {:>12} {:>10} {:>10} {:>14}", "backend", "messages/s", "p50 ms", "p99 ms", "replay s");
     let mut rows = Vec::new();
-    for (name, bus) in backends {
-        let run = throughput(bus.clone(), &docmem, messages, senders).await;
+    for (name, bus, participants) in backends {
+        let run = throughput(bus.clone(), &docmem, messages, senders, participants).await;
         let replay_s = replay(bus.as_ref(), &docmem, replay_records).await;
         println!(
             "{name:<24} {:>12.0} {:>10.2} {:>10.2} {:>14.2}",

@@ -1,10 +1,10 @@
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 
 use mesh_docmem::Docmem;
 use serde::Deserialize;
 
-use crate::{BusError, ConversationBus, KafkaBus, LogBus};
+use crate::{BusError, ConversationBus, KAFKA_TOPIC_PARTITIONS_DEFAULT, KafkaBus, LogBus};
 
 /// The database of docmem and the embedded log when none is configured.
 pub const BUS_DATABASE_URL_DEFAULT: &str = "sqlite://data/bus.db";
@@ -21,6 +21,10 @@ pub const INSTANCE_ID_DEFAULT: &str = "1";
 pub struct BusConfig {
     /// Kafka bootstrap servers; the embedded log serves when absent.
     pub kafka_brokers: Option<String>,
+    /// Partitions of each topic the agents create on Kafka. The instances of an agent in one
+    /// group share its conversations by partition; a conversation stays in one. Every process on
+    /// the bus should agree on it: whoever creates a topic first sets its count.
+    pub kafka_topic_partitions: u32,
     /// Docmem's database, and the embedded log's: `sqlite://PATH` or `postgres://...`.
     pub database_url: String,
     /// This agent's instance id: its topic and id are `{agent-type}-{instance_id}`.
@@ -36,6 +40,7 @@ impl Default for BusConfig {
     fn default() -> Self {
         Self {
             kafka_brokers: None,
+            kafka_topic_partitions: KAFKA_TOPIC_PARTITIONS_DEFAULT,
             database_url: BUS_DATABASE_URL_DEFAULT.into(),
             instance_id: INSTANCE_ID_DEFAULT.into(),
             cache_conversations_max: CACHE_CONVERSATIONS_MAX_DEFAULT,
@@ -49,13 +54,18 @@ impl BusConfig {
         NonZeroUsize::new(self.cache_conversations_max)
             .ok_or_else(|| BusError::Config("cache_conversations_max must be at least 1".into()))
     }
+
+    pub fn kafka_topic_partitions(&self) -> Result<NonZeroU32, BusError> {
+        NonZeroU32::new(self.kafka_topic_partitions)
+            .ok_or_else(|| BusError::Config("kafka_topic_partitions must be at least 1".into()))
+    }
 }
 
 /// Opens the configured bus and docmem.
 pub async fn open_bus(config: &BusConfig) -> Result<(Arc<dyn ConversationBus>, Docmem), BusError> {
     let docmem = Docmem::open(&config.database_url).await?;
     let bus: Arc<dyn ConversationBus> = match config.kafka_brokers.as_deref().filter(|b| !b.is_empty()) {
-        Some(brokers) => Arc::new(KafkaBus::connect(brokers)?),
+        Some(brokers) => Arc::new(KafkaBus::connect(brokers, config.kafka_topic_partitions()?)?),
         None => Arc::new(LogBus::open(&config.database_url, config.log_retention_records).await?),
     };
     Ok((bus, docmem))

@@ -1,15 +1,18 @@
 //! The Kafka backend: `rdkafka` against any Kafka-protocol broker. Topics are created with the
-//! admin client (one partition, as seed 001 starts with); records are keyed by conversation id;
-//! the producer is idempotent and keeps every record of a call in flight at once; consumer
-//! groups commit by hand, only what the caller says is done.
+//! admin client, with the configured number of partitions; records are keyed by conversation id,
+//! so the partitioner keeps a conversation in one partition, in order. The producer is idempotent
+//! and keeps every record of a call in flight at once; consumer groups split the partitions
+//! between their members and commit by hand, only what the caller says is done.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -17,11 +20,12 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{
     BUS_OPERATION_TIMEOUT_MS, BusConsumer, BusError, BusRecord, BusReplay, CONSUMER_BATCH_MAX, ConversationBus,
-    Delivered, bounded,
+    Delivered, DoneOffsets, Position, bounded,
 };
 
-/// Every topic has one partition for now (seed 001); the key already routes by conversation.
-const TOPIC_PARTITION: i32 = 0;
+/// Partitions of a topic this backend creates, unless configured: more than one, so that two
+/// instances of an agent in one group share its conversations (seed 001's scaling).
+pub const KAFKA_TOPIC_PARTITIONS_DEFAULT: u32 = 4;
 /// A departed member's partitions move to a new one after this long (DEPENDENCIES.md: short,
 /// so a restarted agent resumes quickly).
 const SESSION_TIMEOUT_MS: u64 = 6_000;
@@ -44,6 +48,7 @@ const REPLAY_TAIL_IDLE_MS: u64 = 250;
 #[derive(Clone)]
 pub struct KafkaBus {
     brokers: String,
+    topic_partitions: NonZeroU32,
     producer: FutureProducer,
     admin: Arc<AdminClient<DefaultClientContext>>,
 }
@@ -55,8 +60,10 @@ impl std::fmt::Debug for KafkaBus {
 }
 
 impl KafkaBus {
-    /// Connects lazily to `brokers` (`host:port[,host:port...]`).
-    pub fn connect(brokers: &str) -> Result<Self, BusError> {
+    /// Connects lazily to `brokers` (`host:port[,host:port...]`); topics it creates get
+    /// `topic_partitions` partitions (a topic that exists keeps its own: changing the count would
+    /// move conversations between partitions, out of order).
+    pub fn connect(brokers: &str, topic_partitions: NonZeroU32) -> Result<Self, BusError> {
         let producer = base_config(brokers)
             .set("acks", "all")
             // A record retried after a lost acknowledgement is written once, in its place: the
@@ -68,7 +75,7 @@ impl KafkaBus {
             .set("queue.buffering.max.messages", PRODUCER_QUEUE_RECORDS_MAX.to_string())
             .create()?;
         let admin = base_config(brokers).create()?;
-        Ok(Self { brokers: brokers.to_owned(), producer, admin: Arc::new(admin) })
+        Ok(Self { brokers: brokers.to_owned(), topic_partitions, producer, admin: Arc::new(admin) })
     }
 
     fn consumer_config(&self, group: &str) -> ClientConfig {
@@ -99,7 +106,9 @@ impl ConversationBus for KafkaBus {
         let timeout = Duration::from_millis(BUS_OPERATION_TIMEOUT_MS);
         let options = AdminOptions::new().operation_timeout(Some(timeout)).request_timeout(Some(timeout));
         let created = bounded("creating a topic", async {
-            Ok(self.admin.create_topics(&[NewTopic::new(topic, 1, TopicReplication::Fixed(1))], &options).await?)
+            let partitions = i32::try_from(self.topic_partitions.get()).unwrap_or(i32::MAX);
+            let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+            Ok(self.admin.create_topics(&[new], &options).await?)
         })
         .await?;
         for result in created {
@@ -112,70 +121,75 @@ impl ConversationBus for KafkaBus {
     }
 
     async fn topic_exists(&self, topic: &str) -> Result<bool, BusError> {
-        let admin = self.admin.clone();
-        let wanted = topic.to_owned();
-        // The metadata of every topic: asking for one by name lets a broker auto-create it.
-        let listed = tokio::task::spawn_blocking(move || {
-            let metadata = admin.inner().fetch_metadata(None, Duration::from_millis(BUS_OPERATION_TIMEOUT_MS))?;
-            Ok::<_, BusError>(metadata.topics().iter().any(|t| t.name() == wanted && t.error().is_none()))
-        });
-        bounded("reading the topics", async { listed.await.map_err(|e| BusError::Kafka(e.to_string()))? }).await
+        Ok(self.partitions(topic).await?.is_some())
     }
 
-    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError> {
-        let offsets = self.produce_many(topic, std::slice::from_ref(record)).await?;
-        Ok(offsets[0])
+    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<Position, BusError> {
+        let positions = self.produce_many(topic, std::slice::from_ref(record)).await?;
+        Ok(positions[0])
     }
 
-    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<i64>, BusError> {
+    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<Position>, BusError> {
         let bodies = records.iter().map(BusRecord::to_json).collect::<Result<Vec<_>, _>>()?;
         let timeout = Duration::from_millis(BUS_OPERATION_TIMEOUT_MS);
-        // All in flight at once, in order on the one partition (librdkafka keeps the order of a
-        // partition's queue); each future settles when the broker acknowledged its record.
+        // All in flight at once. The key picks the partition, and librdkafka keeps the order of a
+        // partition's queue, so a conversation's records stay in order; each future settles when
+        // the broker acknowledged its record.
         let sends = records.iter().zip(&bodies).map(|(record, body)| {
             let send = FutureRecord::to(topic).key(&record.conversation_id).payload(body);
             async move {
-                self.producer.send(send, timeout).await.map(|delivery| delivery.offset).map_err(
-                    |(error, _)| match error.rdkafka_error_code() {
+                self.producer
+                    .send(send, timeout)
+                    .await
+                    .map(|delivery| Position { partition: delivery.partition, offset: delivery.offset })
+                    .map_err(|(error, _)| match error.rdkafka_error_code() {
                         Some(RDKafkaErrorCode::UnknownTopicOrPartition) => BusError::UnknownTopic(topic.to_owned()),
                         _ => error.into(),
-                    },
-                )
+                    })
             }
         });
         bounded("producing records", futures::future::try_join_all(sends)).await
     }
 
     async fn consumer(&self, topic: &str, group: &str) -> Result<Box<dyn BusConsumer>, BusError> {
-        let consumer: StreamConsumer = self.consumer_config(group).create()?;
+        let assignments = Assignments::default();
+        let consumer: GroupConsumer = self.consumer_config(group).create_with_context(assignments.clone())?;
         consumer.subscribe(&[topic])?;
-        Ok(Box::new(KafkaConsumer { topic: topic.to_owned(), consumer: Some(Arc::new(consumer)) }))
+        Ok(Box::new(KafkaConsumer {
+            topic: topic.to_owned(),
+            consumer: Some(Arc::new(consumer)),
+            assignments,
+            generation: 0,
+        }))
     }
 
     async fn replay(&self, topic: &str) -> Result<Box<dyn BusReplay>, BusError> {
+        let partitions = self.partitions(topic).await?.ok_or_else(|| BusError::UnknownTopic(topic.to_owned()))?;
         // A group of its own that never commits: a replay moves no agent's offsets.
         let consumer: StreamConsumer = self.consumer_config(&format!("replay-{}", uuid::Uuid::new_v4())).create()?;
         let consumer = Arc::new(consumer);
         let (owned_topic, probe) = (topic.to_owned(), consumer.clone());
-        let (low, high) = bounded("reading a topic's end", async move {
+        let ends = bounded("reading a topic's end", async move {
             tokio::task::spawn_blocking(move || {
-                probe.fetch_watermarks(&owned_topic, TOPIC_PARTITION, Duration::from_millis(BUS_OPERATION_TIMEOUT_MS))
+                let timeout = Duration::from_millis(BUS_OPERATION_TIMEOUT_MS);
+                partitions
+                    .into_iter()
+                    .map(|partition| {
+                        let (low, high) = probe.fetch_watermarks(&owned_topic, partition, timeout)?;
+                        Ok(PartitionEnd { partition, next_offset: low, end: high })
+                    })
+                    .collect::<Result<Vec<_>, BusError>>()
             })
             .await
             .map_err(|e| BusError::Kafka(e.to_string()))?
-            .map_err(BusError::from)
         })
         .await?;
         let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(topic, TOPIC_PARTITION, Offset::Beginning)?;
+        for end in &ends {
+            assignment.add_partition_offset(topic, end.partition, Offset::Beginning)?;
+        }
         consumer.assign(&assignment)?;
-        Ok(Box::new(KafkaReplay {
-            topic: topic.to_owned(),
-            consumer: Some(consumer),
-            next_offset: low,
-            end: high,
-            done: false,
-        }))
+        Ok(Box::new(KafkaReplay { topic: topic.to_owned(), consumer: Some(consumer), ends, done: false }))
     }
 
     fn backend(&self) -> &'static str {
@@ -183,9 +197,50 @@ impl ConversationBus for KafkaBus {
     }
 }
 
+impl KafkaBus {
+    /// The partitions of `topic`, `None` when it does not exist. From the metadata of every topic:
+    /// asking for one by name lets a broker auto-create it.
+    async fn partitions(&self, topic: &str) -> Result<Option<Vec<i32>>, BusError> {
+        let admin = self.admin.clone();
+        let wanted = topic.to_owned();
+        let listed = tokio::task::spawn_blocking(move || {
+            let metadata = admin.inner().fetch_metadata(None, Duration::from_millis(BUS_OPERATION_TIMEOUT_MS))?;
+            let found = metadata.topics().iter().find(|t| t.name() == wanted && t.error().is_none());
+            Ok::<_, BusError>(found.map(|t| t.partitions().iter().map(|p| p.id()).collect()))
+        });
+        bounded("reading the topics", async { listed.await.map_err(|e| BusError::Kafka(e.to_string()))? }).await
+    }
+}
+
+/// Counts the assignments the group gives a consumer. The callback runs on the thread polling the
+/// consumer, inside `recv`, so the count is current when a batch is returned.
+#[derive(Debug, Clone, Default)]
+struct Assignments {
+    generation: Arc<AtomicU64>,
+}
+
+impl ClientContext for Assignments {}
+
+impl ConsumerContext for Assignments {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(partitions) => {
+                let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                let partitions: Vec<i32> = partitions.elements().iter().map(|p| p.partition()).collect();
+                tracing::debug!(generation, ?partitions, "bus partitions assigned");
+            }
+            Rebalance::Revoke(_) => tracing::debug!("bus partitions revoked"),
+            Rebalance::Error(error) => tracing::warn!(%error, "a bus consumer group rebalance failed"),
+        }
+    }
+}
+
+/// A member of a consumer group.
+type GroupConsumer = StreamConsumer<Assignments>;
+
 /// Reads what is at hand without waiting, after a first record that was waited for.
-async fn take_ready(
-    consumer: &StreamConsumer,
+async fn take_ready<C: ConsumerContext + 'static>(
+    consumer: &StreamConsumer<C>,
     topic: &str,
     batch: &mut Vec<Delivered>,
     max: usize,
@@ -201,11 +256,16 @@ async fn take_ready(
 
 fn delivered(topic: &str, message: &rdkafka::message::BorrowedMessage<'_>) -> Result<Delivered, BusError> {
     let payload = message.payload().ok_or_else(|| BusError::InvalidRecord("a record without a value".into()))?;
-    Ok(Delivered { topic: topic.to_owned(), offset: message.offset(), record: BusRecord::from_json(payload)? })
+    Ok(Delivered {
+        topic: topic.to_owned(),
+        partition: message.partition(),
+        offset: message.offset(),
+        record: BusRecord::from_json(payload)?,
+    })
 }
 
 /// Closing a consumer blocks (it leaves its group), so it happens off the async threads.
-fn close_in_background(consumer: Option<Arc<StreamConsumer>>) {
+fn close_in_background<T: Send + Sync + 'static>(consumer: Option<Arc<T>>) {
     if let (Some(consumer), Ok(runtime)) = (consumer, tokio::runtime::Handle::try_current()) {
         runtime.spawn_blocking(move || drop(consumer));
     }
@@ -214,11 +274,14 @@ fn close_in_background(consumer: Option<Arc<StreamConsumer>>) {
 struct KafkaConsumer {
     topic: String,
     /// Always present until dropped; an option only so that `drop` can move it off-thread.
-    consumer: Option<Arc<StreamConsumer>>,
+    consumer: Option<Arc<GroupConsumer>>,
+    assignments: Assignments,
+    /// The assignment generation as of the last batch.
+    generation: u64,
 }
 
 impl KafkaConsumer {
-    fn consumer(&self) -> &Arc<StreamConsumer> {
+    fn consumer(&self) -> &Arc<GroupConsumer> {
         self.consumer.as_ref().expect("present until dropped")
     }
 }
@@ -244,15 +307,21 @@ impl BusConsumer for KafkaConsumer {
         let mut batch = vec![delivered(&self.topic, &first)?];
         drop(first);
         take_ready(&consumer, &self.topic, &mut batch, CONSUMER_BATCH_MAX).await?;
+        self.generation = self.assignments.generation.load(Ordering::Acquire);
         Ok(batch)
     }
 
-    async fn commit(&mut self, offset: i64) -> Result<(), BusError> {
+    async fn commit(&mut self, done: &DoneOffsets) -> Result<(), BusError> {
+        if done.is_empty() {
+            return Ok(());
+        }
         let mut offsets = TopicPartitionList::new();
-        // Kafka commits the next offset to read.
-        offsets.add_partition_offset(&self.topic, TOPIC_PARTITION, Offset::Offset(offset + 1))?;
+        for (partition, offset) in done.iter() {
+            // Kafka commits the next offset to read.
+            offsets.add_partition_offset(&self.topic, partition, Offset::Offset(offset + 1))?;
+        }
         let consumer = self.consumer().clone();
-        bounded("committing an offset", async move {
+        bounded("committing offsets", async move {
             // A synchronous commit blocks its thread until the broker answers.
             tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
                 .await
@@ -261,20 +330,31 @@ impl BusConsumer for KafkaConsumer {
         })
         .await
     }
+
+    fn assignment_generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// Where a replay of one partition began and where it ends.
+#[derive(Debug)]
+struct PartitionEnd {
+    partition: i32,
+    next_offset: i64,
+    /// The partition's end (high watermark) as the broker reported it when the replay began.
+    end: i64,
 }
 
 struct KafkaReplay {
     topic: String,
     consumer: Option<Arc<StreamConsumer>>,
-    next_offset: i64,
-    /// The topic's end (high watermark) as the broker reported it when the replay began.
-    end: i64,
+    ends: Vec<PartitionEnd>,
     done: bool,
 }
 
 impl std::fmt::Debug for KafkaReplay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaReplay").field("topic", &self.topic).field("end", &self.end).finish_non_exhaustive()
+        f.debug_struct("KafkaReplay").field("topic", &self.topic).field("ends", &self.ends).finish_non_exhaustive()
     }
 }
 
@@ -291,7 +371,7 @@ impl BusReplay for KafkaReplay {
             return Ok(None);
         }
         let consumer = self.consumer.as_ref().expect("present until dropped").clone();
-        let past_end = self.next_offset >= self.end;
+        let past_end = self.ends.iter().all(|end| end.next_offset >= end.end);
         let wait_ms = if past_end { REPLAY_TAIL_IDLE_MS } else { REPLAY_IDLE_MS };
         let first = match tokio::time::timeout(Duration::from_millis(wait_ms), consumer.recv()).await {
             Ok(message) => message?,
@@ -306,7 +386,11 @@ impl BusReplay for KafkaReplay {
         take_ready(&consumer, &self.topic, &mut batch, CONSUMER_BATCH_MAX * 8).await?;
         // Records produced since the replay began may come too: applying them is harmless, the
         // live consumer applies each node once.
-        self.next_offset = batch.last().map_or(self.next_offset, |last| last.offset + 1);
+        for delivered in &batch {
+            if let Some(end) = self.ends.iter_mut().find(|end| end.partition == delivered.partition) {
+                end.next_offset = end.next_offset.max(delivered.offset + 1);
+            }
+        }
         Ok(Some(batch))
     }
 }

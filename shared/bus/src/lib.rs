@@ -15,6 +15,7 @@ mod error;
 mod join;
 mod kafka;
 mod log;
+mod offsets;
 mod participant;
 mod record;
 
@@ -25,8 +26,9 @@ pub use config::{BusConfig, open_bus};
 pub use conversation::{CachedMessage, ChatMessage, ConversationCache, Conversations, Role, message_list};
 pub use error::BusError;
 pub use join::{ConversationJoin, JoinedTurn, conversation_root_context, conversation_topic};
-pub use kafka::KafkaBus;
-pub use log::LogBus;
+pub use kafka::{KAFKA_TOPIC_PARTITIONS_DEFAULT, KafkaBus};
+pub use log::{LOG_PARTITION, LogBus};
+pub use offsets::{CommitTracker, DoneOffsets, Position};
 pub use participant::{Answerer, Participant, ParticipantSettings, answer_node_id};
 pub use record::{
     ACTION_APPEND, ACTION_CREATE, BusRecord, Delivered, RECORD_VERSION, TOOL_AGENT_ID, agent_id, agent_topic,
@@ -38,16 +40,22 @@ pub const BUS_OPERATION_TIMEOUT_MS: u64 = 10_000;
 /// Most records one [`BusConsumer::next_batch`] returns, and so most held in memory per consumer.
 pub const CONSUMER_BATCH_MAX: usize = 512;
 
-/// One topic-and-group reader: yields records from the group's committed offset on, in offset
-/// order, and moves the committed offset only when told to.
+/// One topic-and-group reader: yields records from the group's committed offsets on, each
+/// partition in offset order, and moves the committed offsets only when told to. The consumers of
+/// one group split a topic's partitions between them, and so its conversations.
 #[async_trait::async_trait]
 pub trait BusConsumer: Send + Debug {
     /// Waits until at least one record is there, then returns those at hand (at most
-    /// [`CONSUMER_BATCH_MAX`]), in offset order.
+    /// [`CONSUMER_BATCH_MAX`]), each partition's in offset order. Cancel-safe: once the first
+    /// record is taken nothing awaits any more.
     async fn next_batch(&mut self) -> Result<Vec<Delivered>, BusError>;
-    /// Records that every record up to and including `offset` is done with: a restarted
-    /// consumer of this group starts after it.
-    async fn commit(&mut self, offset: i64) -> Result<(), BusError>;
+    /// Records that, in each partition named, every record up to and including its offset is
+    /// done with: a restarted consumer of this group starts after them.
+    async fn commit(&mut self, done: &DoneOffsets) -> Result<(), BusError>;
+    /// How many times the group gave this consumer its partitions, as of the last batch. When it
+    /// changes, another member may have read (and answered in) the conversations now here, so
+    /// what this consumer kept of them is stale. Constant where a group is never rebalanced.
+    fn assignment_generation(&self) -> u64;
 }
 
 /// A read of a whole topic from its first record to (at least) the end it had when the read began.
@@ -60,20 +68,23 @@ pub trait BusReplay: Send + Debug {
 /// The conversation bus: the one interface both backends implement.
 #[async_trait::async_trait]
 pub trait ConversationBus: Send + Sync + Debug {
-    /// Creates the topic (one partition, as seed 001 starts with) unless it exists.
+    /// Creates the topic unless it exists, with the backend's number of partitions (records go to
+    /// a partition by their key, the conversation id, so a conversation stays in one).
     async fn ensure_topic(&self, topic: &str) -> Result<(), BusError>;
     /// Whether the topic exists (an agent consuming it made it), without making it.
     async fn topic_exists(&self, topic: &str) -> Result<bool, BusError>;
-    /// Appends a record to an existing topic, keyed by its `conversation_id`; returns its offset
-    /// once it is durable.
-    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError>;
+    /// Appends a record to an existing topic, keyed by its `conversation_id`; returns where it
+    /// was written once it is durable.
+    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<Position, BusError>;
     /// Appends records in their order, at once (one transaction, or sends in flight together);
-    /// returns their offsets once all are durable.
-    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<i64>, BusError>;
-    /// A consumer of `topic` for `group`, starting at the group's committed offset (at the
+    /// returns where they were written once all are durable. The records of one conversation
+    /// keep their order.
+    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<Position>, BusError>;
+    /// A consumer of `topic` for `group`, starting at the group's committed offsets (at the
     /// beginning for a new group).
     async fn consumer(&self, topic: &str, group: &str) -> Result<Box<dyn BusConsumer>, BusError>;
     /// Reads `topic` from the beginning, whatever any group committed: for rebuilding state.
+    /// Every partition, each in offset order.
     async fn replay(&self, topic: &str) -> Result<Box<dyn BusReplay>, BusError>;
     /// Which backend this is, for logs and `/health`.
     fn backend(&self) -> &'static str;

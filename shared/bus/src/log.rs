@@ -1,6 +1,11 @@
 //! The embedded log: Kafka's semantics (per-topic offsets, per-group committed offsets, replay
 //! from the beginning) on one table of the mesh's own database, so `up` needs no broker.
 //!
+//! Every topic has one partition, [`LOG_PARTITION`]. A group here has no members to split it
+//! between: each consumer of a group reads the whole topic from the group's offset, so one
+//! instance of an agent consumes its topic. Several instances sharing the conversations is what
+//! the Kafka backend's partitions are for.
+//!
 //! Consumers in the process of the producer wake at once on a new record (a `Notify` per
 //! database and topic); consumers in other processes sharing the database notice new records
 //! within [`CROSS_PROCESS_POLL_MS`], the only polling left.
@@ -13,8 +18,13 @@ use mesh_storage::{AnyPool, Database, Row, settle};
 use sqlx::migrate::Migrator;
 use tokio::sync::Notify;
 
-use crate::{BusConsumer, BusError, BusRecord, BusReplay, CONSUMER_BATCH_MAX, ConversationBus, Delivered, bounded};
+use crate::{
+    BusConsumer, BusError, BusRecord, BusReplay, CONSUMER_BATCH_MAX, ConversationBus, Delivered, DoneOffsets, Position,
+    bounded,
+};
 
+/// The one partition of every topic of the embedded log.
+pub const LOG_PARTITION: i32 = 0;
 /// The log's own migration history, apart from other components sharing the database.
 const MIGRATIONS_TABLE: &str = "_mesh_bus_migrations";
 /// How soon a consumer sees a record produced by another process on the same database.
@@ -112,6 +122,7 @@ impl LogBus {
                 let body: String = row.try_get(1)?;
                 Ok(Delivered {
                     topic: topic.to_owned(),
+                    partition: LOG_PARTITION,
                     offset: row.try_get(0)?,
                     record: BusRecord::from_json(body.as_bytes())?,
                 })
@@ -163,12 +174,12 @@ impl ConversationBus for LogBus {
         .await
     }
 
-    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<i64, BusError> {
-        let offsets = self.produce_many(topic, std::slice::from_ref(record)).await?;
-        Ok(offsets[0])
+    async fn produce(&self, topic: &str, record: &BusRecord) -> Result<Position, BusError> {
+        let positions = self.produce_many(topic, std::slice::from_ref(record)).await?;
+        Ok(positions[0])
     }
 
-    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<i64>, BusError> {
+    async fn produce_many(&self, topic: &str, records: &[BusRecord]) -> Result<Vec<Position>, BusError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
@@ -222,9 +233,9 @@ impl ConversationBus for LogBus {
         })
         .await?;
         wake(&self.url, topic);
-        let offsets: Vec<i64> = (first..first + count).collect();
+        let positions = (first..first + count).map(|offset| Position { partition: LOG_PARTITION, offset }).collect();
         self.prune(topic, first, count).await?;
-        Ok(offsets)
+        Ok(positions)
     }
 
     async fn consumer(&self, topic: &str, group: &str) -> Result<Box<dyn BusConsumer>, BusError> {
@@ -290,7 +301,8 @@ impl BusConsumer for LogConsumer {
         }
     }
 
-    async fn commit(&mut self, offset: i64) -> Result<(), BusError> {
+    async fn commit(&mut self, done: &DoneOffsets) -> Result<(), BusError> {
+        let Some((_, offset)) = done.iter().find(|(partition, _)| *partition == LOG_PARTITION) else { return Ok(()) };
         bounded("committing an offset", async {
             let _turn = self.bus.database.write_turn().await;
             sqlx::query(
@@ -306,6 +318,11 @@ impl BusConsumer for LogConsumer {
             Ok(())
         })
         .await
+    }
+
+    fn assignment_generation(&self) -> u64 {
+        // Never rebalanced: every consumer of a group reads the one partition.
+        0
     }
 }
 

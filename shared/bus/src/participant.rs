@@ -15,7 +15,7 @@ use mesh_docmem::{Context, Docmem, DocmemError, NewChild, Node};
 
 use crate::{
     ACTION_APPEND, ACTION_CREATE, BusError, BusRecord, ChatMessage, ConversationBus, ConversationCache, Conversations,
-    Delivered, consumer_group,
+    Delivered, DoneOffsets, consumer_group,
 };
 
 /// Fixed namespace of answer node ids (UUID v5), so every process derives the same id.
@@ -110,21 +110,35 @@ impl<A: Answerer> Participant<A> {
         }
     }
 
-    /// Ensures the topic, rebuilds the caches by replay, then consumes from the committed offset.
-    /// Returns only on failure.
+    /// Ensures the topic, then consumes from the committed offsets. Returns only on failure.
+    ///
+    /// The caches are rebuilt by replay once the group has given this instance its partitions
+    /// (its first batch): earlier, another instance of the agent could still be answering in
+    /// them. When the group moves partitions again, the caches are dropped and each conversation
+    /// is read afresh from docmem as its next record comes: the instance that held it meanwhile
+    /// may have moved it on.
     pub async fn run_once(&mut self) -> Result<(), BusError> {
         let topic = self.settings.topic.clone();
         self.bus.ensure_topic(&topic).await?;
-        self.conversations = Conversations::new(self.settings.cache_conversations_max);
-        let replayed = self.conversations.rebuild(self.bus.as_ref(), &self.docmem, &topic, &|_| true).await?;
-        tracing::info!(agent = %self.settings.agent_id, %topic, replayed, backend = self.bus.backend(), "conversations rebuilt; consuming");
         let mut consumer = self.bus.consumer(&topic, &consumer_group(&self.settings.agent_id)).await?;
+        let mut generation = None;
         loop {
             let batch = consumer.next_batch().await?;
-            let Some(last) = batch.last().map(|d| d.offset) else { continue };
+            let assigned = consumer.assignment_generation();
+            if generation != Some(assigned) {
+                self.conversations = Conversations::new(self.settings.cache_conversations_max);
+                if generation.is_none() {
+                    let replayed =
+                        self.conversations.rebuild(self.bus.as_ref(), &self.docmem, &topic, &|_| true).await?;
+                    tracing::info!(agent = %self.settings.agent_id, %topic, replayed, backend = self.bus.backend(), "conversations rebuilt");
+                } else {
+                    tracing::info!(agent = %self.settings.agent_id, %topic, generation = assigned, "partitions reassigned; conversations will be read afresh");
+                }
+                generation = Some(assigned);
+            }
             self.apply_batch(&batch).await?;
             // Every answer of the batch is in docmem and on the topic: only now move the group on.
-            consumer.commit(last).await?;
+            consumer.commit(&DoneOffsets::of_batch(&batch)).await?;
         }
     }
 

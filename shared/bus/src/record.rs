@@ -72,6 +72,7 @@ impl BusRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivered {
     pub topic: String,
+    pub partition: i32,
     pub offset: i64,
     pub record: BusRecord,
 }

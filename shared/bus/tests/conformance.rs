@@ -3,12 +3,14 @@
 //! names a broker (`scripts/kafka-broker.sh` starts one). Under CI a missing database or broker
 //! fails the suite instead of skipping its half.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mesh_bus::{
-    ACTION_APPEND, ACTION_CREATE, Answerer, BusError, BusRecord, ChatMessage, ConversationBus, Conversations, KafkaBus,
-    LogBus, Participant, ParticipantSettings, Role, TOOL_AGENT_ID, answer_node_id, consumer_group, message_list,
+    ACTION_APPEND, ACTION_CREATE, Answerer, BusError, BusRecord, ChatMessage, ConversationBus, Conversations,
+    Delivered, DoneOffsets, KAFKA_TOPIC_PARTITIONS_DEFAULT, KafkaBus, LogBus, Participant, ParticipantSettings, Role,
+    TOOL_AGENT_ID, answer_node_id, consumer_group, message_list,
 };
 use mesh_docmem::{Context, Docmem, Node};
 
@@ -43,7 +45,7 @@ async fn backends() -> Vec<Backend> {
         let docmem = Docmem::open(&format!("sqlite://{}", dir.path().join("docmem.db").display())).await.unwrap();
         backends.push(Backend {
             name: "kafka",
-            bus: Arc::new(KafkaBus::connect(&brokers).unwrap()),
+            bus: Arc::new(KafkaBus::connect(&brokers, KAFKA_TOPIC_PARTITIONS_DEFAULT.try_into().unwrap()).unwrap()),
             docmem,
             _dir: dir,
         });
@@ -89,14 +91,27 @@ impl Answerer for Echo {
     }
 }
 
-fn participant(backend: &Backend, agent_id: &str, topic: &str) -> Participant<Echo> {
-    let settings = ParticipantSettings {
+/// An echo that says which instance of the agent answered.
+#[derive(Debug)]
+struct InstanceEcho(&'static str);
+
+impl Answerer for InstanceEcho {
+    async fn answer(&self, _: &BusRecord, node: &Node, messages: Vec<ChatMessage>) -> Result<Option<String>, BusError> {
+        Ok(Some(format!("{}: echo {} (of {} messages)", self.0, node.content, messages.len())))
+    }
+}
+
+fn settings(agent_id: &str, topic: &str) -> ParticipantSettings {
+    ParticipantSettings {
         agent_id: agent_id.into(),
         topic: topic.into(),
         service: agent_id.into(),
         cache_conversations_max: 100.try_into().unwrap(),
-    };
-    Participant::new(settings, backend.bus.clone(), backend.docmem.clone(), Arc::new(Echo))
+    }
+}
+
+fn participant(backend: &Backend, agent_id: &str, topic: &str) -> Participant<Echo> {
+    Participant::new(settings(agent_id, topic), backend.bus.clone(), backend.docmem.clone(), Arc::new(Echo))
 }
 
 /// Waits until the conversation holds `count` messages.
@@ -207,7 +222,7 @@ async fn a_group_resumes_after_its_committed_offset() {
             while read.len() < 6 {
                 read.extend(consumer.next_batch().await.unwrap());
             }
-            consumer.commit(read[2].offset).await.unwrap();
+            consumer.commit(&DoneOffsets::of_batch(&read[..3])).await.unwrap();
         }
         // The restarted consumer of the group goes on after the committed record, not from the start.
         let resumed = read(&backend, &topic, &group, 3).await;
@@ -358,8 +373,221 @@ async fn a_refused_produce_leaves_the_log_writable_at_once() {
         for round in 0..200 {
             let refused = backend.bus.produce(&unique("missing"), &record).await;
             assert!(matches!(refused, Err(BusError::UnknownTopic(_))), "{}, round {round}: {refused:?}", backend.name);
-            let offset = backend.bus.produce(&topic, &record).await;
-            assert_eq!(offset.unwrap(), round, "{}, round {round}", backend.name);
+            let position = backend.bus.produce(&topic, &record).await;
+            assert_eq!(position.unwrap().offset, round, "{}, round {round}", backend.name);
+        }
+    }
+}
+
+/// Fixed conversation ids: the partitioner hashes the key, so they land on the same partitions
+/// in every run.
+fn fixed_conversations(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("conversation-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_conversation_keeps_to_one_partition_in_order() {
+    for backend in backends().await {
+        let topic = unique("agent");
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let conversations = fixed_conversations(12);
+        // Interleaved across conversations, produced in several calls of several records.
+        let mut produced: BTreeMap<String, Vec<(mesh_bus::Position, String)>> = BTreeMap::new();
+        for round in 0..5 {
+            let records: Vec<BusRecord> = conversations
+                .iter()
+                .map(|c| BusRecord::message("ui-1", c, &format!("{c}/{round}"), ACTION_APPEND))
+                .collect();
+            let positions = backend.bus.produce_many(&topic, &records).await.unwrap();
+            for (record, position) in records.iter().zip(positions) {
+                produced.entry(record.conversation_id.clone()).or_default().push((position, record.node_id.clone()));
+            }
+        }
+        let mut partitions_used = BTreeSet::new();
+        for (conversation, records) in &produced {
+            let partitions: BTreeSet<i32> = records.iter().map(|(p, _)| p.partition).collect();
+            assert_eq!(partitions.len(), 1, "{}: {conversation} spread over {partitions:?}", backend.name);
+            assert!(records.windows(2).all(|w| w[0].0.offset < w[1].0.offset), "{}: {records:?}", backend.name);
+            partitions_used.extend(partitions);
+        }
+        let read = read(&backend, &topic, &unique("group"), 60).await;
+        for (conversation, records) in &produced {
+            let delivered: Vec<(mesh_bus::Position, String)> = read
+                .iter()
+                .filter(|d| &d.record.conversation_id == conversation)
+                .map(|d| (mesh_bus::Position { partition: d.partition, offset: d.offset }, d.record.node_id.clone()))
+                .collect();
+            assert_eq!(&delivered, records, "{}: {conversation} delivered where and as produced", backend.name);
+        }
+        if backend.name == "kafka" {
+            assert!(
+                partitions_used.len() > 1,
+                "12 conversations over {KAFKA_TOPIC_PARTITIONS_DEFAULT} partitions used only {partitions_used:?}"
+            );
+        } else {
+            assert_eq!(partitions_used, BTreeSet::from([mesh_bus::LOG_PARTITION]), "{}", backend.name);
+        }
+    }
+}
+
+/// What the members of a group received: which member, and the record.
+type Received = Arc<Mutex<Vec<(usize, Delivered)>>>;
+
+/// Runs a group member that commits every batch, until aborted.
+fn member(
+    mut consumer: Box<dyn mesh_bus::BusConsumer>,
+    index: usize,
+    received: Received,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let batch = consumer.next_batch().await.unwrap();
+            received.lock().unwrap().extend(batch.iter().map(|d| (index, d.clone())));
+            consumer.commit(&DoneOffsets::of_batch(&batch)).await.unwrap();
+        }
+    })
+}
+
+/// Seed 001's scaling: two consumers in one group share a topic's conversations, each
+/// conversation wholly with one of them, in order. Kafka only: the embedded log has one partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_two_splits_the_conversations() {
+    let Some(backend) = backends().await.into_iter().find(|b| b.name == "kafka") else { return };
+    let topic = unique("agent");
+    let group = unique("group");
+    backend.bus.ensure_topic(&topic).await.unwrap();
+    let received: Received = Arc::default();
+    let members = [
+        member(backend.bus.consumer(&topic, &group).await.unwrap(), 0, received.clone()),
+        member(backend.bus.consumer(&topic, &group).await.unwrap(), 1, received.clone()),
+    ];
+    let conversations = fixed_conversations(12);
+    let deadline = Duration::from_millis(DELIVERY_WAIT_MS);
+    // Until both members hold partitions: rounds of one record per conversation, each round read
+    // in full, until one round came to both members and to each only once.
+    let mut round = 0;
+    let started = Instant::now();
+    loop {
+        let records: Vec<BusRecord> = conversations
+            .iter()
+            .map(|c| BusRecord::message("ui-1", c, &format!("warm-{round}"), ACTION_APPEND))
+            .collect();
+        backend.bus.produce_many(&topic, &records).await.unwrap();
+        let tag = format!("warm-{round}");
+        let this_round = || -> Vec<(usize, String)> {
+            received
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, d)| d.record.node_id == tag)
+                .map(|(member, d)| (*member, d.record.conversation_id.clone()))
+                .collect()
+        };
+        mesh_test_support::eventually(&format!("round {round} delivered"), deadline, async || {
+            this_round().iter().map(|(_, c)| c).collect::<BTreeSet<_>>().len() == conversations.len()
+        })
+        .await;
+        let got = this_round();
+        let members_used: BTreeSet<usize> = got.iter().map(|(m, _)| *m).collect();
+        if got.len() == conversations.len() && members_used.len() == 2 {
+            break;
+        }
+        assert!(started.elapsed() < deadline, "the group never split: last round {got:?}");
+        round += 1;
+    }
+    received.lock().unwrap().clear();
+    let mut records = Vec::new();
+    for i in 0..10 {
+        records.extend(conversations.iter().map(|c| BusRecord::message("ui-1", c, &format!("{c}/{i}"), ACTION_APPEND)));
+    }
+    backend.bus.produce_many(&topic, &records).await.unwrap();
+    mesh_test_support::eventually("every record delivered", deadline, async || {
+        received.lock().unwrap().len() >= records.len()
+    })
+    .await;
+    for member in &members {
+        member.abort();
+    }
+    let received = received.lock().unwrap().clone();
+    assert_eq!(received.len(), records.len(), "each record delivered once");
+    let mut holders: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    for conversation in &conversations {
+        let of_it: Vec<&(usize, Delivered)> =
+            received.iter().filter(|(_, d)| &d.record.conversation_id == conversation).collect();
+        let order: Vec<String> = of_it.iter().map(|(_, d)| d.record.node_id.clone()).collect();
+        assert_eq!(order, (0..10).map(|i| format!("{conversation}/{i}")).collect::<Vec<_>>());
+        holders.insert(conversation.clone(), of_it.iter().map(|(m, _)| *m).collect());
+    }
+    assert!(holders.values().all(|members| members.len() == 1), "a conversation read by both: {holders:?}");
+    let by_member: BTreeSet<usize> = holders.values().flatten().copied().collect();
+    assert_eq!(by_member, BTreeSet::from([0, 1]), "both members hold conversations: {holders:?}");
+}
+
+/// Two instances of one agent in its group: every message is answered once, by the instance that
+/// holds its conversation, with the whole conversation in view, including the turns the other
+/// instance answered before the group moved the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_of_an_agent_answer_each_message_once() {
+    let Some(backend) = backends().await.into_iter().find(|b| b.name == "kafka") else { return };
+    let topic = unique("conv");
+    let agent = topic.clone();
+    backend.bus.ensure_topic(&topic).await.unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let run = |name: &'static str| {
+        let mut stopped = stopped.clone();
+        let participant = Participant::new(
+            settings(&agent, &topic),
+            backend.bus.clone(),
+            backend.docmem.clone(),
+            Arc::new(InstanceEcho(name)),
+        );
+        tokio::spawn(participant.run_until(async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }))
+    };
+    // The first instance holds every partition and answers alone; then the second joins.
+    let first = run("first");
+    // Enough conversations that both instances' partitions hold some (all 16 on one side's half of
+    // the partitions: 1 in 32,768).
+    let mut roots = Vec::new();
+    for _ in 0..16 {
+        roots.push(new_conversation(&backend).await);
+    }
+    for root in &roots {
+        say(&backend, &topic, root, "ui-1", "turn 0").await;
+    }
+    for root in &roots {
+        wait_for_messages(&backend, root, 2).await;
+    }
+    let second = run("second");
+    let mut turns = 1;
+    let started = Instant::now();
+    loop {
+        for root in &roots {
+            say(&backend, &topic, root, "ui-1", &format!("turn {turns}")).await;
+        }
+        turns += 1;
+        let mut answerers = BTreeSet::new();
+        for root in &roots {
+            let messages = wait_for_messages(&backend, root, 2 * turns).await;
+            answerers.insert(messages.last().unwrap().content.split(':').next().unwrap().to_owned());
+        }
+        if answerers.len() == 2 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_millis(DELIVERY_WAIT_MS), "the second instance never answered");
+    }
+    let _ = stop.send(true);
+    first.await.unwrap();
+    second.await.unwrap();
+    for root in &roots {
+        let messages = backend.docmem.read_conversation(root).await.unwrap();
+        assert_eq!(messages.len(), 2 * turns, "each message answered once: {messages:?}");
+        for (turn, pair) in messages.chunks(2).enumerate() {
+            assert_eq!(pair[0].content, format!("turn {turn}"));
+            let answer = pair[1].content.split_once(": ").unwrap().1;
+            // The answering instance saw every message before it, whoever answered them.
+            assert_eq!(answer, format!("echo turn {turn} (of {} messages)", 2 * turn + 1), "{messages:?}");
         }
     }
 }
