@@ -14,6 +14,7 @@
 //! `--docmem-postgres` in a scratch database on `MESH_TEST_POSTGRES_URL`'s server.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,11 +36,15 @@ const CACHE_CONVERSATIONS_MAX: usize = 10_000;
 /// Longest a run may wait for its last answer.
 const RUN_DEADLINE_MS: u64 = 600_000;
 
+/// An echo instance, counting what it answered (so the warm-up sees every instance at work).
 #[derive(Debug)]
-struct Echo;
+struct Echo {
+    answered: Arc<AtomicUsize>,
+}
 
 impl Answerer for Echo {
     async fn answer(&self, _: &BusRecord, node: &Node, _: Vec<ChatMessage>) -> Result<Option<String>, BusError> {
+        self.answered.fetch_add(1, Ordering::Relaxed);
         Ok(Some(node.content.clone()))
     }
 }
@@ -71,19 +76,26 @@ async fn throughput(
     senders: usize,
     participants: usize,
 ) -> Throughput {
-    let topic = format!("echo-bench-{}", uuid::Uuid::new_v4().simple());
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let topic = format!("echo-bench-{run}");
+    // Groups of this run's own: a member of an earlier run that was killed would hold a shared
+    // group's rebalance until the broker gives up on it.
+    let echo_agent = format!("{ECHO_AGENT}-{run}");
     bus.ensure_topic(&topic).await.unwrap();
     let settings = ParticipantSettings {
-        agent_id: ECHO_AGENT.into(),
+        agent_id: echo_agent.clone(),
         topic: topic.clone(),
         service: ECHO_AGENT.into(),
         cache_conversations_max: CACHE_CONVERSATIONS_MAX.try_into().unwrap(),
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let echoes: Vec<_> = (0..participants)
-        .map(|_| {
+    let answered_by: Vec<Arc<AtomicUsize>> = (0..participants).map(|_| Arc::default()).collect();
+    let echoes: Vec<_> = answered_by
+        .iter()
+        .map(|answered| {
             let mut stopped = stopped.clone();
-            let participant = Participant::new(settings.clone(), bus.clone(), docmem.clone(), Arc::new(Echo));
+            let echo = Arc::new(Echo { answered: answered.clone() });
+            let participant = Participant::new(settings.clone(), bus.clone(), docmem.clone(), echo);
             tokio::spawn(participant.run_until(async move {
                 let _ = stopped.wait_for(|stop| *stop).await;
             }))
@@ -94,15 +106,15 @@ async fn throughput(
     for _ in 0..CONVERSATIONS {
         roots.push(docmem.create_root("", &Context::default(), "").await.unwrap().id);
     }
-    // The client consumer: counts answers, one warm-up answer first (a Kafka group join).
+    // The client consumer: counts answers, the warm-up's first (Kafka group joins).
     let (answered_tx, mut answered) = tokio::sync::mpsc::channel::<f64>(messages + 1);
-    let mut consumer = bus.consumer(&topic, &format!("agent-{CLIENT_AGENT}")).await.unwrap();
+    let mut consumer = bus.consumer(&topic, &format!("agent-{CLIENT_AGENT}-{run}")).await.unwrap();
     let waiting = sent.clone();
     let counter = tokio::spawn(async move {
         loop {
             for delivered in consumer.next_batch().await.unwrap() {
                 let record = delivered.record;
-                if record.agent_id != ECHO_AGENT {
+                if record.agent_id != echo_agent {
                     continue;
                 }
                 let question = record.correlation_id.unwrap_or_default();
@@ -127,9 +139,21 @@ async fn throughput(
             }
         }
     };
-    send(roots[0].clone(), "warm-up".into()).await;
+    // Warm-up rounds, a message in every conversation each, until one round was answered by every
+    // instance: the group has settled, and no rebalance falls in the measured run.
     let deadline = Duration::from_millis(RUN_DEADLINE_MS);
-    tokio::time::timeout(deadline, answered.recv()).await.expect("warm-up answered");
+    loop {
+        let before: Vec<usize> = answered_by.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        for root in &roots {
+            send(root.clone(), "warm-up".into()).await;
+        }
+        for _ in &roots {
+            tokio::time::timeout(deadline, answered.recv()).await.expect("warm-up answered");
+        }
+        if answered_by.iter().zip(before).all(|(now, before)| now.load(Ordering::Relaxed) > before) {
+            break;
+        }
+    }
 
     let started = Instant::now();
     let senders: Vec<_> = (0..senders)

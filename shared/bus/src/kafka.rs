@@ -7,7 +7,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -43,6 +43,10 @@ const REPLAY_IDLE_MS: u64 = 5_000;
 /// report the high watermark as the last batch's base offset + 1, short of the batch's end, so
 /// the watermark alone would cut a replay short.
 const REPLAY_TAIL_IDLE_MS: u64 = 250;
+/// Past that end, a replay reads on at most this long in all. Under steady traffic the topic is
+/// never quiet; what comes after the replay began is the live consumer's to apply, and the one
+/// batch a watermark can leave out is at hand at once.
+const REPLAY_TAIL_MAX_MS: u64 = 1_000;
 
 /// The Kafka backend; clones share one producer and one admin client.
 #[derive(Clone)]
@@ -189,7 +193,13 @@ impl ConversationBus for KafkaBus {
             assignment.add_partition_offset(topic, end.partition, Offset::Beginning)?;
         }
         consumer.assign(&assignment)?;
-        Ok(Box::new(KafkaReplay { topic: topic.to_owned(), consumer: Some(consumer), ends, done: false }))
+        Ok(Box::new(KafkaReplay {
+            topic: topic.to_owned(),
+            consumer: Some(consumer),
+            ends,
+            tail_since: None,
+            done: false,
+        }))
     }
 
     fn backend(&self) -> &'static str {
@@ -349,6 +359,8 @@ struct KafkaReplay {
     topic: String,
     consumer: Option<Arc<StreamConsumer>>,
     ends: Vec<PartitionEnd>,
+    /// When the replay passed the end of every partition.
+    tail_since: Option<Instant>,
     done: bool,
 }
 
@@ -372,6 +384,13 @@ impl BusReplay for KafkaReplay {
         }
         let consumer = self.consumer.as_ref().expect("present until dropped").clone();
         let past_end = self.ends.iter().all(|end| end.next_offset >= end.end);
+        if past_end {
+            let since = *self.tail_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_millis(REPLAY_TAIL_MAX_MS) {
+                self.done = true;
+                return Ok(None);
+            }
+        }
         let wait_ms = if past_end { REPLAY_TAIL_IDLE_MS } else { REPLAY_IDLE_MS };
         let first = match tokio::time::timeout(Duration::from_millis(wait_ms), consumer.recv()).await {
             Ok(message) => message?,

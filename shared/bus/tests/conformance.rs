@@ -591,3 +591,56 @@ async fn two_instances_of_an_agent_answer_each_message_once() {
         }
     }
 }
+
+/// A replay ends while producers keep writing: it reads to the end the topic had when it began
+/// (and on Kafka a short tail past it), not for as long as records keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_ends_under_steady_traffic() {
+    for backend in backends().await {
+        let topic = unique("busy");
+        backend.bus.ensure_topic(&topic).await.unwrap();
+        let conversations = fixed_conversations(8);
+        let records: Vec<BusRecord> = conversations
+            .iter()
+            .map(|c| BusRecord::message("ui-1", c, &format!("{c}/before"), ACTION_APPEND))
+            .collect();
+        backend.bus.produce_many(&topic, &records).await.unwrap();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let traffic = {
+            let (bus, topic, conversations) = (backend.bus.clone(), topic.clone(), conversations.clone());
+            tokio::spawn(async move {
+                let mut produced = 0_usize;
+                while !*stopped.borrow_and_update() {
+                    let conversation = &conversations[produced % conversations.len()];
+                    let record = BusRecord::message("ui-1", conversation, &format!("during-{produced}"), ACTION_APPEND);
+                    bus.produce(&topic, &record).await.unwrap();
+                    produced += 1;
+                }
+                produced
+            })
+        };
+        // Traffic is flowing before the replay begins.
+        let mut watcher = backend.bus.consumer(&topic, &unique("group")).await.unwrap();
+        mesh_test_support::eventually(
+            &format!("{}: traffic", backend.name),
+            Duration::from_millis(DELIVERY_WAIT_MS),
+            async || {
+                let batch = watcher.next_batch().await.unwrap();
+                batch.iter().any(|d| d.record.node_id.starts_with("during-"))
+            },
+        )
+        .await;
+        let mut conversations_rebuilt = Conversations::new(10.try_into().unwrap());
+        let replayed = tokio::time::timeout(
+            Duration::from_millis(DELIVERY_WAIT_MS),
+            conversations_rebuilt.rebuild(backend.bus.as_ref(), &backend.docmem, &topic, &|_| true),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{}: the replay never ended under traffic", backend.name))
+        .unwrap();
+        let _ = stop.send(true);
+        let produced = traffic.await.unwrap();
+        assert!(replayed >= records.len(), "{}: {replayed} records replayed", backend.name);
+        assert!(produced > 0, "{}", backend.name);
+    }
+}
