@@ -70,3 +70,15 @@ pub async fn open_bus(config: &BusConfig) -> Result<(Arc<dyn ConversationBus>, D
     };
     Ok((bus, docmem))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topic_needs_at_least_one_partition() {
+        let config = BusConfig { kafka_topic_partitions: 0, ..BusConfig::default() };
+        assert!(matches!(config.kafka_topic_partitions(), Err(BusError::Config(_))));
+        assert_eq!(BusConfig::default().kafka_topic_partitions().unwrap().get(), KAFKA_TOPIC_PARTITIONS_DEFAULT);
+    }
+}

@@ -56,7 +56,7 @@ pub struct CommitTracker {
     partitions: BTreeMap<i32, InWork>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct InWork {
     offsets: BTreeSet<i64>,
     highest: i64,
