@@ -582,6 +582,38 @@ mod tests {
     }
 
     #[test]
+    fn an_org_chart_reads_each_enabled_link_from_the_agents_end_once() {
+        let links = [
+            link("boss", "lead", LinkDirection::OneWay, LinkRelationship::Superior),
+            link("lead", "dev", LinkDirection::TwoWay, LinkRelationship::Superior),
+            link("qa", "lead", LinkDirection::TwoWay, LinkRelationship::Subordinate),
+            link("lead", "pm", LinkDirection::TwoWay, LinkRelationship::Peer),
+            // The same pair twice: the name is listed once.
+            link("dev", "lead", LinkDirection::OneWay, LinkRelationship::Subordinate),
+            Link { enabled: false, ..link("lead", "ops", LinkDirection::TwoWay, LinkRelationship::Peer) },
+            link("boss", "pm", LinkDirection::TwoWay, LinkRelationship::Superior),
+        ];
+        assert_eq!(
+            OrgChart::of("lead", &links),
+            OrgChart {
+                agent_id: "lead".into(),
+                superiors: vec!["boss".into()],
+                subordinates: vec!["dev".into(), "qa".into()],
+                peers: vec!["pm".into()],
+            }
+        );
+        assert_eq!(
+            OrgChart::of("boss", &links),
+            OrgChart {
+                agent_id: "boss".into(),
+                superiors: vec![],
+                subordinates: vec!["lead".into(), "pm".into()],
+                peers: vec![],
+            }
+        );
+    }
+
+    #[test]
     fn events_carry_their_kind_flat_beside_id_and_time() {
         let event = MeshEvent {
             id: 7,

@@ -355,3 +355,36 @@ pub mod method {
         pub const AGENT_GET_AUTHENTICATED_EXTENDED_CARD: &str = "agent/getAuthenticatedExtendedCard";
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_version_shapes_an_error_as_its_sdk_does() {
+        // Protocol-level errors carry no `data` in either version.
+        for code in [A2aErrorCode::ParseError, A2aErrorCode::InvalidRequest, A2aErrorCode::MethodNotFound] {
+            for v1 in [true, false] {
+                assert_eq!(ErrorObject::in_version(code, "m", v1), ErrorObject::new(code, "m"), "{code:?} v1={v1}");
+            }
+        }
+        let code = A2aErrorCode::TaskNotFound;
+        let v1 = ErrorObject::in_version(code, "gone", true);
+        assert_eq!(v1.data, Some(Value::Array(code.error_details())));
+        let v03 = ErrorObject::in_version(code, "gone", false);
+        assert_eq!(v03.data, Some(Value::Null));
+        assert_eq!((v1.code, v03.code, v03.message.as_str()), (-32001, -32001, "gone"));
+    }
+
+    #[test]
+    fn json_content_types_are_application_json_and_any_plus_json() {
+        for json in
+            ["application/json", "application/json; charset=utf-8", " Application/JSON ", "application/a2a+json"]
+        {
+            assert!(is_json_content_type(json), "{json}");
+        }
+        for other in ["", "text/plain", "application/jsonl", "text/json", "application/x-www-form-urlencoded"] {
+            assert!(!is_json_content_type(other), "{other}");
+        }
+    }
+}

@@ -167,8 +167,8 @@ impl ConfidenceLevel {
     pub fn lowered(self, steps: usize) -> Self {
         const ORDER: [ConfidenceLevel; 4] =
             [ConfidenceLevel::High, ConfidenceLevel::Medium, ConfidenceLevel::Low, ConfidenceLevel::Speculative];
-        let at = ORDER.iter().position(|level| *level == self).unwrap_or(ORDER.len() - 1);
-        ORDER[(at + steps).min(ORDER.len() - 1)]
+        // The enum lists levels from the highest down, as ORDER does: a level's number is its place.
+        ORDER[(self as usize).saturating_add(steps).min(ORDER.len() - 1)]
     }
 
     /// The lower of the two levels.
@@ -270,6 +270,9 @@ mod tests {
         assert_eq!(High.lowered(0), High);
         assert_eq!(High.lowered(2), Low);
         assert_eq!(Medium.lowered(9), Speculative);
+        assert_eq!(Medium.lowered(1), Low);
+        assert_eq!(Speculative.lowered(1), Speculative);
+        assert_eq!(Low.lowered(usize::MAX), Speculative);
         assert_eq!(High.at_most(Medium), Medium);
         assert_eq!(Low.at_most(Medium), Low);
     }
