@@ -192,6 +192,35 @@ mod tests {
         }
     }
 
+    /// The shortcut is what spares a save the parse: every stamp the engine writes takes it, and
+    /// nothing that the parser would refuse or rewrite does. (A shortcut that never fires gives
+    /// the same answers as above, only slower, so only this test sees it.)
+    #[test]
+    fn the_engines_own_stamps_take_the_shortcut() {
+        for normal in [
+            now_timestamp(),
+            "2026-11-22T04:08:38.933199Z".into(),
+            "2024-02-29T23:59:59.999999Z".into(),
+            "0001-01-01T00:00:00.000000Z".into(),
+        ] {
+            assert!(is_normal_timestamp(&normal), "{normal}");
+        }
+        for other in [
+            "2026-11-22T04:08:38Z",
+            "2026-11-22T04:08:38.933199+00:00",
+            "2026-11-22 04:08:38.933199Z",
+            "2026-11-22T04:08:38,933199Z",
+            "2026-13-22T04:08:38.933199Z",
+            "2026-02-29T04:08:38.933199Z",
+            "2026-11-22T24:08:38.933199Z",
+            "2026-11-22T04:60:38.933199Z",
+            "2026-11-22T04:08:60.933199Z",
+            "2026-11-22T04:08:38.93319xZ",
+        ] {
+            assert!(!is_normal_timestamp(other), "{other}");
+        }
+    }
+
     #[test]
     fn new_ids_are_unique_and_sort_in_the_order_they_were_made() {
         let ids: Vec<String> = (0..1_000).map(|_| new_id()).collect();

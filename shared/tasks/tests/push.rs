@@ -326,3 +326,45 @@ async fn a_notification_given_up_leaves_the_outbox_and_is_recorded_on_its_config
         assert!(!records[0].at.is_empty(), "{backend}");
     }
 }
+
+/// What operators read of notifications that never reach their webhook:
+/// `mesh_push_notifications_refused_total`, by tenant and reason, for those refused when queued
+/// (counted by notification) and those given up after a claim.
+#[test]
+fn refused_and_given_up_notifications_are_counted_by_tenant_and_reason() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        // One thread, so that everything the store records goes to this thread's recorder.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let store = TaskStore::in_memory("counted", mesh_tasks::MEMORY_TASKS_MAX_DEFAULT)
+                .with_push_limits(PushLimits { outbox_rows_max: 5, outbox_tenant_rows_max: 1 });
+            store.put_push_config("a", "t", &config(Some("x"), "http://x.test/")).await.unwrap();
+            store.put_push_config("a", "t", &config(Some("y"), "http://y.test/")).await.unwrap();
+            assert_eq!(store.enqueue_push("a", "t", &[update("t", TaskState::Working)]).await.unwrap(), 2);
+            // Three events for each of the two webhooks: six notifications refused.
+            let refused =
+                [TaskState::Working, TaskState::Working, TaskState::Completed].map(|state| update("t", state));
+            assert_eq!(store.enqueue_push("a", "t", &refused).await.unwrap(), 0);
+            let claimed = claim(&store).await;
+            let given_up = PushOutcome::Undelivered { reason: Undelivered::CircuitOpen, message: "open".into() };
+            store.settle_push(&claimed[0], given_up).await.unwrap();
+        });
+    });
+    let mut counts: Vec<_> = mesh_test_support::metrics::read(&snapshotter)
+        .into_iter()
+        .filter(|(name, _, _)| name == "mesh_push_notifications_refused_total")
+        .map(|(_, labels, value)| match value {
+            DebugValue::Counter(count) => (labels, count),
+            other => panic!("a counter, not {other:?}"),
+        })
+        .collect();
+    counts.sort();
+    let labels = |reason: &str| -> Vec<(String, String)> {
+        [("reason", reason), ("service", "counted"), ("tenant", "a")].map(|(k, v)| (k.into(), v.into())).to_vec()
+    };
+    assert_eq!(counts, [(labels("circuit_open"), 1), (labels("tenant_outbox_full"), 6)]);
+}

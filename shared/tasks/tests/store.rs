@@ -65,6 +65,34 @@ async fn a_task_id_is_created_once_per_tenant_and_each_store_says_what_it_is() {
     }
 }
 
+/// A store's writer ends with the store: dropped, it leaves no task behind (a writer that kept
+/// polling its closed queue would spin for the life of the process).
+#[tokio::test]
+async fn a_dropped_stores_writer_ends() {
+    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let before = tasks();
+    let store = TaskStore::open(mesh_storage::SQLITE_MEMORY_URL, "dropped").await.unwrap();
+    store.save("", task("t1", "c1", TaskState::Completed)).await.unwrap();
+    assert!(tasks() > before, "the writer runs");
+    drop(store);
+    mesh_test_support::eventually("the writer's end", Duration::from_secs(30), async || tasks() == before).await;
+}
+
+/// `/health` asks the store's ping: a store on PostgreSQL tells when its server stops answering
+/// (cut off by a relay) rather than answering from its pool.
+#[tokio::test]
+async fn a_store_whose_database_stops_answering_fails_its_ping() {
+    let Some(url) = mesh_test_support::postgres_url() else { return };
+    let (mut relay, through) = mesh_test_support::relay::Relay::in_front_of(&url, 5432).await;
+    let agent = format!("ping-{}", uuid::Uuid::new_v4());
+    let store = TaskStore::open(&through, &agent).await.unwrap();
+    store.ping().await.unwrap();
+    relay.cut().await;
+    // A pooled connection may take a moment to see its socket gone; each ping then fails within
+    // the pool's acquire timeout.
+    mesh_test_support::eventually("a failed ping", Duration::from_secs(60), async || store.ping().await.is_err()).await;
+}
+
 #[tokio::test]
 async fn a_memory_store_full_of_unfinished_tasks_has_no_room_for_another() {
     let store = TaskStore::in_memory("test-agent", 1);

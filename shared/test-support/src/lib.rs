@@ -8,6 +8,8 @@
 //! answers from a script and records what it was asked, and [`mcp::McpTestServer`], a real MCP
 //! server with a few tools.
 //!
+//! And [`relay::Relay`], a TCP relay a test cuts to take a real part away.
+//!
 //! And [`eventually`], for waiting on a condition instead of sleeping, and [`logs`], for waiting
 //! on a line the code under test logged.
 
@@ -17,6 +19,7 @@ pub mod llm;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+pub mod relay;
 pub mod wait;
 
 pub use wait::eventually;
