@@ -90,7 +90,7 @@ async fn a_store_whose_database_stops_answering_fails_its_ping() {
     relay.cut().await;
     // A pooled connection may take a moment to see its socket gone; each ping then fails within
     // the pool's acquire timeout.
-    mesh_test_support::eventually("a failed ping", Duration::from_secs(60), async || store.ping().await.is_err()).await;
+    mesh_test_support::eventually("a failed ping", Duration::from_secs(30), async || store.ping().await.is_err()).await;
 }
 
 #[tokio::test]
