@@ -345,6 +345,12 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     let recorded: Vec<(&str, &str, &str)> =
         messages.iter().map(|(link, m)| (link.as_str(), m.from_agent_id.as_str(), m.context_id.as_str())).collect();
     assert_eq!(recorded, [("l1", "boss", "link:l1"), ("l1", "worker", "link:l1")]);
+    // A message needs both a target and a text: either one blank is refused before anything is sent.
+    for (target, message) in [("worker", "  "), (" ", "status?")] {
+        let refused =
+            boss.ask(json!({"skill": "send_agent_message", "target": target, "message": message})).await.unwrap_err();
+        assert_eq!(refused["error_code"], "TASK_INVALID_INPUT", "{target:?}, {message:?}: {refused}");
+    }
     // Each receiver reported that it processed its message, naming the message and its task.
     eventually("both receipts are posted", async || registry.state.receipts.lock().unwrap().len() == 2).await;
     let mut receipts = registry.state.receipts.lock().unwrap().clone();

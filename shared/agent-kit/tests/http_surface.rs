@@ -220,6 +220,20 @@ async fn seed_task_is_answered_with_its_id_and_the_last_user_message() {
 }
 
 #[tokio::test]
+async fn a_seed_answer_gives_its_processing_time_in_milliseconds() {
+    let agent = Agent::with_defaults().await;
+    let started = Instant::now();
+    let answer = expect_task(agent.send_task(&task("nap")).await).await;
+    let round_trip_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let processing_ms = answer.metadata.processing_time_ms;
+    // At least the handler's nap, and no more than the whole round trip the client saw.
+    assert!(
+        (NAP.as_secs_f64() * 1000.0..=round_trip_ms).contains(&processing_ms),
+        "{processing_ms} ms processing, {round_trip_ms} ms round trip, a nap of {NAP:?}"
+    );
+}
+
+#[tokio::test]
 async fn task_without_id_is_assigned_a_fresh_uuid() {
     let agent = Agent::with_defaults().await;
     let first = expect_task(agent.send_task(&task("echo one")).await).await;
