@@ -40,6 +40,11 @@ impl Samples {
 
 /// Reads `--name value` from the command line (cargo bench passes its own flags too).
 pub fn arg(name: &str, default: u64) -> u64 {
+    text_arg(name).and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+/// The value of `--name value` on the command line, if given.
+pub fn text_arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.windows(2).find(|pair| pair[0] == name).and_then(|pair| pair[1].parse().ok()).unwrap_or(default)
+    args.windows(2).find(|pair| pair[0] == name).map(|pair| pair[1].clone())
 }

@@ -18,12 +18,14 @@
 //!    gateway, and the p99 the gateway adds (goal ≤ 1 ms).
 //!
 //! ```sh
-//! cargo bench -p gateway --bench gateway_relay -- [--concurrency 16] [--seconds 10] [--rate 1000] [--rounds 3]
+//! cargo bench -p gateway --bench gateway_relay -- [--concurrency 16] [--seconds 10] [--rate 1000] [--rounds 3] [--gateway-cpu N]
 //! ```
 //!
 //! On a small machine the gateway and the agent it relays to share the cores: through the
 //! gateway, one request costs both processes' work, so the ratio is bounded by what the agent's
-//! share of that work is.
+//! share of that work is. With `--gateway-cpu N` the gateway runs alone on CPU N and everything
+//! else (this load generator, K and E) on the other CPUs, direct and through the gateway alike:
+//! the gateway on hosts of its own, as it is deployed, taking nothing from the agent's cores.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -48,7 +50,7 @@ mod load;
 mod support;
 
 use load::{Outcome, Target};
-use support::arg;
+use support::{arg, text_arg};
 
 /// The gateway binary's allocator, for every server here: K and E are measured under the same.
 #[global_allocator]
@@ -66,22 +68,46 @@ const GOAL_RATIO: f64 = 0.7;
 const GOAL_ADDED_P99_US: f64 = 1_000.0;
 
 fn main() -> anyhow::Result<()> {
+    // Pinned before the runtime starts, so its workers (one per CPU it may use) and K's and E's,
+    // which inherit the pinning, count only the CPUs left to them.
+    let role = std::env::var(SERVE_ENV).ok();
+    let pinning = match (&role, text_arg("--gateway-cpu")) {
+        (None, Some(gateway_cpu)) => {
+            let others = other_cpus(&gateway_cpu)?;
+            pin_self_to(&others)?;
+            Some(Pinning { gateway_cpu, others })
+        }
+        _ => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    match std::env::var(SERVE_ENV) {
-        Ok(role) => runtime.block_on(serve(&role)),
-        Err(_) => runtime.block_on(run()),
+    match role {
+        Some(role) => runtime.block_on(serve(&role)),
+        None => runtime.block_on(run(pinning)),
     }
 }
 
-async fn run() -> anyhow::Result<()> {
+/// `--gateway-cpu`: the gateway's CPU, and the others', where everything else runs.
+struct Pinning {
+    gateway_cpu: String,
+    others: String,
+}
+
+async fn run(pinning: Option<Pinning>) -> anyhow::Result<()> {
     let concurrency = usize::try_from(arg("--concurrency", 16))?;
     let measure = Duration::from_secs(arg("--seconds", 10));
     let rate = arg("--rate", 1_000);
     let rounds = arg("--rounds", 3);
-    let kit = Server::start("kit", &[])?;
-    let echo = Server::start("echo", &[])?;
+    let kit = Server::start("kit", &[], None)?;
+    let echo = Server::start("echo", &[], None)?;
     let upstreams = format!("kit=http://{},echo=http://{}", kit.addr, echo.addr);
-    let gateway = Server::start("gateway", &[(UPSTREAMS_ENV, &upstreams)])?;
+    let gateway_cpu = pinning.as_ref().map(|pinning| pinning.gateway_cpu.as_str());
+    let gateway = Server::start("gateway", &[(UPSTREAMS_ENV, &upstreams)], gateway_cpu)?;
+    match &pinning {
+        Some(Pinning { gateway_cpu, others }) => {
+            println!("the gateway alone on CPU {gateway_cpu}; the load generator, K and E on CPUs {others}")
+        }
+        None => println!("every process on every CPU"),
+    }
     let user = mesh_auth::mint_hs256(SECRET.as_bytes(), &Claims::new("bench", "acme", &[Role::User], 24 * 3_600))?;
     let at = |server: &Server, path: &str| Target { addr: server.addr, path: path.into(), bearer: Some(user.clone()) };
     let targets = [
@@ -129,11 +155,14 @@ async fn run() -> anyhow::Result<()> {
     );
     let per_request_us = |(cpu_s, requests): (f64, usize)| cpu_s * 1e6 / requests.max(1) as f64;
     let (gateway_us, kit_us) = (per_request_us(gateway_cpu), per_request_us(kit_cpu));
-    println!(
-        "  CPU per request: the gateway {gateway_us:.0} us, K {kit_us:.0} us; sharing its cores with K, \
-         the gateway leaves K at most {:.2} of its direct rate",
-        kit_us / (kit_us + gateway_us)
-    );
+    println!("  CPU per request: the gateway {gateway_us:.0} us, K {kit_us:.0} us");
+    match &pinning {
+        Some(_) => println!("  on its one CPU the gateway relays at most {:.0} req/s", 1e6 / gateway_us),
+        None => println!(
+            "  sharing its cores with K, the gateway leaves K at most {:.2} of its direct rate",
+            kit_us / (kit_us + gateway_us)
+        ),
+    }
 
     println!("open loop, {rate} req/s, {} s each:", measure.as_secs());
     let mut p99s = Vec::new();
@@ -220,9 +249,20 @@ struct Server {
 }
 
 impl Server {
-    /// This binary re-executed as `role`; it prints its address on its first line.
-    fn start(role: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let mut process = Command::new(std::env::current_exe()?)
+    /// This binary re-executed as `role` (on `cpu` only, when given; else where this process
+    /// runs); it prints its address on its first line.
+    fn start(role: &str, env: &[(&str, &str)], cpu: Option<&str>) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let mut command = match cpu {
+            // taskset execs the server in its own process: the child's id stays the server's.
+            Some(cpu) => {
+                let mut taskset = Command::new("taskset");
+                taskset.args(["-c", cpu]).arg(exe);
+                taskset
+            }
+            None => Command::new(exe),
+        };
+        let mut process = command
             .env(SERVE_ENV, role)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -248,6 +288,22 @@ impl Server {
         let ticks = |index: usize| fields.get(index).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
         Ok((ticks(11) + ticks(12)) / 100.0)
     }
+}
+
+/// Every CPU this process may use but `cpu`, as a `taskset` list.
+fn other_cpus(cpu: &str) -> anyhow::Result<String> {
+    let cpu: usize = cpu.parse().map_err(|e| anyhow::anyhow!("--gateway-cpu {cpu}: {e}"))?;
+    let count = std::thread::available_parallelism()?.get();
+    anyhow::ensure!(cpu < count && count > 1, "--gateway-cpu {cpu}: this machine has CPUs 0 to {}", count - 1);
+    Ok((0..count).filter(|other| *other != cpu).map(|other| other.to_string()).collect::<Vec<_>>().join(","))
+}
+
+/// Pins this process (every thread it has: only the main one, before the runtime starts) to `cpus`.
+fn pin_self_to(cpus: &str) -> anyhow::Result<()> {
+    let pid = std::process::id().to_string();
+    let status = Command::new("taskset").args(["-a", "-p", "-c", cpus, &pid]).stdout(Stdio::null()).status()?;
+    anyhow::ensure!(status.success(), "taskset could not pin the load generator to CPUs {cpus}: {status}");
+    Ok(())
 }
 
 impl Drop for Server {
