@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Instructions the gateway spends per relayed SendMessage, counted by valgrind's callgrind (the
 # count hardly moves with what else runs on the machine, unlike requests per second). Runs the
-# gateway_relay benchmark's servers: its kit echo agent natively, and its gateway role (the
-# gateway with the registry beside it, in one process) under callgrind, twice, relaying FEW then
+# gateway_relay benchmark's servers: its kit echo agent and its registry natively, and its
+# gateway role under callgrind, twice, relaying FEW then
 # MANY blocking SendMessage requests sent one at a time with a user's bearer token; prints
 # (instructions(MANY) - instructions(FEW)) / (MANY - FEW), so start-up cancels out, and keeps
 # the MANY run's callgrind file for callgrind_annotate.
@@ -36,17 +36,22 @@ instructions() {
     GATEWAY_BENCH_SERVE=kit "$bench" >"$work/kit" 2>/dev/null &
     local kit=$!
     pids+=("$kit")
-    local kit_addr
+    GATEWAY_BENCH_SERVE=registry "$bench" >"$work/registry" 2>/dev/null &
+    local registry=$!
+    pids+=("$registry")
+    local kit_addr registry_addr
     kit_addr="$(first_line "$work/kit")"
-    env GATEWAY_BENCH_SERVE=gateway GATEWAY_BENCH_UPSTREAMS="kit=http://$kit_addr" \
+    registry_addr="$(first_line "$work/registry")"
+    env GATEWAY_BENCH_SERVE=gateway GATEWAY_BENCH_UPSTREAMS="kit=http://$kit_addr" GATEWAY_BENCH_REGISTRY="$registry_addr" \
         valgrind --tool=callgrind --callgrind-out-file="$out" "$bench" >"$work/gateway" 2>/dev/null &
     local gateway=$!
     pids+=("$gateway")
     python3 scripts/lib/send_messages.py "$(first_line "$work/gateway")" "$count" /agents/kit/
     stop_counted "$gateway"
-    kill "$kit" 2>/dev/null || true
-    wait "$kit" 2>/dev/null || true
+    kill "$kit" "$registry" 2>/dev/null || true
+    wait "$kit" "$registry" 2>/dev/null || true
     : >"$work/kit"
+    : >"$work/registry"
     : >"$work/gateway"
     total_instructions "$out"
 }

@@ -8,8 +8,8 @@
 //!   the gateway's own rate, to set beside agentgateway's published figure (about 13.6k QPS on
 //!   2 CPUs for 1 KB bodies, another machine).
 //!
-//! Every server runs in a process of its own (this binary re-executed): K, E, and the gateway
-//! with a registry beside it. The load generator ([`load`], raw hyper connections) is this
+//! Every server runs in a process of its own (this binary re-executed): K, E, the registry the
+//! gateway reads its agents from, and the gateway. The load generator ([`load`], raw hyper connections) is this
 //! process. Measured, in `--rounds` interleaved rounds:
 //!
 //! 1. closed loop at `--concurrency` (16): requests per second of K direct and through the
@@ -24,7 +24,7 @@
 //! On a small machine the gateway and the agent it relays to share the cores: through the
 //! gateway, one request costs both processes' work, so the ratio is bounded by what the agent's
 //! share of that work is. With `--gateway-cpu N` the gateway runs alone on CPU N and everything
-//! else (this load generator, K and E) on the other CPUs, direct and through the gateway alike:
+//! else (this load generator, K, E and the registry) on the other CPUs, direct and through the gateway alike:
 //! the gateway on hosts of its own, as it is deployed, taking nothing from the agent's cores.
 
 use std::io::{BufRead, BufReader, Write};
@@ -64,6 +64,7 @@ const WARM_UP_SECS: u64 = 1;
 /// The child process's role, and what it needs.
 const SERVE_ENV: &str = "GATEWAY_BENCH_SERVE";
 const UPSTREAMS_ENV: &str = "GATEWAY_BENCH_UPSTREAMS";
+const REGISTRY_ENV: &str = "GATEWAY_BENCH_REGISTRY";
 const GOAL_RATIO: f64 = 0.7;
 const GOAL_ADDED_P99_US: f64 = 1_000.0;
 
@@ -101,10 +102,15 @@ async fn run(pinning: Option<Pinning>) -> anyhow::Result<()> {
     let echo = Server::start("echo", &[], None)?;
     let upstreams = format!("kit=http://{},echo=http://{}", kit.addr, echo.addr);
     let gateway_cpu = pinning.as_ref().map(|pinning| pinning.gateway_cpu.as_str());
-    let gateway = Server::start("gateway", &[(UPSTREAMS_ENV, &upstreams)], gateway_cpu)?;
+    let registry = Server::start("registry", &[], None)?;
+    let registry_addr = registry.addr.to_string();
+    let gateway =
+        Server::start("gateway", &[(UPSTREAMS_ENV, &upstreams), (REGISTRY_ENV, &registry_addr)], gateway_cpu)?;
     match &pinning {
         Some(Pinning { gateway_cpu, others }) => {
-            println!("the gateway alone on CPU {gateway_cpu}; the load generator, K and E on CPUs {others}")
+            println!(
+                "the gateway alone on CPU {gateway_cpu}; the load generator, K, E and the registry on CPUs {others}"
+            )
         }
         None => println!("every process on every CPU"),
     }
@@ -128,10 +134,17 @@ async fn run(pinning: Option<Pinning>) -> anyhow::Result<()> {
     let (mut gateway_cpu, mut kit_cpu) = ((0.0, 0), (0.0, 0));
     for _ in 0..rounds {
         for (index, ((name, target), rates)) in targets.iter().zip(&mut rates).enumerate() {
-            let (gateway_before, kit_before) = (gateway.cpu_s()?, kit.cpu_s()?);
-            let outcome =
-                load::closed_loop(target, concurrency, Duration::from_secs(WARM_UP_SECS), measure, request_body, check)
-                    .await;
+            let warm_up = Duration::from_secs(WARM_UP_SECS);
+            // Read as the measured window opens: the warm-up's requests are not counted.
+            let window_opens = async {
+                tokio::time::sleep(warm_up).await;
+                (gateway.cpu_s(), kit.cpu_s())
+            };
+            let (outcome, (gateway_before, kit_before)) = tokio::join!(
+                load::closed_loop(target, concurrency, warm_up, measure, request_body, check),
+                window_opens
+            );
+            let (gateway_before, kit_before) = (gateway_before?, kit_before?);
             failures(name, &outcome)?;
             let requests = outcome.latencies.len() + outcome.errors;
             match index {
@@ -324,6 +337,7 @@ async fn serve(role: &str) -> anyhow::Result<()> {
     match role {
         "kit" => serve_kit().await,
         "echo" => serve_echo().await,
+        "registry" => serve_registry().await,
         "gateway" => serve_gateway().await,
         _ => anyhow::bail!("unknown {SERVE_ENV}={role}"),
     }
@@ -392,8 +406,9 @@ fn auth() -> AuthConfig {
     AuthConfig { jwt_hs256_secret: Some(SECRET.into()), ..AuthConfig::default() }
 }
 
-/// A registry, the upstreams registered in it, and the gateway in front of them.
-async fn serve_gateway() -> anyhow::Result<()> {
+/// The registry the gateway reads its agents from, in a process of its own as it is deployed
+/// (in the gateway's process it would take the gateway's CPU and delay its requests).
+async fn serve_registry() -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
     let config = registry::RegistryConfig {
         port: 0,
@@ -402,8 +417,14 @@ async fn serve_gateway() -> anyhow::Result<()> {
         ..registry::RegistryConfig::default()
     };
     let app = registry::Application::build(&config).await?;
-    let registry = app.url();
-    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    announce(&app.url())?;
+    app.run_until_stopped(std::future::pending()).await?;
+    Ok(())
+}
+
+/// The upstreams registered in the registry, and the gateway in front of them.
+async fn serve_gateway() -> anyhow::Result<()> {
+    let registry = format!("http://{}", std::env::var(REGISTRY_ENV)?);
     let admin = mesh_auth::mint_hs256(SECRET.as_bytes(), &Claims::new("operator", "", &[Role::Admin], 3_600))?;
     let client = reqwest::Client::new();
     for upstream in std::env::var(UPSTREAMS_ENV)?.split(',') {
