@@ -271,10 +271,47 @@ impl<H: AgentHandler> AgentHandler for WithAgentMessages<H> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use mesh_client::TransportError;
     use mesh_protocol::a2a::v1::{Artifact, Task, TaskStatus};
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_registry_is_asked_again_only_for_what_time_can_fix_and_at_most_so_often() {
+        fn status(status: u16) -> ClientError {
+            ClientError::Status { url: "http://registry/links".into(), status, body: None }
+        }
+        fn unreachable() -> ClientError {
+            let source = TransportError::Connect("connection refused".into());
+            ClientError::Transport { url: "http://registry/links".into(), source }
+        }
+        let cases: [(&str, fn() -> ClientError, usize); 4] = [
+            ("503", || status(503), RECORD_ATTEMPTS_MAX),
+            ("429", || status(429), RECORD_ATTEMPTS_MAX),
+            ("no answer", unreachable, RECORD_ATTEMPTS_MAX),
+            ("400", || status(400), 1),
+        ];
+        for (what, error, asked) in cases {
+            let calls = AtomicUsize::new(0);
+            let answer: Option<()> = at_registry("l1", "not recorded", || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                std::future::ready(Err(error()))
+            })
+            .await;
+            assert_eq!((answer, calls.load(Ordering::SeqCst)), (None, asked), "{what}");
+        }
+        // An answer after a failure is the answer.
+        let calls = AtomicUsize::new(0);
+        let answer = at_registry("l1", "not recorded", || {
+            let call = calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(if call == 0 { Err(status(502)) } else { Ok(call) })
+        })
+        .await;
+        assert_eq!(answer, Some(1));
+    }
 
     #[test]
     fn an_answer_reads_as_text_with_its_outcome() {

@@ -763,6 +763,20 @@ mod tests {
     }
 
     #[test]
+    fn the_default_task_store_is_a_file_named_after_the_agent_in_safe_characters() {
+        assert_eq!(default_task_store_url("search-2"), "sqlite://data/tasks/search-2.db");
+        // Anything but ASCII letters, digits and dashes becomes `_`: no path or URL syntax.
+        assert_eq!(default_task_store_url("Héllo agent/../x?y"), "sqlite://data/tasks/H_llo_agent____x_y.db");
+    }
+
+    #[test]
+    fn extras_show_their_components_by_name() {
+        let probe: Box<dyn Fn() -> serde_json::Value + Send + Sync> = Box::new(|| serde_json::json!({"ok": true}));
+        let extras = AgentExtras { components: vec![("bus".to_owned(), probe)], ..AgentExtras::default() };
+        assert_eq!(format!("{extras:?}"), r#"AgentExtras { components: ["bus"], .. }"#);
+    }
+
+    #[test]
     fn each_task_durability_is_read_by_its_name() {
         assert_eq!(AgentConfig::default().task_durability, TaskDurability::Durable);
         for (name, durability) in [

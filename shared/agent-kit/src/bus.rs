@@ -157,7 +157,31 @@ pub fn plain_text(parts: &[Part], warnings: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use mesh_client::{CircuitReport, CircuitWord};
+
     use super::*;
+
+    /// A handler calling one agent, whose circuit is open.
+    struct Calling;
+
+    impl AgentHandler for Calling {
+        async fn handle(&self, _: TaskInput) -> Result<crate::AgentReply, AgentError> {
+            Err(AgentError::Unavailable("not asked here".into()))
+        }
+
+        fn circuits(&self) -> Vec<CircuitReport> {
+            vec![CircuitReport { agent: "search".into(), endpoint: "http://search/".into(), state: CircuitWord::Open }]
+        }
+    }
+
+    #[test]
+    fn a_shared_handler_reports_its_circuits() {
+        let circuits = Arc::new(Calling).circuits();
+        assert_eq!(
+            circuits.iter().map(|c| (c.agent.as_str(), c.state)).collect::<Vec<_>>(),
+            [("search", CircuitWord::Open)]
+        );
+    }
 
     #[test]
     fn replies_become_plain_text() {

@@ -51,3 +51,50 @@ fn is_transient(error: &ClientError) -> bool {
         ClientError::InvalidUrl { .. } | ClientError::InvalidCredential => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mesh_client::TransportError;
+    use mesh_protocol::error::{ErrorBody, FailureStatus};
+
+    use super::*;
+
+    fn status(status: u16, error_code: Option<&str>) -> ClientError {
+        let body = error_code.map(|code| ErrorBody {
+            status: FailureStatus::Error,
+            error_code: code.to_owned(),
+            error_message: "refused".into(),
+            request_id: None,
+        });
+        ClientError::Status { url: "http://registry/register".into(), status, body }
+    }
+
+    #[test]
+    fn only_what_time_can_fix_is_retried() {
+        let url = || "http://registry/register".to_owned();
+        let cases = [
+            (
+                "no connection",
+                ClientError::Transport { url: url(), source: TransportError::Connect("refused".into()) },
+                true,
+            ),
+            ("an answer not understood", ClientError::Decode { url: url(), reason: "not JSON".into() }, true),
+            ("our card not reachable yet", status(422, Some("AGENT_CARD_UNREACHABLE")), true),
+            ("another invalid registration", status(422, Some("REGISTRATION_INVALID")), false),
+            ("a 422 without a body", status(422, None), false),
+            ("500", status(500, None), true),
+            ("503", status(503, None), true),
+            ("429", status(429, None), true),
+            ("408", status(408, None), true),
+            ("400", status(400, None), false),
+            ("401", status(401, None), false),
+            ("404", status(404, None), false),
+            ("499", status(499, None), false),
+            ("an invalid URL", ClientError::InvalidUrl { url: url(), reason: "no host".into() }, false),
+            ("an invalid credential", ClientError::InvalidCredential, false),
+        ];
+        for (what, error, transient) in cases {
+            assert_eq!(is_transient(&error), transient, "{what}");
+        }
+    }
+}
