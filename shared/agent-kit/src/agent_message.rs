@@ -288,7 +288,9 @@ mod tests {
             let source = TransportError::Connect("connection refused".into());
             ClientError::Transport { url: "http://registry/links".into(), source }
         }
-        let cases: [(&str, fn() -> ClientError, usize); 4] = [
+        /// Makes the failure the registry answers each time it is asked.
+        type Failure = fn() -> ClientError;
+        let cases: [(&str, Failure, usize); 4] = [
             ("503", || status(503), RECORD_ATTEMPTS_MAX),
             ("429", || status(429), RECORD_ATTEMPTS_MAX),
             ("no answer", unreachable, RECORD_ATTEMPTS_MAX),
