@@ -27,7 +27,7 @@ use mesh_protocol::graph::{
     OutcomeStatus,
 };
 use mesh_protocol::registry::Registration;
-use mesh_protocol::seed::{Part, TaskResponse};
+use mesh_protocol::seed::{Part, ResponseStatus, TaskResponse};
 use mesh_server::HealthReport;
 use mesh_server::links::LINK_DENIED_JSONRPC_CODE;
 use serde_json::{Value, json};
@@ -240,17 +240,26 @@ impl Agent {
 
     /// Asks this agent to use one of its skills, as a user would, and returns the reply's data.
     async fn ask(&self, data: Value) -> Result<Value, Value> {
+        self.ask_whole(data).await.map(data_of)
+    }
+
+    /// [`Agent::ask`]'s whole answer: status and warnings with the reply.
+    async fn ask_whole(&self, data: Value) -> Result<TaskResponse, Value> {
         let response = self.seed(&[], data).await;
         if !response.status().is_success() {
             return Err(response.json().await.unwrap());
         }
-        let task: TaskResponse = response.json().await.unwrap();
-        let data = task.messages.into_iter().flat_map(|m| m.parts).find_map(|part| match part {
-            Part::Data { data } => Some(data),
-            Part::Text { .. } => None,
-        });
-        Ok(data.expect("a data part"))
+        Ok(response.json().await.unwrap())
     }
+}
+
+/// The data part of a reply.
+fn data_of(task: TaskResponse) -> Value {
+    let data = task.messages.into_iter().flat_map(|m| m.parts).find_map(|part| match part {
+        Part::Data { data } => Some(data),
+        Part::Text { .. } => None,
+    });
+    data.expect("a data part")
 }
 
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
@@ -312,10 +321,11 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     // The boss messages its worker over the link: the worker's handler sees who and in which
     // relationship, its task store keeps the message in the link's conversation, the registry
     // records it.
-    let sent: SentAgentMessage = serde_json::from_value(
-        boss.ask(json!({"skill": "send_agent_message", "target": "worker", "message": "status?"})).await.unwrap(),
-    )
-    .unwrap();
+    let answer =
+        boss.ask_whole(json!({"skill": "send_agent_message", "target": "worker", "message": "status?"})).await.unwrap();
+    // Delivered, answered and recorded: a complete answer, without warnings.
+    assert_eq!((answer.status, answer.warnings.as_slice()), (ResponseStatus::Success, &[] as &[String]));
+    let sent: SentAgentMessage = serde_json::from_value(data_of(answer)).unwrap();
     assert_eq!((sent.link_id.as_str(), sent.context_id.as_str()), ("l1", "link:l1"));
     assert_eq!(sent.relationship, LinkRelationship::Superior);
     assert_eq!(sent.message_id.as_deref(), Some("m1"));
