@@ -317,6 +317,9 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     // The boss calls its worker.
     let called = boss.ask(json!({"skill": "call_agent", "agent_id": "worker", "message": "work"})).await.unwrap();
     assert_eq!((called["agent"].clone(), called["link"].clone()), (json!("worker"), Value::Null));
+    // Its health shows the circuit of the agent it called, through every layer of its handler.
+    let circuits = boss.health().await.circuits;
+    assert_eq!(circuits.iter().map(|c| c.agent.as_str()).collect::<Vec<_>>(), ["worker"], "{circuits:?}");
 
     // The boss messages its worker over the link: the worker's handler sees who and in which
     // relationship, its task store keeps the message in the link's conversation, the registry
