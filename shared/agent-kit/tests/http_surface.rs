@@ -104,6 +104,7 @@ impl Agent {
         let app = AgentApp::build(&config, card(), TestAgent, http).await.expect("the agent builds");
         assert_ne!(app.port(), 0, "port 0 binds an actual port");
         let url = app.url().to_owned();
+        assert!(url.ends_with(&format!(":{}", app.port())), "{url} is not on port {}", app.port());
         let (shutdown, signalled) = oneshot::channel::<()>();
         let run = tokio::spawn(app.run_until_stopped(async move {
             let _ = signalled.await;
