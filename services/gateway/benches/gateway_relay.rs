@@ -9,8 +9,8 @@
 //!   2 CPUs for 1 KB bodies, another machine).
 //!
 //! Every server runs in a process of its own (this binary re-executed): K, E, the registry the
-//! gateway reads its agents from, and the gateway. The load generator ([`load`], raw hyper connections) is this
-//! process. Measured, in `--rounds` interleaved rounds:
+//! gateway reads its agents from, and the gateway. The load generator ([`load`], raw hyper
+//! connections) is this process. Measured, in `--rounds` interleaved rounds:
 //!
 //! 1. closed loop at `--concurrency` (16): requests per second of K direct and through the
 //!    gateway, and their ratio (goal ≥ 0.7); E direct and through the gateway;
@@ -24,8 +24,9 @@
 //! On a small machine the gateway and the agent it relays to share the cores: through the
 //! gateway, one request costs both processes' work, so the ratio is bounded by what the agent's
 //! share of that work is. With `--gateway-cpu N` the gateway runs alone on CPU N and everything
-//! else (this load generator, K, E and the registry) on the other CPUs, direct and through the gateway alike:
-//! the gateway on hosts of its own, as it is deployed, taking nothing from the agent's cores.
+//! else (this load generator, K, E and the registry) on the other CPUs, direct and through the
+//! gateway alike: the gateway on hosts of its own, as it is deployed, taking nothing from the
+//! agent's cores.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -101,11 +102,10 @@ async fn run(pinning: Option<Pinning>) -> anyhow::Result<()> {
     let kit = Server::start("kit", &[], None)?;
     let echo = Server::start("echo", &[], None)?;
     let upstreams = format!("kit=http://{},echo=http://{}", kit.addr, echo.addr);
-    let gateway_cpu = pinning.as_ref().map(|pinning| pinning.gateway_cpu.as_str());
     let registry = Server::start("registry", &[], None)?;
     let registry_addr = registry.addr.to_string();
-    let gateway =
-        Server::start("gateway", &[(UPSTREAMS_ENV, &upstreams), (REGISTRY_ENV, &registry_addr)], gateway_cpu)?;
+    let pinned_to = pinning.as_ref().map(|pinning| pinning.gateway_cpu.as_str());
+    let gateway = Server::start("gateway", &[(UPSTREAMS_ENV, &upstreams), (REGISTRY_ENV, &registry_addr)], pinned_to)?;
     match &pinning {
         Some(Pinning { gateway_cpu, others }) => {
             println!(
