@@ -48,3 +48,15 @@ pub fn text_arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.windows(2).find(|pair| pair[0] == name).map(|pair| pair[1].clone())
 }
+
+/// CPU time process `pid` has used (user and system), in seconds: a benchmark reads it around
+/// its measured window to give each server's CPU per request, which the load generator sharing
+/// the cores does not blur as it does requests per second.
+pub fn process_cpu_s(pid: u32) -> std::io::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command (which may hold spaces): utime and stime are the 12th and
+    // 13th, in clock ticks of 1/100 s (USER_HZ).
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    Ok((ticks(11) + ticks(12)) / 100.0)
+}

@@ -294,12 +294,7 @@ impl Server {
 impl Server {
     /// CPU time the process has used (user and system), in seconds.
     fn cpu_s(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.process.id()))?;
-        // The fields after the command (which may hold spaces): utime and stime are the 12th and
-        // 13th, in clock ticks of 1/100 s (USER_HZ).
-        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-        let ticks = |index: usize| fields.get(index).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-        Ok((ticks(11) + ticks(12)) / 100.0)
+        Ok(support::process_cpu_s(self.process.id())?)
     }
 }
 

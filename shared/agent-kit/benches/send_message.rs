@@ -61,6 +61,8 @@ use tokio::net::TcpStream;
 
 #[path = "support/otlp_sink.rs"]
 mod otlp_sink;
+#[path = "../../../benches/support/mod.rs"]
+mod support;
 
 use otlp_sink::OtlpSink;
 
@@ -640,6 +642,24 @@ struct Sample {
     window: Duration,
     /// Requests per second of each round, to show the spread.
     round_rates: Vec<f64>,
+    /// CPU time over the measured window(s), in seconds: the server's and this load generator's.
+    cpu_s: CpuTime,
+}
+
+/// CPU time of the server under test and of the load generator (this process).
+#[derive(Debug, Default, Clone, Copy)]
+struct CpuTime {
+    server_s: f64,
+    client_s: f64,
+}
+
+impl CpuTime {
+    fn read(server_pid: u32) -> std::io::Result<Self> {
+        Ok(Self {
+            server_s: support::process_cpu_s(server_pid)?,
+            client_s: support::process_cpu_s(std::process::id())?,
+        })
+    }
 }
 
 impl Sample {
@@ -660,6 +680,12 @@ impl Sample {
         self.latencies_ns.len() as f64 / self.window.as_secs_f64()
     }
 
+    /// CPU time per answered request in microseconds: the server's and the load generator's.
+    fn cpu_per_request_us(&self) -> (f64, f64) {
+        let requests = self.latencies_ns.len().max(1) as f64;
+        (self.cpu_s.server_s * 1e6 / requests, self.cpu_s.client_s * 1e6 / requests)
+    }
+
     /// Nearest-rank percentile in milliseconds; `latencies_ns` must be sorted.
     fn percentile_ms(&self, fraction: f64) -> f64 {
         let rank = ((fraction * self.latencies_ns.len() as f64).ceil() as usize).max(1);
@@ -667,20 +693,27 @@ impl Sample {
     }
 }
 
-/// Runs `concurrency` workers against `target`: a warm-up, then `measure` recorded.
-async fn measure_cell(target: &Target, concurrency: usize, measure: Duration) -> Sample {
+/// Runs `concurrency` workers against `server`: a warm-up, then `measure` recorded, with the CPU
+/// time the server and the load generator used in that window.
+async fn measure_cell(server: &Server, concurrency: usize, measure: Duration) -> Result<Sample, BoxError> {
     let window_start = Instant::now() + Duration::from_secs(WARM_UP_SECS);
     let window_end = window_start + measure;
     let workers: Vec<_> =
-        (0..concurrency).map(|_| tokio::spawn(worker(target.clone(), window_start, window_end))).collect();
-    let mut cell = Sample { window: measure, ..Sample::default() };
+        (0..concurrency).map(|_| tokio::spawn(worker(server.target.clone(), window_start, window_end))).collect();
+    let pid = server.process.id();
+    tokio::time::sleep_until(window_start.into()).await;
+    let before = CpuTime::read(pid)?;
+    tokio::time::sleep_until(window_end.into()).await;
+    let after = CpuTime::read(pid)?;
+    let cpu_s = CpuTime { server_s: after.server_s - before.server_s, client_s: after.client_s - before.client_s };
+    let mut cell = Sample { window: measure, cpu_s, ..Sample::default() };
     for worker in workers {
         match worker.await {
             Ok(sample) => cell.absorb(sample),
             Err(panic) => cell.fail(format!("worker failed: {panic}")),
         }
     }
-    cell
+    Ok(cell)
 }
 
 /// One concurrent client: requests back to back on one connection, replaced when it fails.
@@ -849,7 +882,7 @@ async fn run(options: Options) -> Result<(), BoxError> {
                     *server = start_rust_sdk(binary)?;
                     ready(server).await?;
                 }
-                let cell = measure_cell(&server.target, concurrency, options.measure).await;
+                let cell = measure_cell(server, concurrency, options.measure).await?;
                 let rate = cell.rate();
                 eprintln!(
                     "round {round}, c={concurrency:>2}, {:<12}: {rate:>9.0} req/s, {} error(s)",
@@ -859,6 +892,8 @@ async fn run(options: Options) -> Result<(), BoxError> {
                 let total = results.entry((server.kind, concurrency)).or_default();
                 total.window += cell.window;
                 total.round_rates.push(rate);
+                total.cpu_s.server_s += cell.cpu_s.server_s;
+                total.cpu_s.client_s += cell.cpu_s.client_s;
                 total.absorb(cell);
             }
         }
@@ -874,14 +909,17 @@ async fn run(options: Options) -> Result<(), BoxError> {
 
 fn report(results: &mut BTreeMap<(Kind, usize), Sample>) {
     println!();
-    println!("| server | concurrency | req/s | p50 ms | p99 ms | errors | req/s per round |");
-    println!("|---|---:|---:|---:|---:|---:|---|");
+    println!(
+        "| server | concurrency | req/s | p50 ms | p99 ms | server CPU us/req | load generator CPU us/req | errors | req/s per round |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for concurrency in CONCURRENCIES {
         for ((kind, _), sample) in results.iter_mut().filter(|((_, c), _)| *c == concurrency) {
             sample.latencies_ns.sort_unstable();
             let rounds: Vec<String> = sample.round_rates.iter().map(|rate| format!("{rate:.0}")).collect();
+            let (server_us, client_us) = sample.cpu_per_request_us();
             println!(
-                "| {} | {concurrency} | {:.0} | {:.3} | {:.3} | {} | {} |",
+                "| {} | {concurrency} | {:.0} | {:.3} | {:.3} | {server_us:.1} | {client_us:.1} | {} | {} |",
                 kind.label(),
                 sample.rate(),
                 sample.percentile_ms(0.50),
