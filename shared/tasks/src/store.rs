@@ -5,6 +5,8 @@
 //! them in the process alone (see [`crate::memory`]).
 
 use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -125,10 +127,12 @@ pub(crate) struct SqlTasks {
 
 /// The newest queued but not yet committed state of each task, so that a read right after a
 /// background save sees it (read-your-writes) rather than the state before.
+/// Hashed with foldhash, seeded per map, as the memory store's map is: each request queues up to
+/// three writes and settles them, and std's SipHash cost several times as much.
 #[derive(Debug, Default)]
 struct PendingWrites {
     next_sequence: AtomicU64,
-    tasks: Mutex<HashMap<(String, String), PendingTask>>,
+    tasks: Mutex<HashMap<(String, String), PendingTask, RandomState>>,
 }
 
 #[derive(Debug)]
@@ -140,7 +144,7 @@ struct PendingTask {
 }
 
 impl PendingWrites {
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingTask>> {
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), PendingTask, RandomState>> {
         // The map stays consistent whatever panicked while holding it: every change is one insert
         // or remove.
         self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
@@ -645,7 +649,8 @@ async fn commit(
 ) -> Result<(), sqlx::Error> {
     // Only the newest write of a task in the batch matters (by status time, then queue order):
     // the others would be overwritten anyway, and one statement may not upsert a row twice.
-    let mut last: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut last: HashMap<(&str, &str), usize, RandomState> =
+        HashMap::with_capacity_and_hasher(batch.len(), RandomState::default());
     for (i, write) in batch.iter().enumerate() {
         let newest = last.entry((write.tenant.as_str(), write.task.id.as_str())).or_insert(i);
         if batch[*newest].updated_at <= write.updated_at {
