@@ -885,9 +885,10 @@ async fn run(options: Options) -> Result<(), BoxError> {
                 let cell = measure_cell(server, concurrency, options.measure).await?;
                 let rate = cell.rate();
                 eprintln!(
-                    "round {round}, c={concurrency:>2}, {:<12}: {rate:>9.0} req/s, {} error(s)",
+                    "round {round}, c={concurrency:>2}, {:<12}: {rate:>9.0} req/s, {} error(s) (process {})",
                     server.kind.label(),
-                    cell.errors
+                    cell.errors,
+                    server.process.id()
                 );
                 let total = results.entry((server.kind, concurrency)).or_default();
                 total.window += cell.window;
