@@ -22,9 +22,7 @@ use mesh_test_support::wait::eventually;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-mod common;
-
-use common::{Served, TIMEOUT};
+use crate::common::{Served, TIMEOUT};
 const AGENT: &str = "push";
 const TOKEN: &str = "client-token-1";
 const CREDENTIALS: &str = "webhook-secret";
@@ -200,7 +198,16 @@ async fn receive(State(hook): State<Arc<Hook>>, headers: HeaderMap, body: axum::
     status
 }
 
-impl Served {
+/// An agent of these tests ([`Worker`]) and the calls they make of it. A trait of this module's,
+/// since [`Served`] is the test binary's and other modules give it calls of their own.
+trait PushAgent {
+    async fn start(config: &AgentConfig) -> Self;
+    async fn rpc(&self, method: &str, params: Value) -> Value;
+    async fn rest(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value);
+    async fn send(&self, text: &str, webhook: Option<Value>) -> Value;
+}
+
+impl PushAgent for Served {
     async fn start(config: &AgentConfig) -> Self {
         Self::serve(AgentApp::build_tasks(config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap())
     }
@@ -661,7 +668,8 @@ async fn pending_notifications_survive_a_sigkill_of_the_agent() {
     let database = format!("sqlite://{}", dir.path().join("tasks.db").display());
     let webhook = Webhook::start(Behaviour::FailNext(u32::MAX)).await;
     let mut agent = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "agent_process", "--ignored", "--nocapture"])
+        // The test's full name in the kit's test binary: this module's path, then its own name.
+        .args(["--exact", "push::agent_process", "--ignored", "--nocapture"])
         .env(AGENT_PROCESS_STORE_ENV, &database)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)

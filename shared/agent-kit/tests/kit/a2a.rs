@@ -14,11 +14,10 @@ use mesh_test_support::{eventually, logs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-mod common;
+use crate::common::{Served, TIMEOUT};
 
-use common::{Served, TIMEOUT};
-
-/// What this binary's tests read of the logs: the task engine's account of its turns.
+/// What these tests read of the logs: the task engine's account of its turns. The capture is the
+/// whole test binary's: a test of another module capturing logs would have to ask for these too.
 const ENGINE_LOG: &str = "mesh_a2a_server::engine=debug";
 
 fn card(name: &str) -> AgentCard {
@@ -86,7 +85,15 @@ impl TaskHandler for Conversational {
 /// How long the `ask-then-linger` turn goes on after asking.
 const LINGER_MS: u64 = 400;
 
-impl Served {
+/// The calls these tests make of a served agent: JSON-RPC, SSE and HTTP+JSON. A trait of this
+/// module's, since [`Served`] is the test binary's and other modules give it calls of their own.
+trait A2aCalls {
+    async fn rpc(&self, version: Option<&str>, method: &str, params: Value) -> Value;
+    async fn sse(&self, request: reqwest::RequestBuilder) -> Vec<Value>;
+    async fn rest(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value);
+}
+
+impl A2aCalls for Served {
     async fn rpc(&self, version: Option<&str>, method: &str, params: Value) -> Value {
         let mut request = self
             .http

@@ -13,9 +13,7 @@ use mesh_tck_agent::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent
 use serde_json::{Value, json};
 use tonic::Code;
 
-mod common;
-
-use common::Served;
+use crate::common::Served;
 
 /// The metadata a 1.0 client sends.
 const V1: &[(&str, &str)] = &[("a2a-version", "1.0")];

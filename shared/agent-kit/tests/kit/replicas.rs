@@ -14,9 +14,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
-mod common;
-
-use common::{Served, TIMEOUT};
+use crate::common::{Served, TIMEOUT};
 
 fn card(name: &str) -> AgentCard {
     serde_json::from_value(json!({

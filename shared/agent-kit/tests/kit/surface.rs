@@ -8,9 +8,7 @@ use mesh_tck_agent::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-mod common;
-
-use common::Served;
+use crate::common::{self, Served};
 
 /// The token that opens the extended card of the token-holding agents.
 const TOKEN: &str = "extended-card-token-for-tests";
@@ -69,7 +67,13 @@ impl Answer {
     }
 }
 
-impl Served {
+/// The calls these tests make of a served agent. A trait of this module's, since [`Served`] is the
+/// test binary's and other modules give it calls of their own.
+trait SurfaceCalls {
+    async fn call(&self, call: &Call, params: Value, headers: &[(&str, &str)]) -> Answer;
+}
+
+impl SurfaceCalls for Served {
     async fn call(&self, call: &Call, params: Value, headers: &[(&str, &str)]) -> Answer {
         let (request, version) = match *call {
             Call::Rpc(method, version) => (

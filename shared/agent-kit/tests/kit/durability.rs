@@ -16,9 +16,7 @@ use mesh_tasks::TaskStore;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-mod common;
-
-use common::{Served, TIMEOUT};
+use crate::common::{Served, TIMEOUT};
 /// The card's name, hence the replica group the agent's tasks are stored under.
 const AGENT: &str = "durability";
 
@@ -44,7 +42,16 @@ impl TaskHandler for Asker {
     }
 }
 
-impl Served {
+/// An agent of these tests ([`Asker`]) and the calls they make of it. A trait of this module's,
+/// since [`Served`] is the test binary's and other modules give it calls of their own.
+trait DurableAgent {
+    async fn start(config: &AgentConfig) -> Self;
+    async fn rpc(&self, method: &str, params: Value) -> Value;
+    async fn send(&self, text: &str) -> Result<String, Value>;
+    async fn state(&self, id: &str) -> Option<String>;
+}
+
+impl DurableAgent for Served {
     async fn start(config: &AgentConfig) -> Self {
         Self::serve(AgentApp::build_tasks(config, card(), Asker, HttpClient::with_reqwest().unwrap()).await.unwrap())
     }

@@ -1,5 +1,5 @@
-//! An agent served on port 0 until the test stops it, shared by the kit's integration tests that
-//! stop agents as SIGTERM does (and restart them on the same store).
+//! An agent served on port 0 until the test stops it, shared by the kit's integration test modules
+//! that stop agents as SIGTERM does (and restart them on the same store).
 
 use std::time::Duration;
 
@@ -33,7 +33,6 @@ impl Served {
     }
 
     /// The agent's public card, as served.
-    #[allow(dead_code, reason = "each test crate compiles this module; not every one reads the card")]
     pub async fn public_card(&self) -> serde_json::Value {
         self.http.get(format!("{}/.well-known/agent-card.json", self.url)).send().await.unwrap().json().await.unwrap()
     }
