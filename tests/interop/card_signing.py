@@ -1,5 +1,5 @@
 """Signs and verifies agent cards with the official A2A Python SDK (`a2a.utils.signing`), for the
-card-signature interop test (tests/card_signatures.rs).
+card-signature interop test (services/registry/tests/registry/card_signatures.rs).
 
     card_signing.py sign PRIVATE_PEM KID ALG   < card.json   > signed.json
     card_signing.py verify PUBLIC_PEM ALG      < signed.json          (exit 0: verified, 1: not)

@@ -3,7 +3,7 @@
 //! check, the rate limit, load shedding, the timeout) and of the extractors (path, query, JSON
 //! body). They are added here, from what each operation takes, rather than on each annotation, so
 //! an operation added later is described right too; schemathesis checks the document against the
-//! real server (tests/schemathesis.rs).
+//! real server (tests/registry/schemathesis.rs).
 
 use utoipa::Modify;
 use utoipa::openapi::path::{Operation, ParameterIn};

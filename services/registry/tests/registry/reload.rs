@@ -1,15 +1,14 @@
 //! The `registry` binary reloads its graph configuration on SIGHUP: links added to the file
 //! appear, links removed from it go, and the graph mode follows the file.
 
-mod common;
-
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::eventually;
 use mesh_protocol::graph::{GraphMode, GraphPolicy};
+
+use crate::common::eventually;
 
 struct Registry {
     child: Child,

@@ -1,12 +1,11 @@
 //! The registry's HTTP API against real servers on port 0.
 
-mod common;
-
-use common::{FakeAgent, TestRegistry, eventually};
 use mesh_client::ClientError;
 use mesh_protocol::error::ErrorBody;
 use mesh_protocol::registry::{AgentRecord, HealthStatus};
 use serde_json::{Value, json};
+
+use crate::common::{FakeAgent, TestRegistry, eventually};
 
 fn status_of(error: ClientError) -> (u16, String) {
     match error {

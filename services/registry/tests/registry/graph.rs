@@ -2,17 +2,16 @@
 //! the topology, org chart and policy feed, configured links and their precedence, link messages,
 //! and the event stream's order and resumption.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{FakeAgent, TestRegistry, eventually};
 use mesh_protocol::graph::{
     EventBody, GraphMode, GraphPolicy, Link, LinkDirection, LinkList, LinkMessages, LinkRelationship, LinkSource,
     MeshEvent, OrgChart, Topology,
 };
 use registry::LinkDef;
 use serde_json::{Value, json};
+
+use crate::common::{FakeAgent, TestRegistry, eventually};
 
 /// The registry with agents `names` registered (fake agents that stay up while it runs).
 async fn registry_with(names: &[&str]) -> (TestRegistry, Vec<FakeAgent>) {

@@ -1,12 +1,11 @@
 //! Health polling: transitions between healthy, unhealthy and unreachable, and recovery.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use common::{FakeAgent, HealthProbe, TestRegistry, eventually};
 use mesh_protocol::registry::HealthStatus;
+
+use crate::common::{FakeAgent, HealthProbe, TestRegistry, eventually};
 
 async fn health_of(registry: &TestRegistry, name: &str) -> HealthStatus {
     registry.client.agent(name).await.unwrap().health_status

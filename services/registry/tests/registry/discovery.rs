@@ -4,8 +4,6 @@
 //! JSON error; and on the labelled set (`tests/data/discovery`, 200+ cards, 500+ requests) the
 //! routing meets its quality floors on the held-out third.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,10 +13,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use common::{TestRegistry, eventually, eventually_within};
 use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+
+use crate::common::{TestRegistry, eventually, eventually_within};
 
 const DATA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/discovery");
 const SECRET: &str = "a-discovery-test-secret-of-32-bytes!";

@@ -1,10 +1,9 @@
 //! The dashboard as the registry serves it: the embedded files with their headers, and the relays
 //! of an agent's card and health (the page may talk to no other origin).
 
-mod common;
-
-use common::{FakeAgent, TestRegistry};
 use serde_json::Value;
+
+use crate::common::{FakeAgent, TestRegistry};
 
 /// Every `src="/dashboard/..."` and `href="/dashboard/..."` of a page.
 fn referenced_paths(html: &str) -> Vec<String> {

@@ -4,10 +4,9 @@
 //! The PostgreSQL case needs `MESH_TEST_POSTGRES_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`);
 //! without it the test prints why it skips, and under CI it fails.
 
-mod common;
-
-use common::{FakeAgent, RegistryProcess, eventually};
 use mesh_test_support::ScratchDatabase;
+
+use crate::common::{FakeAgent, RegistryProcess, eventually};
 
 async fn survives_sigkill(database_url: &str) {
     let agents =

@@ -5,15 +5,14 @@
 //! schema), follow registrations and health, answer 304 to a current `If-None-Match`, and are
 //! read only with credentials when authentication is on.
 
-mod common;
-
-use common::{FakeAgent, TestRegistry, eventually};
 use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use reqwest::StatusCode;
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, HeaderMap, IF_NONE_MATCH};
 use serde_json::{Value, json};
 
-const ARD_SCHEMA: &str = include_str!("data/catalogs/ard-ai-catalog.schema.json");
+use crate::common::{FakeAgent, TestRegistry, eventually};
+
+const ARD_SCHEMA: &str = include_str!("../data/catalogs/ard-ai-catalog.schema.json");
 const AI_CATALOG_PATH: &str = "/.well-known/ai-catalog.json";
 const ARD_PATH: &str = "/.well-known/ard.json";
 const SECRET: &str = "a-catalog-test-secret-of-32-bytes!";

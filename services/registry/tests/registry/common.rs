@@ -1,6 +1,5 @@
-//! Real servers on port 0 for the registry's integration tests: the registry itself and fake
+//! Real servers on port 0 for the registry's integration test modules: the registry itself and fake
 //! agents whose health answer each test controls.
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};

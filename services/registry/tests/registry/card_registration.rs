@@ -4,8 +4,6 @@
 //! served here shows what is read from it, how it is polled, the path form of its name and the
 //! refusals, each a JSON body naming the problem.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -16,12 +14,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use common::{TestRegistry, WAIT_DEADLINE_MS, eventually};
 use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-const CAPTURED_CARD: &str = include_str!("../../../shared/protocol/tests/fixtures/card.json");
+use crate::common::{self, TestRegistry, WAIT_DEADLINE_MS, eventually};
+
+const CAPTURED_CARD: &str = include_str!("../../../../shared/protocol/tests/fixtures/card.json");
 /// The official SDK's echo agent (`a2a-sdk`), as the interop tests and the benchmark run it.
 const SDK_ECHO_AGENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/interop/echo_agent.py");
 const CARD_PATH: &str = "/.well-known/agent-card.json";

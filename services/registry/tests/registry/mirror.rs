@@ -3,11 +3,10 @@
 //! with their origin, follow the other registry's changes, never shadow a local name, are never
 //! written back, and outlive the other registry going away.
 
-mod common;
-
-use common::{FakeAgent, RegistryProcess, TestRegistry, eventually};
 use registry::mirror::MirrorConfig;
 use serde_json::Value;
+
+use crate::common::{FakeAgent, RegistryProcess, TestRegistry, eventually};
 
 /// How often the mirror reads the other registry's catalog in these tests.
 const MIRROR_INTERVAL_MS: u64 = 100;

@@ -6,17 +6,16 @@
 //! On PostgreSQL (`MESH_TEST_POSTGRES_URL`, a database of its own per test; without it the tests
 //! say why they skip, and under CI they fail), and the polling test on a shared SQLite file too.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{FakeAgent, HealthProbe, TestRegistry, eventually};
 use mesh_client::ClientError;
 use mesh_protocol::registry::HealthStatus;
 use mesh_test_support::ScratchDatabase;
+
+use crate::common::{FakeAgent, HealthProbe, TestRegistry, eventually};
 
 /// The replicas' health interval: long enough that one replica's checks cannot hide in the
 /// others' (three replicas each checking would triple the count).

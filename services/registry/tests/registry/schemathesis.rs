@@ -11,14 +11,13 @@
 //! builds its virtualenv from tests/schemathesis/requirements.txt); without it the test says why
 //! it skips, and under CI it fails.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{FakeAgent, TestRegistry};
 use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use tokio::process::Command;
+
+use crate::common::{FakeAgent, TestRegistry};
 
 const SECRET: &str = "a-schemathesis-secret-of-32-bytes!!";
 /// Lifetime of the test's tokens: far beyond the run.
