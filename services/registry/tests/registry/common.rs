@@ -196,7 +196,12 @@ impl TestRegistry {
             .unwrap();
         });
         let client = RegistryClient::new(&url, HttpClient::with_reqwest().unwrap()).unwrap();
-        Self { url, client, http: reqwest::Client::new(), service, stop: Some(stop), server, _data: data }
+        // The registry closes a keep-alive connection idle for its header-read timeout; a request
+        // sent on a pooled connection just as it does fails (`IncompleteMessage`). So the test's
+        // client lets idle connections go first, as the mesh's own client does.
+        let idle = Duration::from_millis(config.serve.header_read_timeout_ms / 2);
+        let http = reqwest::Client::builder().pool_idle_timeout(idle).build().unwrap();
+        Self { url, client, http, service, stop: Some(stop), server, _data: data }
     }
 
     pub async fn stop(mut self) {
