@@ -18,14 +18,13 @@ use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::common::{self, TestRegistry, WAIT_DEADLINE_MS, eventually};
+use crate::common::{self, TOKEN_TTL_S, TestRegistry, WAIT_DEADLINE_MS, eventually};
 
 const CAPTURED_CARD: &str = include_str!("../../../../shared/protocol/tests/fixtures/card.json");
 /// The official SDK's echo agent (`a2a-sdk`), as the interop tests and the benchmark run it.
 const SDK_ECHO_AGENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/interop/echo_agent.py");
 const CARD_PATH: &str = "/.well-known/agent-card.json";
 const SECRET: &str = "a-card-registration-secret-of-32-bytes";
-const TOKEN_TTL_S: u64 = 3_600;
 
 /// What the card server answers: a status and a body.
 type Answer = Arc<Mutex<(u16, Vec<u8>)>>;

@@ -10,13 +10,12 @@ use reqwest::StatusCode;
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, HeaderMap, IF_NONE_MATCH};
 use serde_json::{Value, json};
 
-use crate::common::{FakeAgent, TestRegistry, eventually};
+use crate::common::{FakeAgent, TOKEN_TTL_S, TestRegistry, eventually};
 
 const ARD_SCHEMA: &str = include_str!("../data/catalogs/ard-ai-catalog.schema.json");
 const AI_CATALOG_PATH: &str = "/.well-known/ai-catalog.json";
 const ARD_PATH: &str = "/.well-known/ard.json";
 const SECRET: &str = "a-catalog-test-secret-of-32-bytes!";
-const TOKEN_TTL_S: u64 = 3_600;
 
 /// A catalog as served: status, headers and the JSON body (`Null` when there is none).
 struct Served {

@@ -23,6 +23,8 @@ pub const WAIT_DEADLINE_MS: u64 = 10_000;
 /// Health poll interval used by the tests' registries.
 pub const TEST_HEALTH_INTERVAL_MS: u64 = 100;
 pub const TEST_HEALTH_TIMEOUT_MS: u64 = 300;
+/// Lifetime of the tests' tokens: far beyond any run.
+pub const TOKEN_TTL_S: u64 = 3_600;
 
 /// Counts health requests in flight across the agents sharing it, and the most seen at once.
 #[derive(Debug, Default)]

@@ -17,11 +17,10 @@ use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::common::{TestRegistry, eventually, eventually_within};
+use crate::common::{TOKEN_TTL_S, TestRegistry, eventually, eventually_within};
 
 const DATA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/discovery");
 const SECRET: &str = "a-discovery-test-secret-of-32-bytes!";
-const TOKEN_TTL_S: u64 = 3_600;
 /// How long the labelled set's skills may take to embed.
 const EMBEDDING_WAIT: std::time::Duration = std::time::Duration::from_secs(180);
 

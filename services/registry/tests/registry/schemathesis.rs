@@ -17,11 +17,9 @@ use std::time::{Duration, Instant};
 use mesh_auth::{AuthConfig, Claims, Role, mint_hs256};
 use tokio::process::Command;
 
-use crate::common::{FakeAgent, TestRegistry};
+use crate::common::{FakeAgent, TOKEN_TTL_S, TestRegistry};
 
 const SECRET: &str = "a-schemathesis-secret-of-32-bytes!!";
-/// Lifetime of the test's tokens: far beyond the run.
-const TOKEN_TTL_S: u64 = 3_600;
 /// Examples generated per operation and phase: enough to reach every documented answer of the
 /// registry's small operations, few enough that the run stays well under a minute on two cores.
 const MAX_EXAMPLES: u32 = 30;

@@ -14,7 +14,7 @@ use mesh_test_support::{eventually, logs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Served, TIMEOUT};
+use crate::common::{Served, TIMEOUT, sqlite_memory_config};
 
 /// What these tests read of the logs: the task engine's account of its turns. The capture is the
 /// whole test binary's: a test of another module capturing logs would have to ask for these too.
@@ -126,12 +126,12 @@ impl A2aCalls for Served {
     }
 }
 
-fn config() -> AgentConfig {
-    AgentConfig { task_store_url: Some("sqlite::memory:".into()), ..AgentConfig::default() }
-}
-
 async fn seed_agent() -> Served {
-    Served::serve(AgentApp::build(&config(), card("upper"), Upper, HttpClient::with_reqwest().unwrap()).await.unwrap())
+    Served::serve(
+        AgentApp::build(&sqlite_memory_config(), card("upper"), Upper, HttpClient::with_reqwest().unwrap())
+            .await
+            .unwrap(),
+    )
 }
 
 async fn task_agent(config: AgentConfig) -> Served {
@@ -268,7 +268,7 @@ async fn streams_carry_the_task_then_its_changes_until_it_ends() {
 
 /// [`config`], and the same agent keeping its tasks in memory: what both must serve alike.
 fn configs() -> [AgentConfig; 2] {
-    [config(), AgentConfig { task_durability: TaskDurability::Memory, ..config() }]
+    [sqlite_memory_config(), AgentConfig { task_durability: TaskDurability::Memory, ..sqlite_memory_config() }]
 }
 
 #[tokio::test]
@@ -468,7 +468,7 @@ async fn tasks_outlive_the_agent() {
 #[tokio::test]
 async fn a_turn_that_returns_after_the_next_one_started_leaves_it_alone() {
     logs::capture(ENGINE_LOG);
-    let agent = task_agent(config()).await;
+    let agent = task_agent(sqlite_memory_config()).await;
     let asked = agent.rpc(Some("1.0"), "SendMessage", json!({"message": message("ask-then-linger", json!({}))})).await;
     assert_eq!(asked["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
     let id = asked["result"]["task"]["id"].as_str().unwrap().to_owned();

@@ -14,26 +14,18 @@ use mesh_agent_kit::{
     AgentApp, AgentConfig, AgentError, AgentHandler, AgentReply, TaskEvents, TaskHandler, TaskInput, Turn,
 };
 use mesh_client::HttpClient;
-use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, Task, TaskState, TaskStatus};
+use mesh_protocol::a2a::v1::{Artifact, Part, Task, TaskState, TaskStatus};
 use mesh_protocol::error::ErrorBody;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
+use crate::common::{echo_card, sqlite_memory_config};
+
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a `sleep` task takes: long enough to hold the server's slots while the test probes.
 const SLEEP_MS: u64 = 1_500;
-
-fn card(name: &str) -> AgentCard {
-    serde_json::from_value(json!({
-        "name": name, "description": "test agent", "version": "1",
-        "supportedInterfaces": [], "capabilities": {"streaming": true},
-        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["echo"]}]
-    }))
-    .unwrap()
-}
 
 /// A seed agent: `sleep` takes [`SLEEP_MS`], anything else answers at once; counts started tasks.
 #[derive(Debug, Default)]
@@ -76,10 +68,6 @@ impl TaskHandler for Worker {
             let _ = events.status(TaskState::Completed, None).await;
         }
     }
-}
-
-fn config() -> AgentConfig {
-    AgentConfig { task_store_url: Some("sqlite::memory:".into()), ..AgentConfig::default() }
 }
 
 /// An agent served until [`Served::stop`]; `stopped` says how long its shutdown took.
@@ -162,10 +150,10 @@ fn message(text: &str) -> Value {
 async fn load_beyond_the_concurrency_limit_is_shed_with_503_and_health_stays_up() {
     mesh_telemetry::install_metrics().unwrap();
     let started = Arc::new(AtomicUsize::new(0));
-    let config = AgentConfig { concurrency_max: 2, ..config() };
+    let config = AgentConfig { concurrency_max: 2, ..sqlite_memory_config() };
     let handler = Sleeper { started: started.clone() };
     let agent = Arc::new(Served::start(
-        AgentApp::build(&config, card("sleeper"), handler, HttpClient::with_reqwest().unwrap()).await.unwrap(),
+        AgentApp::build(&config, echo_card("sleeper"), handler, HttpClient::with_reqwest().unwrap()).await.unwrap(),
     ));
     let busy: Vec<_> = (0..2)
         .map(|_| {
@@ -196,9 +184,9 @@ async fn load_beyond_the_concurrency_limit_is_shed_with_503_and_health_stays_up(
 #[tokio::test]
 async fn a_tenant_over_its_rate_gets_429_and_other_tenants_are_served() {
     mesh_telemetry::install_metrics().unwrap();
-    let config = AgentConfig { rate_limit_per_s: 1, rate_limit_burst: 3, ..config() };
+    let config = AgentConfig { rate_limit_per_s: 1, rate_limit_burst: 3, ..sqlite_memory_config() };
     let agent = Served::start(
-        AgentApp::build(&config, card("limited"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
+        AgentApp::build(&config, echo_card("limited"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
             .await
             .unwrap(),
     );
@@ -240,9 +228,14 @@ async fn raw_request(url: &str, head: &[u8]) -> (u16, String) {
 #[tokio::test]
 async fn control_characters_in_header_values_are_refused_with_400_json() {
     let agent = Served::start(
-        AgentApp::build(&config(), card("headers"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
-            .await
-            .unwrap(),
+        AgentApp::build(
+            &sqlite_memory_config(),
+            echo_card("headers"),
+            Sleeper::default(),
+            HttpClient::with_reqwest().unwrap(),
+        )
+        .await
+        .unwrap(),
     );
     let host = agent.url.trim_start_matches("http://").to_owned();
     let cases: [&[u8]; 4] = [
@@ -267,9 +260,11 @@ async fn control_characters_in_header_values_are_refused_with_400_json() {
 #[tokio::test]
 async fn shutdown_ends_within_the_drain_deadline_with_an_sse_stream_open() {
     let drain = Duration::from_millis(500);
-    let config = AgentConfig { shutdown_drain_ms: 500, ..config() };
+    let config = AgentConfig { shutdown_drain_ms: 500, ..sqlite_memory_config() };
     let agent = Served::start(
-        AgentApp::build_tasks(&config, card("streamer"), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap(),
+        AgentApp::build_tasks(&config, echo_card("streamer"), Worker, HttpClient::with_reqwest().unwrap())
+            .await
+            .unwrap(),
     );
     let request =
         json!({"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage", "params": {"message": message("wait")}});
@@ -302,7 +297,9 @@ async fn tasks_a_crash_left_working_are_failed_at_start_with_the_reason() {
     }
     let config = AgentConfig { task_store_url: Some(url), ..AgentConfig::default() };
     let agent = Served::start(
-        AgentApp::build_tasks(&config, card("restarted"), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap(),
+        AgentApp::build_tasks(&config, echo_card("restarted"), Worker, HttpClient::with_reqwest().unwrap())
+            .await
+            .unwrap(),
     );
     let answer = agent.rpc("GetTask", json!({"id": "t-crashed"})).await;
     let status = &answer["result"]["status"];
@@ -313,9 +310,9 @@ async fn tasks_a_crash_left_working_are_failed_at_start_with_the_reason() {
 
 #[tokio::test]
 async fn a_task_whose_artifacts_outgrow_the_cap_fails_saying_why() {
-    let config = AgentConfig { task_artifact_bytes_max: 200, ..config() };
+    let config = AgentConfig { task_artifact_bytes_max: 200, ..sqlite_memory_config() };
     let agent = Served::start(
-        AgentApp::build_tasks(&config, card("capped"), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap(),
+        AgentApp::build_tasks(&config, echo_card("capped"), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap(),
     );
     let small = agent.rpc("SendMessage", json!({"message": message("ok")})).await;
     assert_eq!(small["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{small}");
@@ -334,7 +331,7 @@ async fn without_its_task_database_an_agent_is_unhealthy_and_not_ready_but_alive
     let Some(database) = mesh_test_support::ScratchDatabase::create("agent_health").await else { return };
     let config = AgentConfig { task_store_url: Some(database.url.clone()), ..AgentConfig::default() };
     let agent = Served::start(
-        AgentApp::build(&config, card("stored"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
+        AgentApp::build(&config, echo_card("stored"), Sleeper::default(), HttpClient::with_reqwest().unwrap())
             .await
             .unwrap(),
     );
@@ -368,8 +365,12 @@ async fn a_caller_chosen_seed_id_is_taken_once_across_replicas_sharing_a_store()
     for store in stores {
         let replica = || async {
             let config = AgentConfig { task_store_url: Some(store.clone()), ..AgentConfig::default() };
-            let app =
-                AgentApp::build(&config, card("replicated"), Sleeper::default(), HttpClient::with_reqwest().unwrap());
+            let app = AgentApp::build(
+                &config,
+                echo_card("replicated"),
+                Sleeper::default(),
+                HttpClient::with_reqwest().unwrap(),
+            );
             Served::start(app.await.unwrap())
         };
         let (a, b) = (replica().await, replica().await);

@@ -11,24 +11,14 @@ use std::time::{Duration, Instant};
 
 use mesh_agent_kit::{AgentApp, AgentConfig, TaskDurability, TaskEvents, TaskHandler, Turn};
 use mesh_client::HttpClient;
-use mesh_protocol::a2a::v1::{AgentCard, TaskState};
+use mesh_protocol::a2a::v1::TaskState;
 use mesh_tasks::TaskStore;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Served, TIMEOUT};
+use crate::common::{Served, TIMEOUT, echo_card};
 /// The card's name, hence the replica group the agent's tasks are stored under.
 const AGENT: &str = "durability";
-
-fn card() -> AgentCard {
-    serde_json::from_value(json!({
-        "name": AGENT, "description": "test agent", "version": "1",
-        "supportedInterfaces": [], "capabilities": {"streaming": true},
-        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["echo"]}]
-    }))
-    .unwrap()
-}
 
 /// `ask` waits for the user; anything else completes at once.
 #[derive(Debug)]
@@ -53,7 +43,9 @@ trait DurableAgent {
 
 impl DurableAgent for Served {
     async fn start(config: &AgentConfig) -> Self {
-        Self::serve(AgentApp::build_tasks(config, card(), Asker, HttpClient::with_reqwest().unwrap()).await.unwrap())
+        Self::serve(
+            AgentApp::build_tasks(config, echo_card(AGENT), Asker, HttpClient::with_reqwest().unwrap()).await.unwrap(),
+        )
     }
 
     async fn rpc(&self, method: &str, params: Value) -> Value {

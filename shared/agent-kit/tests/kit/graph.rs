@@ -6,8 +6,8 @@
 //! over a one-way link; call reports.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -34,15 +34,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-/// Longest wait for a condition polled with [`eventually`], and the polling period.
-const DEADLINE: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(20);
+use crate::common::{HTTP, eventually};
+
 /// Policy polls and call-report flushes this often, so tests see changes quickly.
 const REFRESH_MS: u64 = 30;
-
-static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
-    reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("the test HTTP client builds")
-});
 
 /// What the registry stand-in holds and was told.
 #[derive(Debug)]
@@ -260,14 +255,6 @@ fn data_of(task: TaskResponse) -> Value {
         Part::Text { .. } => None,
     });
     data.expect("a data part")
-}
-
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting until {what}");
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 async fn expect_denied(response: reqwest::Response, naming: &str) {

@@ -13,7 +13,7 @@ use mesh_tck_agent::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::common::Served;
+use crate::common::{Served, skill_ids, sqlite_memory_config};
 
 /// The metadata a 1.0 client sends.
 const V1: &[(&str, &str)] = &[("a2a-version", "1.0")];
@@ -64,10 +64,6 @@ async fn agent(config: AgentConfig) -> Served {
     Served::serve(app)
 }
 
-fn config() -> AgentConfig {
-    AgentConfig { task_store_url: Some("sqlite::memory:".into()), ..AgentConfig::default() }
-}
-
 fn send(text: &str) -> Value {
     json!({"message": {"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]}})
 }
@@ -93,7 +89,7 @@ fn a2a(status: &tonic::Status, code: Code) -> A2aErrorCode {
 
 #[tokio::test]
 async fn the_card_announces_grpc_on_the_http_port_beside_the_other_bindings() {
-    let agent = agent(config()).await;
+    let agent = agent(sqlite_memory_config()).await;
     let port = url::Url::parse(&agent.url).unwrap().port().unwrap();
     assert_eq!(grpc_address(&agent).await, format!("127.0.0.1:{port}"));
     agent.stop().await;
@@ -101,7 +97,7 @@ async fn the_card_announces_grpc_on_the_http_port_beside_the_other_bindings() {
 
 #[tokio::test]
 async fn unary_methods_answer_over_grpc_as_json_rpc_does() {
-    let agent = agent(config()).await;
+    let agent = agent(sqlite_memory_config()).await;
     let mut grpc = client(&agent).await;
 
     let sent = grpc.unary("SendMessage", send("ping"), V1).await.unwrap();
@@ -142,7 +138,7 @@ async fn unary_methods_answer_over_grpc_as_json_rpc_does() {
 
 #[tokio::test]
 async fn a_streamed_message_and_a_subscription_end_with_the_task() {
-    let agent = agent(config()).await;
+    let agent = agent(sqlite_memory_config()).await;
     let mut grpc = client(&agent).await;
 
     let events: Vec<Value> =
@@ -172,7 +168,7 @@ async fn a_streamed_message_and_a_subscription_end_with_the_task() {
 
 #[tokio::test]
 async fn push_notification_configs_are_created_read_listed_and_deleted() {
-    let config = AgentConfig { push_allowed_networks: vec!["10.0.0.0/8".into()], ..config() };
+    let config = AgentConfig { push_allowed_networks: vec!["10.0.0.0/8".into()], ..sqlite_memory_config() };
     let agent = agent(config).await;
     let mut grpc = client(&agent).await;
     let mut waiting = send("wait");
@@ -201,7 +197,7 @@ async fn push_notification_configs_are_created_read_listed_and_deleted() {
 
 #[tokio::test]
 async fn errors_are_the_specs_statuses_with_their_error_info() {
-    let agent = agent(config()).await;
+    let agent = agent(sqlite_memory_config()).await;
     let mut grpc = client(&agent).await;
 
     let missing = grpc.unary("GetTask", json!({"id": "no-such-task"}), V1).await.unwrap_err();
@@ -243,7 +239,7 @@ async fn raw_call(http2: &reqwest::Client, address: &str, path: &str, frame: Vec
 
 #[tokio::test]
 async fn malformed_calls_are_refused_with_a_status() {
-    let agent = agent(config()).await;
+    let agent = agent(sqlite_memory_config()).await;
     let address = grpc_address(&agent).await;
 
     // A method the service does not have.
@@ -265,7 +261,7 @@ async fn malformed_calls_are_refused_with_a_status() {
 
 #[tokio::test]
 async fn with_access_control_a_call_needs_a_credential() {
-    let mut config = config();
+    let mut config = sqlite_memory_config();
     config.auth.jwt_hs256_secret = Some("a-secret-of-at-least-thirty-two-bytes!".into());
     let token = config.auth.mint("ada", "team-a", &[mesh_auth::Role::User], 60).unwrap().unwrap();
     let agent = agent(config).await;
@@ -294,15 +290,14 @@ async fn variant(variant: Variant, mut config: AgentConfig) -> Served {
     Served::serve(AgentApp::build_tasks(&config, card, TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap())
 }
 
-fn skill_ids(card: &Value) -> Vec<&str> {
-    card["skills"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect()
-}
-
 #[tokio::test]
 async fn the_extended_card_opens_to_its_token_over_grpc() {
     const TOKEN: &str = "grpc-extended-card-token";
-    let agent =
-        variant(Variant::ExtendedCard, AgentConfig { extended_card_token: Some(TOKEN.into()), ..config() }).await;
+    let agent = variant(
+        Variant::ExtendedCard,
+        AgentConfig { extended_card_token: Some(TOKEN.into()), ..sqlite_memory_config() },
+    )
+    .await;
     let mut grpc = client(&agent).await;
     let bearer = format!("Bearer {TOKEN}");
     let with_token = [("a2a-version", "1.0"), ("authorization", bearer.as_str())];
@@ -320,7 +315,7 @@ async fn the_extended_card_opens_to_its_token_over_grpc() {
 
 #[tokio::test]
 async fn a_required_extension_must_be_activated_over_grpc() {
-    let agent = variant(Variant::RequiredExtension, config()).await;
+    let agent = variant(Variant::RequiredExtension, sqlite_memory_config()).await;
     let mut grpc = client(&agent).await;
     for method in ["ListTasks", "GetExtendedAgentCard"] {
         let refused = grpc.unary(method, json!({}), V1).await.unwrap_err();
@@ -339,7 +334,7 @@ async fn a_required_extension_must_be_activated_over_grpc() {
 
 #[tokio::test]
 async fn an_agent_that_does_not_stream_refuses_the_streaming_methods_over_grpc() {
-    let agent = variant(Variant::NoStreaming, config()).await;
+    let agent = variant(Variant::NoStreaming, sqlite_memory_config()).await;
     let mut grpc = client(&agent).await;
     for (method, request) in [("SendStreamingMessage", send("hi")), ("SubscribeToTask", json!({"id": "any"}))] {
         let refused = grpc.stream(method, request, V1).await.err().expect("refused");

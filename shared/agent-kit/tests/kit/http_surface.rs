@@ -1,7 +1,7 @@
 //! The HTTP surface of an agent built with the kit, exercised over real sockets: each test starts
 //! an [`AgentApp`] on port 0 around a small test handler and talks to it with one shared client.
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path, State};
@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+use crate::common::{HTTP, eventually};
 
 const CARD: &str = r#"{
     "name": "Echo Agent",
@@ -40,15 +42,8 @@ const REQUEST_ID: &str = "x-request-id";
 const SLOW: Duration = Duration::from_secs(10);
 /// How long "nap" works: shorter than the default request timeout, long enough to be observed.
 const NAP: Duration = Duration::from_millis(800);
-/// Longest wait for a condition polled with [`eventually`], and the polling period.
+/// Longest wait for an agent to stop once its shutdown is signalled.
 const DEADLINE: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(20);
-
-/// The one client every test talks through. Each test runs its own runtime, so idle connections
-/// are not kept: a pooled connection would be bound to the runtime of the test that opened it.
-static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
-    reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("the test HTTP client builds")
-});
 
 /// Behaves according to the first word of the task text.
 #[derive(Debug, Clone, Copy)]
@@ -157,15 +152,6 @@ impl Agent {
                 .expect("the agent stops after shutdown is signalled")
                 .expect("the run task does not panic")
         }
-    }
-}
-
-/// Polls `check` every [`POLL`] until it holds, failing the test after [`DEADLINE`].
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !check().await {
-        assert!(Instant::now() < deadline, "gave up after {DEADLINE:?} waiting for {what}");
-        tokio::time::sleep(POLL).await;
     }
 }
 

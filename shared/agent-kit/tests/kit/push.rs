@@ -17,25 +17,15 @@ use axum::http::{HeaderMap, StatusCode};
 use mesh_a2a_server::push::PUSH_UNDELIVERED_METADATA_KEY;
 use mesh_agent_kit::{AgentApp, AgentConfig, TaskDurability, TaskEvents, TaskHandler, Turn};
 use mesh_client::HttpClient;
-use mesh_protocol::a2a::v1::{AgentCard, Artifact, Part, TaskState};
+use mesh_protocol::a2a::v1::{Artifact, Part, TaskState};
 use mesh_test_support::wait::eventually;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::common::{Served, TIMEOUT};
+use crate::common::{Served, TIMEOUT, echo_card};
 const AGENT: &str = "push";
 const TOKEN: &str = "client-token-1";
 const CREDENTIALS: &str = "webhook-secret";
-
-fn card() -> AgentCard {
-    serde_json::from_value(json!({
-        "name": AGENT, "description": "test agent", "version": "1",
-        "supportedInterfaces": [], "capabilities": {"streaming": true},
-        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["echo"]}]
-    }))
-    .unwrap()
-}
 
 /// `ask` waits for the user; `wait` works until canceled; anything else works, adds an artifact
 /// and completes.
@@ -209,7 +199,9 @@ trait PushAgent {
 
 impl PushAgent for Served {
     async fn start(config: &AgentConfig) -> Self {
-        Self::serve(AgentApp::build_tasks(config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap())
+        Self::serve(
+            AgentApp::build_tasks(config, echo_card(AGENT), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap(),
+        )
     }
 
     async fn rpc(&self, method: &str, params: Value) -> Value {
@@ -656,7 +648,8 @@ async fn agent_process() {
         push_retry_delay_max_ms: 1_000,
         ..AgentConfig::default()
     };
-    let app = AgentApp::build_tasks(&config, card(), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
+    let app =
+        AgentApp::build_tasks(&config, echo_card(AGENT), Worker, HttpClient::with_reqwest().unwrap()).await.unwrap();
     println!("{AGENT_PROCESS_URL_LINE}{}", app.url());
     app.run_until_stopped(std::future::pending()).await.unwrap();
 }

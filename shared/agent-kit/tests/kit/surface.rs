@@ -8,7 +8,7 @@ use mesh_tck_agent::{TCK_EXTENDED_SKILL_ID, TCK_REQUIRED_EXTENSION_URI, TckAgent
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::common::{self, Served};
+use crate::common::{self, Served, skill_ids, sqlite_memory_config};
 
 /// The token that opens the extended card of the token-holding agents.
 const TOKEN: &str = "extended-card-token-for-tests";
@@ -16,10 +16,6 @@ const TOKEN: &str = "extended-card-token-for-tests";
 const SECRET: &str = "surface-test-secret-of-32-bytes-at-least";
 /// JSON-RPC code of a request without valid credentials (`mesh_server::auth`).
 const AUTH_REQUIRED: i64 = mesh_server::auth::AUTH_REQUIRED_JSONRPC_CODE;
-
-fn config() -> AgentConfig {
-    AgentConfig { task_store_url: Some(mesh_storage::SQLITE_MEMORY_URL.into()), ..AgentConfig::default() }
-}
 
 /// The conformance agent as `variant`, on `config`.
 async fn build(variant: Variant, mut config: AgentConfig) -> Result<AgentApp, KitError> {
@@ -121,10 +117,6 @@ fn card_of(answer: &Answer) -> &Value {
     answer.body.get("result").unwrap_or(&answer.body)
 }
 
-fn skill_ids(card: &Value) -> Vec<&str> {
-    card["skills"].as_array().unwrap().iter().map(|skill| skill["id"].as_str().unwrap()).collect()
-}
-
 /// Asks for the extended card every way with `headers`, expecting it refused as the trust layer
 /// refuses a missing (or, with `invalid`, a wrong) credential.
 async fn expect_unauthenticated(agent: &Served, headers: &[(&str, &str)], invalid: bool) {
@@ -146,7 +138,9 @@ async fn expect_unauthenticated(agent: &Served, headers: &[(&str, &str)], invali
 
 #[tokio::test]
 async fn the_extended_card_opens_to_its_token_in_every_binding_and_version() {
-    let agent = serve(Variant::ExtendedCard, AgentConfig { extended_card_token: Some(TOKEN.into()), ..config() }).await;
+    let agent =
+        serve(Variant::ExtendedCard, AgentConfig { extended_card_token: Some(TOKEN.into()), ..sqlite_memory_config() })
+            .await;
     let public = agent.public_card().await;
     assert_eq!(public["capabilities"]["extendedAgentCard"], true, "{public}");
     assert_eq!(public["supportsAuthenticatedExtendedCard"], true, "the 0.3 flag with the 0.3 fields: {public}");
@@ -176,7 +170,7 @@ async fn the_extended_card_opens_to_its_token_in_every_binding_and_version() {
 
 #[tokio::test]
 async fn the_extended_card_opens_to_callers_the_trust_layer_authenticates() {
-    let mut config = config();
+    let mut config = sqlite_memory_config();
     config.auth.jwt_hs256_secret = Some(SECRET.into());
     let agent = serve(Variant::ExtendedCard, config).await;
     let claims = mesh_auth::Claims::new("reader", "acme", &[mesh_auth::Role::User], 600);
@@ -192,7 +186,7 @@ async fn the_extended_card_opens_to_callers_the_trust_layer_authenticates() {
 
 #[tokio::test]
 async fn an_agent_without_an_extended_card_answers_unsupported_operation_everywhere() {
-    let agent = serve(Variant::Standard, config()).await;
+    let agent = serve(Variant::Standard, sqlite_memory_config()).await;
     assert_eq!(agent.public_card().await["capabilities"].get("extendedAgentCard"), None);
     for call in extended_card_calls() {
         let answer = agent.call(&call, json!({}), &[("authorization", "Bearer anything")]).await;
@@ -210,7 +204,9 @@ async fn an_agent_without_an_extended_card_answers_unsupported_operation_everywh
     // A card that announces one the configuration does not give: not configured (-32007).
     let mut card = card().unwrap();
     card.capabilities.extended_agent_card = Some(true);
-    let app = AgentApp::build_tasks(&config(), card, TckAgent, HttpClient::with_reqwest().unwrap()).await.unwrap();
+    let app = AgentApp::build_tasks(&sqlite_memory_config(), card, TckAgent, HttpClient::with_reqwest().unwrap())
+        .await
+        .unwrap();
     let agent = Served::serve(app);
     for call in extended_card_calls() {
         let answer = agent.call(&call, json!({}), &[]).await;
@@ -225,9 +221,9 @@ async fn an_agent_without_an_extended_card_answers_unsupported_operation_everywh
 
 #[tokio::test]
 async fn an_extended_card_nobody_could_open_is_refused_at_start() {
-    let refused = build(Variant::ExtendedCard, config()).await.unwrap_err().to_string();
+    let refused = build(Variant::ExtendedCard, sqlite_memory_config()).await.unwrap_err().to_string();
     assert!(refused.contains("extended_card_token"), "{refused}");
-    let mut behind_the_trust_layer = AgentConfig { extended_card_token: Some(TOKEN.into()), ..config() };
+    let mut behind_the_trust_layer = AgentConfig { extended_card_token: Some(TOKEN.into()), ..sqlite_memory_config() };
     behind_the_trust_layer.auth.jwt_hs256_secret = Some(SECRET.into());
     let refused = build(Variant::ExtendedCard, behind_the_trust_layer).await.unwrap_err().to_string();
     assert!(refused.contains("extended_card_token is for agents without access control"), "{refused}");
@@ -250,7 +246,7 @@ fn send_params_0_3() -> Value {
 
 #[tokio::test]
 async fn a_required_extension_must_be_activated_in_every_binding_and_version() {
-    let agent = serve(Variant::RequiredExtension, config()).await;
+    let agent = serve(Variant::RequiredExtension, sqlite_memory_config()).await;
     let card = agent.public_card().await;
     assert_eq!(
         card["capabilities"]["extensions"][0],
@@ -296,7 +292,7 @@ async fn a_required_extension_must_be_activated_in_every_binding_and_version() {
 
 #[tokio::test]
 async fn an_agent_that_does_not_stream_refuses_every_streaming_method() {
-    let agent = serve(Variant::NoStreaming, config()).await;
+    let agent = serve(Variant::NoStreaming, sqlite_memory_config()).await;
     assert_eq!(agent.public_card().await["capabilities"]["streaming"], false);
     let sent = agent.call(&Call::Rpc("SendMessage", Some("1.0")), send_params(), &[]).await;
     let task_id = sent.body["result"]["task"]["id"].as_str().expect("a task").to_owned();
@@ -379,7 +375,7 @@ async fn read_answer(stream: &mut tokio::net::TcpStream) -> (u16, String) {
 #[tokio::test]
 async fn a_cancel_reads_its_late_body_and_keeps_the_connection_open() {
     use tokio::io::AsyncWriteExt;
-    let agent = serve(Variant::Standard, config()).await;
+    let agent = serve(Variant::Standard, sqlite_memory_config()).await;
     let sent = agent.call(&rest("POST", "/message:send", Some("1.0")), send_params(), &[]).await;
     let id = sent.body["task"]["id"].as_str().unwrap().to_owned();
     let host = agent.url.trim_start_matches("http://").to_owned();
@@ -411,7 +407,7 @@ async fn a_cancel_reads_its_late_body_and_keeps_the_connection_open() {
 /// type, and naming the path's task if it names one.
 #[tokio::test]
 async fn a_cancel_body_naming_another_task_or_not_json_is_refused() {
-    let agent = serve(Variant::Standard, config()).await;
+    let agent = serve(Variant::Standard, sqlite_memory_config()).await;
     let sent = agent.call(&rest("POST", "/message:send", Some("1.0")), send_params(), &[]).await;
     let id = sent.body["task"]["id"].as_str().unwrap().to_owned();
     let cancel = rest("POST", &format!("/tasks/{id}:cancel"), Some("1.0"));
