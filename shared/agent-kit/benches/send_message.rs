@@ -28,8 +28,10 @@
 //! [--python PATH] [--python-agent SCRIPT] [--rust-sdk BINARY] [--servers A,T,T10] [--concurrency 16]`
 //! (`--servers` picks the servers measured besides A: any of Ab, Am, B, R, C, A', T, T10, G; all by
 //! default; `--concurrency` some of 1, 16 and 64). Ab and Am are also shown over B and C, beside A,
-//! and A, Ab, Am and G over R. `scripts/profile-task-path.sh` samples A and Am under this load with
-//! `perf`.
+//! and A, Ab, Am and G over R. Each cell also reads the CPU time the server and this load
+//! generator used over its measured window, given per request in the first table.
+//! `scripts/profile-task-path.sh` samples A and Am under this load with `perf`, and
+//! `scripts/task-path-components.sh` splits each server's CPU per request by component.
 //!
 //! Each server runs in its own process (A and C are this binary re-executed), so the load
 //! generator never shares a runtime with the server it measures. Every response is checked;
