@@ -5,12 +5,11 @@
 //! them in the process alone (see [`crate::memory`]).
 
 use std::collections::HashMap;
-
-use foldhash::fast::RandomState;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use foldhash::fast::RandomState;
 use mesh_protocol::a2a::v1::{ListTasksRequest, ListTasksResponse, StreamResponse, Task};
 use mesh_storage::{AnyPool, Backend, Database, Row, settle};
 use mesh_telemetry::HandleCache;

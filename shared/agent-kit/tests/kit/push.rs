@@ -263,29 +263,13 @@ fn config(dir: &tempfile::TempDir) -> AgentConfig {
 async fn the_card_says_push_notifications_are_offered() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Served::start(&config(&dir)).await;
-    let card: Value = agent
-        .http
-        .get(format!("{}/.well-known/agent-card.json", agent.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card = agent.public_card().await;
     assert_eq!(card["capabilities"]["pushNotifications"], true, "{card}");
     agent.stop().await;
 
     let off = AgentConfig { push_notifications: false, ..config(&dir) };
     let agent = Served::start(&off).await;
-    let card: Value = agent
-        .http
-        .get(format!("{}/.well-known/agent-card.json", agent.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card = agent.public_card().await;
     assert_eq!(card["capabilities"]["pushNotifications"], false, "{card}");
     let task_id = agent.send("ask", None).await["task"]["id"].as_str().unwrap().to_owned();
     let refused =
