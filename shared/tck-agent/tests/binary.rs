@@ -1,7 +1,8 @@
 //! The conformance agent's binary as `scripts/tck.sh` (and CI's conformance step) starts it:
 //! `tck-agent --port P --variant V`. Each variant must serve the card that shows the kit the
 //! capability it is for, since the kit runs its tests of a capability only when the card
-//! declares it; an unknown variant is refused by name.
+//! declares it; an unknown variant is refused by name. It serves until Ctrl-C or SIGTERM, and
+//! then stops cleanly.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -81,6 +82,26 @@ async fn each_variant_serves_the_card_that_shows_its_capability() {
         let card = Agent::start(variant).card().await;
         assert!(shows(&card), "{variant}: {}", card["capabilities"]);
         assert!(!card["supportedInterfaces"].as_array().unwrap().is_empty(), "{variant}: {card}");
+    }
+}
+
+#[tokio::test]
+async fn it_serves_until_ctrl_c_or_sigterm_and_then_exits_cleanly() {
+    for signal in ["INT", "TERM"] {
+        let mut agent = Agent::start("standard");
+        // Serving (the card answers) and still running: it does not return before a signal.
+        agent.card().await;
+        let pid = agent.child.id().to_string();
+        let sent = Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("kill runs");
+        assert!(sent.success(), "SIG{signal} sent");
+        let mut exited = None;
+        eventually(&format!("the agent exits on SIG{signal}"), START_TIMEOUT, async || {
+            exited = agent.child.try_wait().unwrap();
+            exited.is_some()
+        })
+        .await;
+        let status = exited.unwrap();
+        assert!(status.success(), "SIG{signal}: {status}");
     }
 }
 

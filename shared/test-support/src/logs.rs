@@ -2,7 +2,8 @@
 //! chose to do nothing in (a late turn that leaves the task alone) cannot be told apart from a
 //! step that has not happened yet, except by what the code logs when it takes it. [`capture`]
 //! installs, once per test binary, a global subscriber that keeps the recent lines of the
-//! targets asked for, as text; [`logged`] says whether a line with every given piece was seen.
+//! targets asked for, as text; [`logged`] says whether a line with every given piece was seen, and
+//! [`count`] how many such lines were.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -38,7 +39,13 @@ pub fn capture(targets: &str) {
 
 /// Whether a kept line holds every one of `pieces`.
 pub fn logged(pieces: &[&str]) -> bool {
-    lines().iter().any(|line| pieces.iter().all(|piece| line.contains(piece)))
+    count(pieces) > 0
+}
+
+/// How many kept lines hold every one of `pieces`: for what must be logged once, not on every
+/// repetition.
+pub fn count(pieces: &[&str]) -> usize {
+    lines().iter().filter(|line| pieces.iter().all(|piece| line.contains(piece))).count()
 }
 
 fn lines() -> std::sync::MutexGuard<'static, VecDeque<String>> {
@@ -73,7 +80,9 @@ mod tests {
         capture("mesh_test_support=debug");
         tracing::debug!(task = "t-1", "a step was taken");
         tracing::trace!(task = "t-2", "below the level asked for");
+        tracing::debug!(task = "t-1", "a step was taken");
         assert!(logged(&["a step was taken", "task=\"t-1\""]));
+        assert_eq!(count(&["a step was taken", "task=\"t-1\""]), 2);
         assert!(!logged(&["a step was taken", "t-2"]));
         assert!(!logged(&["below the level asked for"]));
     }

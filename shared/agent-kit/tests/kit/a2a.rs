@@ -14,11 +14,7 @@ use mesh_test_support::{eventually, logs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Served, TIMEOUT, sqlite_memory_config};
-
-/// What these tests read of the logs: the task engine's account of its turns. The capture is the
-/// whole test binary's: a test of another module capturing logs would have to ask for these too.
-const ENGINE_LOG: &str = "mesh_a2a_server::engine=debug";
+use crate::common::{LOG_TARGETS, Served, TIMEOUT, sqlite_memory_config};
 
 fn card(name: &str) -> AgentCard {
     serde_json::from_value(json!({
@@ -467,7 +463,7 @@ async fn tasks_outlive_the_agent() {
 
 #[tokio::test]
 async fn a_turn_that_returns_after_the_next_one_started_leaves_it_alone() {
-    logs::capture(ENGINE_LOG);
+    logs::capture(LOG_TARGETS);
     let agent = task_agent(sqlite_memory_config()).await;
     let asked = agent.rpc(Some("1.0"), "SendMessage", json!({"message": message("ask-then-linger", json!({}))})).await;
     assert_eq!(asked["result"]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");

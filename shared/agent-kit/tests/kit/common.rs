@@ -12,6 +12,11 @@ use tokio::sync::oneshot;
 /// Longest a test's request to the agent may take.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The log lines the tests read (`mesh_test_support::logs`): the task engine's account of its
+/// turns, and the agent's own (registration). The capture is the whole test binary's and
+/// installed once, so every module capturing logs asks for these same targets.
+pub const LOG_TARGETS: &str = "mesh_a2a_server::engine=debug,mesh_agent_kit::app=info";
+
 /// An agent served in the background, with a plain HTTP client for the test's requests.
 pub struct Served {
     pub url: String,

@@ -38,6 +38,10 @@ use crate::common::{HTTP, eventually};
 
 /// Policy polls and call-report flushes this often, so tests see changes quickly.
 const REFRESH_MS: u64 = 30;
+/// A message with this text makes its receiver's task fail.
+const FAILING_TEXT: &str = "fail";
+/// The registry stand-in refuses to record the messages of the link with this id.
+const UNRECORDED_LINK: &str = "unrecorded";
 
 /// What the registry stand-in holds and was told.
 #[derive(Debug)]
@@ -127,14 +131,18 @@ async fn record_message(
     State(state): State<Arc<Registry>>,
     Path(link_id): Path<String>,
     Json(message): Json<NewLinkMessage>,
-) -> impl IntoResponse {
+) -> Response {
+    if link_id == UNRECORDED_LINK {
+        let body = json!({"status": "ERROR", "error_code": "SERVICE_UNAVAILABLE", "error_message": "history down"});
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     let mut messages = state.messages.lock().unwrap();
     messages.push((link_id.clone(), message.clone()));
     let body = json!({"id": format!("m{}", messages.len()), "link_id": link_id, "from_agent_id": message.from_agent_id,
         "to_agent_id": message.to_agent_id, "relationship": "peer", "context_id": message.context_id,
         "task_id": message.task_id, "text": message.text, "reply": message.reply, "status": message.status,
         "sent_at": "2026-11-24T00:00:00Z"});
-    (StatusCode::CREATED, Json(body))
+    (StatusCode::CREATED, Json(body)).into_response()
 }
 
 async fn record_receipt(
@@ -164,12 +172,15 @@ fn policy(mode: GraphMode, links: &[(&str, &str, &str, LinkDirection, bool)]) ->
     GraphPolicy { mode, links }
 }
 
-/// Answers with its name, the text, and the link context it was given.
+/// Answers with its name, the text, and the link context it was given; fails on [`FAILING_TEXT`].
 #[derive(Debug)]
 struct Echo(&'static str);
 
 impl AgentHandler for Echo {
     async fn handle(&self, task: TaskInput) -> Result<AgentReply, AgentError> {
+        if task.text == FAILING_TEXT {
+            return Err(AgentError::Unavailable(format!("{} was told to fail", self.0)));
+        }
         Ok(AgentReply::data(json!({"agent": self.0, "text": task.text, "link": task.link})))
     }
 }
@@ -376,6 +387,32 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     let graph = &worker.health().await.components["graph"];
     assert_eq!((graph["links"]["mode"].clone(), graph["links"]["links"].clone()), (json!("enforced"), json!(1)));
     assert_eq!(graph["call_reports"]["dropped_queue_full"], 0);
+}
+
+#[tokio::test]
+async fn a_message_that_ended_badly_or_went_unrecorded_is_answered_with_warnings() {
+    let registry = FakeRegistry::start(policy(
+        GraphMode::Enforced,
+        &[(UNRECORDED_LINK, "boss", "worker", LinkDirection::OneWay, true)],
+    ))
+    .await;
+    let boss = Agent::start(&registry, "boss").await;
+    let _worker = Agent::start(&registry, "worker").await;
+    let answer = boss
+        .ask_whole(json!({"skill": "send_agent_message", "target": "worker", "message": FAILING_TEXT}))
+        .await
+        .unwrap();
+    // The message went over the link, so the sender answers with what came back, and says
+    // twice why that answer is not the whole story.
+    let warnings =
+        ["the message was delivered but ended ERROR", "the registry did not record the message in the link's history"];
+    assert_eq!(
+        (answer.status, answer.warnings.as_slice()),
+        (ResponseStatus::Partial, warnings.map(String::from).as_slice())
+    );
+    let sent: SentAgentMessage = serde_json::from_value(data_of(answer)).unwrap();
+    assert_eq!((sent.status, sent.message_id), (OutcomeStatus::Error, None));
+    assert!(sent.reply.as_deref().unwrap().contains("worker was told to fail"), "{:?}", sent.reply);
 }
 
 #[tokio::test]

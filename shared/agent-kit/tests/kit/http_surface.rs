@@ -21,7 +21,9 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::common::{HTTP, eventually};
+use mesh_test_support::logs;
+
+use crate::common::{HTTP, LOG_TARGETS, eventually};
 
 const CARD: &str = r#"{
     "name": "Echo Agent",
@@ -588,6 +590,24 @@ async fn health_shows_the_registration_state_and_registration_is_refreshed() {
         .await;
     assert_eq!(registrations_of(CARD_NAME), after_stop, "no registration after shutdown");
     control.stop().await.expect("the control agent stops cleanly");
+}
+
+#[tokio::test]
+async fn a_registration_is_announced_in_the_log_once_not_on_every_refresh() {
+    logs::capture(LOG_TARGETS);
+    let registry = FakeRegistry::start(0).await;
+    let name = "announced-once";
+    let config = AgentConfig {
+        registry_url: Some(registry.url.clone()),
+        registration_refresh_ms: 50,
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let agent = Agent::start(config).await;
+    // Each line is logged before the next registration is sent: after three, the first's is in.
+    eventually("three accepted registrations", async || registry.log().registered.len() >= 3).await;
+    assert_eq!(logs::count(&["registered", &format!("agent={name}")]), 1);
+    agent.stop().await.expect("the agent stops cleanly");
 }
 
 #[tokio::test]
