@@ -6,7 +6,8 @@
 # Runs by hand, not in CI: on two cores a crate takes one to several hours. The mutants that are
 # equivalent or worth leaving are excluded, each with its reason, in .cargo/mutants.toml.
 #
-# Usage: scripts/mutants.sh [PACKAGE ...]   (default: the five below)
+# Usage: scripts/mutants.sh [PACKAGE ...]   (default: the six below; the agent kit's crates,
+#        mesh-agent-kit, mesh-a2a-server and mesh-server, whose runs take longest, by name)
 #        scripts/mutants.sh --score         print the scores of the last runs only
 # What is mutated is the committed HEAD, checked out in a worktree of its own (mutated in place
 # there, so this checkout can be edited meanwhile and builds stay incremental between runs).
@@ -17,6 +18,10 @@
 #   MUTANTS_ARGS        more arguments for cargo mutants (e.g. "--file shared/protocol/src/envelope.rs";
 #                       "--iterate" tests only what the last run missed, and its score then counts
 #                       only those: a package's score is a whole run's)
+#   CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER  the linker; by default, when mold is installed, cc
+#                       linking with mold (each mutant of the kit links five test binaries and a
+#                       binary, each against the whole dependency tree). Changing it rebuilds the
+#                       target directory.
 #   MESH_TEST_POSTGRES_URL  as for the tests (default postgres://postgres@127.0.0.1:5432/test when
 #                       a server answers there): without it the PostgreSQL halves of the stores'
 #                       tests skip, and their mutants would look missed
@@ -86,6 +91,11 @@ if [ -z "${MESH_SCIFACT_DIR:-}" ] && [ -f "$repo/../shared/data/scifact/corpus.j
 fi
 
 mkdir -p "$base" "$out"
+if [ -z "${CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER:-}" ] && command -v mold >/dev/null; then
+    printf '#!/bin/sh\nexec cc -fuse-ld=mold "$@"\n' > "$base/cc-mold"
+    chmod +x "$base/cc-mold"
+    export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER="$base/cc-mold"
+fi
 if [ -d "$tree/.git" ] || [ -f "$tree/.git" ]; then
     git -C "$tree" checkout --quiet --detach --force "$(git -C "$repo" rev-parse HEAD)"
     git -C "$tree" clean --quiet -fdx
@@ -94,11 +104,25 @@ else
 fi
 echo "== mutating $(git -C "$tree" log --oneline -1) in $tree (target $CARGO_TARGET_DIR)"
 
+# Which tests judge a package's mutants: its own, and for the agent kit's crates the kit's (the
+# integration tests on real servers that serve their code) and the conformance agent's (the one
+# binary whose tests start it as a process and stop it with a signal). `--tests` builds no
+# examples and runs no doctests: the kit's crates have none, and examples only cost build time.
+tests_of() {
+    case $1 in
+        mesh-agent-kit) echo "--test-package=mesh-agent-kit,mesh-tck-agent --cargo-arg=--tests" ;;
+        mesh-a2a-server | mesh-server)
+            echo "--test-package=$1,mesh-agent-kit,mesh-tck-agent --cargo-arg=--tests" ;;
+        *) echo "" ;;
+    esac
+}
+
 for package in $packages; do
     echo "== $package"
     set +e
     # The config file (.cargo/mutants.toml) is read from the tree: its exclusions and profile.
-    (cd "$tree" && cargo mutants --in-place --package "$package" --output "$out/$package" ${MUTANTS_ARGS:-})
+    (cd "$tree" && cargo mutants --in-place --package "$package" --output "$out/$package" $(tests_of "$package") \
+        ${MUTANTS_ARGS:-})
     set -e
 done
 echo "== scores"
