@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-use crate::common::{echo_card, sqlite_memory_config};
+use crate::common::{echo_card, eventually, sqlite_memory_config};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a `sleep` task takes: long enough to hold the server's slots while the test probes.
@@ -161,9 +161,7 @@ async fn load_beyond_the_concurrency_limit_is_shed_with_503_and_health_stays_up(
             tokio::spawn(async move { agent.seed_task("sleep", None).await.status() })
         })
         .collect();
-    while started.load(Ordering::SeqCst) < 2 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("both admitted tasks to start", async || started.load(Ordering::SeqCst) == 2).await;
     let shed = agent.seed_task("quick", None).await;
     let body = expect_refusal(shed, StatusCode::SERVICE_UNAVAILABLE, "SERVER_OVERLOADED").await;
     assert_eq!(started.load(Ordering::SeqCst), 2, "the shed task never ran: {body:?}");
