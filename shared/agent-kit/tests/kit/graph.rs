@@ -47,7 +47,7 @@ const UNRECORDED_LINK: &str = "unrecorded";
 #[derive(Debug)]
 struct Registry {
     policy: Mutex<(u64, GraphPolicy)>,
-    agents: Mutex<HashMap<String, String>>,
+    agents: Mutex<HashMap<String, Registration>>,
     not_modified: Mutex<u64>,
     calls: Mutex<Vec<CallReport>>,
     messages: Mutex<Vec<(String, NewLinkMessage)>>,
@@ -76,6 +76,7 @@ impl FakeRegistry {
                 "/agents/{name}",
                 get(agent).delete(|| async { Json(json!({"status": "success", "message": "gone"})) }),
             )
+            .route("/capabilities/{capability}", get(capability_agents))
             .route("/api/policy", get(policy_feed))
             .route("/api/events/calls", post(report_calls))
             .route("/api/links/{id}/messages", post(record_message))
@@ -95,12 +96,12 @@ impl FakeRegistry {
 }
 
 async fn register(State(state): State<Arc<Registry>>, Json(registration): Json<Registration>) -> Json<Value> {
-    state.agents.lock().unwrap().insert(registration.name, registration.url);
+    state.agents.lock().unwrap().insert(registration.name.clone(), registration);
     Json(json!({"status": "success", "message": "registered"}))
 }
 
 async fn agent(State(state): State<Arc<Registry>>, Path(name): Path<String>) -> Response {
-    let Some(url) = state.agents.lock().unwrap().get(&name).cloned() else {
+    let Some(url) = state.agents.lock().unwrap().get(&name).map(|r| r.url.clone()) else {
         let body = json!({"status": "ERROR", "error_code": "AGENT_NOT_FOUND", "error_message": name});
         return (StatusCode::NOT_FOUND, Json(body)).into_response();
     };
@@ -109,6 +110,26 @@ async fn agent(State(state): State<Arc<Registry>>, Path(name): Path<String>) -> 
                 "agent_card_url": format!("{url}/.well-known/agent-card.json"), "health_status": "healthy",
                 "registered_at": "2026-11-24T00:00:00Z", "updated_at": "2026-11-24T00:00:00Z"}))
     .into_response()
+}
+
+/// The agents registered with `capability`; a 404 when there is none, as the registry answers.
+async fn capability_agents(State(state): State<Arc<Registry>>, Path(capability): Path<String>) -> Response {
+    let agents: Vec<Value> = state
+        .agents
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|r| r.capabilities.contains(&capability))
+        .map(|r| {
+            json!({"name": r.name, "url": r.url, "health_status": "healthy", "process_endpoint": format!("{}/tasks/send", r.url),
+                   "agent_card_url": format!("{}/.well-known/agent-card.json", r.url)})
+        })
+        .collect();
+    if agents.is_empty() {
+        let body = json!({"status": "ERROR", "error_code": "AGENT_NOT_FOUND", "error_message": capability});
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    }
+    Json(json!({"status": "success", "capability": capability, "agents": agents})).into_response()
 }
 
 async fn policy_feed(State(state): State<Arc<Registry>>, headers: HeaderMap) -> Response {
@@ -212,7 +233,8 @@ impl Agent {
         let card: AgentCard = serde_json::from_value(json!({"name": name, "description": "test", "version": "1",
             "supportedInterfaces": [], "capabilities": {}, "defaultInputModes": ["text/plain"],
             "defaultOutputModes": ["application/json"],
-            "skills": [{"id": "work", "name": "Work", "description": "work", "tags": ["work"]}]}))
+            "skills": [{"id": "work", "name": "Work", "description": "work", "tags": ["work"]},
+                       {"id": format!("{name}-skill"), "name": "Own", "description": "its own", "tags": []}]}))
         .unwrap();
         let extras = AgentExtras { graph: Some(graph), ..AgentExtras::default() };
         let app = AgentApp::build_with(&config, card, handler, http, extras).await.unwrap();
@@ -318,6 +340,21 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     // Its health shows the circuit of the agent it called, through every layer of its handler.
     let circuits = boss.health().await.circuits;
     assert_eq!(circuits.iter().map(|c| c.agent.as_str()).collect::<Vec<_>>(), ["worker"], "{circuits:?}");
+    // ... and by capability: the registry names the agent that offers it.
+    let called = boss.ask(json!({"skill": "call_agent", "capability": "worker-skill", "message": "work"})).await;
+    assert_eq!(called.unwrap()["agent"], "worker");
+    // A call names exactly one of an agent and a capability, neither blank: else nothing is sent.
+    for target in [
+        json!({"agent_id": "  "}),
+        json!({"capability": " "}),
+        json!({"agent_id": "worker", "capability": "worker-skill"}),
+        json!({}),
+    ] {
+        let mut call = json!({"skill": "call_agent", "message": "work"});
+        call.as_object_mut().unwrap().extend(target.as_object().unwrap().clone());
+        let refused = boss.ask(call).await.unwrap_err();
+        assert_eq!(refused["error_code"], "TASK_INVALID_INPUT", "{target}: {refused}");
+    }
 
     // The boss messages its worker over the link: the worker's handler sees who and in which
     // relationship, its task store keeps the message in the link's conversation, the registry
@@ -377,12 +414,12 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     assert!(!to_worker.message_id.is_empty());
 
     // Every call sent was reported; the refused one was not.
-    eventually("the calls are reported", async || registry.state.calls.lock().unwrap().len() >= 3).await;
+    eventually("the calls are reported", async || registry.state.calls.lock().unwrap().len() >= 4).await;
     // Each agent posts its own reports: sorted, their order across agents does not matter.
     let mut calls: Vec<(String, String)> =
         registry.state.calls.lock().unwrap().iter().map(|c| (c.from.clone(), c.to.clone())).collect();
     calls.sort();
-    let expected = [("boss", "worker"), ("boss", "worker"), ("worker", "boss")];
+    let expected = [("boss", "worker"), ("boss", "worker"), ("boss", "worker"), ("worker", "boss")];
     assert_eq!(calls, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
     let graph = &worker.health().await.components["graph"];
     assert_eq!((graph["links"]["mode"].clone(), graph["links"]["links"].clone()), (json!("enforced"), json!(1)));
