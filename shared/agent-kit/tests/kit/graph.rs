@@ -334,8 +334,10 @@ async fn enforced_links_govern_every_binding_and_agent_messages_land_in_the_link
     assert_eq!(refused["error_code"], "LINK_DENIED", "{refused}");
     assert_eq!(boss.health().await.metrics.served, served, "the refused call never reached the boss");
 
-    // The boss calls its worker.
-    let called = boss.ask(json!({"skill": "call_agent", "agent_id": "worker", "message": "work"})).await.unwrap();
+    // The boss calls its worker, which answers in full: so does the boss.
+    let called = boss.ask_whole(json!({"skill": "call_agent", "agent_id": "worker", "message": "work"})).await.unwrap();
+    assert_eq!((called.status, called.warnings.as_slice()), (ResponseStatus::Success, &[] as &[String]));
+    let called = data_of(called);
     assert_eq!((called["agent"].clone(), called["link"].clone()), (json!("worker"), Value::Null));
     // Its health shows the circuit of the agent it called, through every layer of its handler.
     let circuits = boss.health().await.circuits;
