@@ -35,6 +35,10 @@ impl AgentHandler for Upper {
         if task.text == "fail" {
             return Err(AgentError::InvalidInput("nothing to do".into()));
         }
+        if task.text == "parts" {
+            let parts: Vec<_> = task.messages.iter().flat_map(|m| &m.parts).collect();
+            return Ok(AgentReply::data(json!({"parts": parts})));
+        }
         Ok(AgentReply::data(json!({"upper": task.text.to_uppercase()})))
     }
 }
@@ -175,6 +179,17 @@ async fn a_seed_agent_answers_send_message_with_a_stored_task() {
     assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{got}");
     assert_eq!(got["result"]["artifacts"][0]["parts"][0]["data"], json!({"upper": "HI"}));
     agent.stop().await;
+}
+
+#[tokio::test]
+async fn a_seed_handler_sees_the_text_and_data_parts_of_an_a2a_message() {
+    let agent = seed_agent().await;
+    let sent = message("parts", json!({"parts": [{"text": "parts"}, {"data": {"k": 1}}]}));
+    let answer = agent.rpc(Some("1.0"), "SendMessage", json!({"message": sent})).await;
+    let task = &answer["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let parts = json!([{"type": "text", "text": "parts"}, {"type": "data", "data": {"k": 1}}]);
+    assert_eq!(task["artifacts"][0]["parts"][0]["data"], json!({"parts": parts}));
 }
 
 #[tokio::test]
