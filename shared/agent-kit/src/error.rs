@@ -1,5 +1,4 @@
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 
 use mesh_server::ErrorResponse;
 use mesh_server::call_safety::call_failure_status;
@@ -35,12 +34,6 @@ impl From<AgentError> for ErrorResponse {
             AgentError::Call { code, .. } => (call_failure_status(code), code.as_str()),
         };
         ErrorResponse::new(status, code, error.to_string())
-    }
-}
-
-impl IntoResponse for AgentError {
-    fn into_response(self) -> Response {
-        ErrorResponse::from(self).into_response()
     }
 }
 
