@@ -74,11 +74,6 @@ impl AccessControl {
         Ok(Self { authenticator: Authenticator::from_config(config)?.map(Arc::new), ..Self::open() })
     }
 
-    /// Checks credentials with `authenticator`.
-    pub fn with_authenticator(authenticator: Authenticator) -> Self {
-        Self { authenticator: Some(Arc::new(authenticator)), ..Self::open() }
-    }
-
     /// Also serves `paths` (exact) and everything under `prefixes` to anyone.
     pub fn with_public(mut self, paths: &[&str], prefixes: &[&str]) -> Self {
         let mut all = (*self.public_paths).clone();
@@ -345,9 +340,59 @@ mod tests {
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         let body = json(response).await;
         assert_eq!(body["id"], "r1");
-        assert_eq!(body["error"]["code"], AUTH_REQUIRED_JSONRPC_CODE);
+        // The codes are the wire contract (clients and the gateway match on them), not just names.
+        assert_eq!(body["error"]["code"], -32041);
         assert_eq!(body["error"]["data"]["error_code"], "AUTH_REQUIRED");
         assert_eq!(call(&app, Method::POST, "/", Some(USER_KEY)).await.0, StatusCode::OK);
+        let id: Id = serde_json::from_value(serde_json::json!(3)).unwrap();
+        let forbidden = credential_refusal(&AuthError::Forbidden("admin".into()), Some(id));
+        assert_eq!(forbidden.status(), StatusCode::FORBIDDEN);
+        let body = json(forbidden).await;
+        assert_eq!(
+            (body["id"].clone(), body["error"]["code"].clone()),
+            (serde_json::json!(3), serde_json::json!(-32042))
+        );
+    }
+
+    /// A JSON-RPC request refused before its route, with `params` padded to `pad_bytes`.
+    async fn refused_padded(pad_bytes: usize) -> Value {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": "big", "method": "SendMessage",
+                                      "params": {"pad": "x".repeat(pad_bytes)}});
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri("/")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = app(access()).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        json(response).await
+    }
+
+    #[tokio::test]
+    async fn a_refused_json_rpc_request_gets_its_id_back_up_to_the_bytes_read_for_it() {
+        assert_eq!(refused_padded(32 * 1024).await["id"], "big");
+        // Past the bytes read to find it, the id is unknown: still answered, with a null id.
+        assert_eq!(refused_padded(REFUSED_RPC_BODY_BYTES_MAX).await["id"], Value::Null);
+    }
+
+    #[tokio::test]
+    async fn paths_made_public_are_served_to_anyone_exactly_or_under_their_prefix() {
+        let access = access().with_public(&["/exact"], &["/docs/"]);
+        let app = axum::Router::new()
+            .route("/health", get(|| async { "ok" }))
+            .route("/exact", get(|| async { "ok" }))
+            .route("/exact/more", get(|| async { "ok" }))
+            .route("/docs/page", get(|| async { "ok" }))
+            .layer(layer(Authenticate(access)));
+        for (path, status) in [
+            ("/health", StatusCode::OK),
+            ("/exact", StatusCode::OK),
+            ("/exact/more", StatusCode::UNAUTHORIZED),
+            ("/docs/page", StatusCode::OK),
+        ] {
+            assert_eq!(call(&app, Method::GET, path, None).await.0, status, "{path}");
+        }
     }
 
     #[tokio::test]
