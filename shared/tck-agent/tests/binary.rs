@@ -87,11 +87,14 @@ async fn each_variant_serves_the_card_that_shows_its_capability() {
 
 #[tokio::test]
 async fn it_serves_until_ctrl_c_or_sigterm_and_then_exits_cleanly() {
-    for signal in ["INT", "TERM"] {
+    for (signal, number) in [("INT", 2), ("TERM", 15)] {
         let mut agent = Agent::start("standard");
         // Serving (the card answers) and still running: it does not return before a signal.
         agent.card().await;
         let pid = agent.child.id().to_string();
+        // Sent before the agent catches it, the signal would kill it by default: wait until the
+        // kernel lists it among the caught ones.
+        eventually(&format!("the agent catches SIG{signal}"), START_TIMEOUT, async || catches(&pid, number)).await;
         let sent = Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("kill runs");
         assert!(sent.success(), "SIG{signal} sent");
         let mut exited = None;
@@ -103,6 +106,13 @@ async fn it_serves_until_ctrl_c_or_sigterm_and_then_exits_cleanly() {
         let status = exited.unwrap();
         assert!(status.success(), "SIG{signal}: {status}");
     }
+}
+
+/// Whether process `pid` has a handler for signal `number` (`SigCgt` in `/proc/PID/status`).
+fn catches(pid: &str, number: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status.lines().find_map(|line| line.strip_prefix("SigCgt:")).map(str::trim);
+    caught.and_then(|mask| u64::from_str_radix(mask, 16).ok()).is_some_and(|mask| mask & (1 << (number - 1)) != 0)
 }
 
 #[test]
